@@ -1,0 +1,249 @@
+package dlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/dlockdev/dlock/driver"
+	"github.com/dlockdev/dlock/internal/keys"
+	"github.com/dlockdev/dlock/internal/lease"
+)
+
+// Client takes locks on one lock service. It is safe for concurrent use by
+// many goroutines; create one per process and share it. Leases taken through
+// a Client are renewed by it until they are unlocked or the Client is closed.
+type Client struct {
+	drv      driver.Driver
+	defaults lockConfig
+	log      *slog.Logger
+
+	// ctx is cancelled by Close so that waiting Lock calls return.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	leases map[*Lease]struct{} // held leases, released by Close; guarded by mu
+	closed bool                // guarded by mu
+}
+
+// NewClient wraps a driver in a Client. Backend packages call it from their
+// New and Open functions; applications normally call those, or Open.
+func NewClient(d driver.Driver, opts ...Option) (*Client, error) {
+	host, _ := os.Hostname()
+	cfg := clientConfig{
+		lock:   lockConfig{ttl: DefaultTTL, metadata: Metadata{Host: host, PID: os.Getpid()}},
+		logger: slog.New(slog.DiscardHandler),
+	}
+	for _, o := range opts {
+		if err := o.applyClient(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Client{
+		drv:      d,
+		defaults: cfg.lock,
+		log:      cfg.logger,
+		ctx:      ctx,
+		cancel:   cancel,
+		leases:   make(map[*Lease]struct{}),
+	}, nil
+}
+
+// Lock takes key, waiting until it is free and every earlier waiter has been
+// served (waiters are served in arrival order), or until ctx ends.
+//
+// It returns an error satisfying errors.Is with ErrInvalidKey or
+// ErrInvalidOption for bad arguments, ErrClosed after Close, ErrUnavailable
+// when the server cannot be reached, or ctx.Err() wrapped. When it returns an
+// error it leaves nothing behind on the server.
+func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lease, error) {
+	return c.acquire(ctx, key, true, opts)
+}
+
+// TryLock takes key if it is free and nobody waits for it, and otherwise
+// returns at once with an error satisfying errors.Is(err, ErrLocked). It
+// returns the same other errors as Lock.
+func (c *Client) TryLock(ctx context.Context, key string, opts ...LockOption) (*Lease, error) {
+	return c.acquire(ctx, key, false, opts)
+}
+
+func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []LockOption) (*Lease, error) {
+	if err := keys.Validate(key); err != nil {
+		return nil, err
+	}
+	cfg := c.defaults
+	for _, o := range opts {
+		if err := o.applyLock(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	// Close must interrupt a waiting Lock.
+	ctx, stop := mergeCancel(ctx, c.ctx)
+	defer stop()
+
+	req := &driver.AcquireRequest{
+		Key:      key,
+		Owner:    newOwnerID(),
+		TTL:      cfg.ttl,
+		Metadata: cfg.metadata.encode(),
+		Wait:     wait,
+	}
+	g, err := c.drv.Acquire(ctx, req)
+	if err != nil {
+		if c.ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: lock %q: %w", ErrClosed, key, err)
+		}
+		return nil, fmt.Errorf("lock %q: %w", key, err)
+	}
+	l := &Lease{client: c, key: key, token: g.Token(), ttl: cfg.ttl, eng: lease.Start(key, g, c.log)}
+
+	c.mu.Lock()
+	closed := c.closed
+	if !closed {
+		c.leases[l] = struct{}{}
+	}
+	c.mu.Unlock()
+	if closed {
+		// Close ran while we were acquiring: do not leak the grant.
+		_ = l.eng.Release(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("%w: lock %q", ErrClosed, key)
+	}
+	return l, nil
+}
+
+func (c *Client) checkOpen() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+func (c *Client) forget(l *Lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.leases, l)
+}
+
+// Inspect returns who holds key and who waits for it, in order. It returns
+// an error satisfying errors.Is(err, errors.ErrUnsupported) when the backend
+// cannot inspect.
+func (c *Client) Inspect(ctx context.Context, key string) (*LockInfo, error) {
+	if err := keys.Validate(key); err != nil {
+		return nil, err
+	}
+	in, err := c.inspector()
+	if err != nil {
+		return nil, err
+	}
+	info, err := in.Inspect(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("inspect %q: %w", key, err)
+	}
+	return convertInfo(info), nil
+}
+
+// List returns the keys starting with prefix that are held or waited for,
+// sorted by key. An empty prefix lists every key.
+func (c *Client) List(ctx context.Context, prefix string) ([]*LockInfo, error) {
+	if err := keys.ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	in, err := c.inspector()
+	if err != nil {
+		return nil, err
+	}
+	infos, err := in.List(ctx, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("list %q: %w", prefix, err)
+	}
+	out := make([]*LockInfo, len(infos))
+	for i, info := range infos {
+		out[i] = convertInfo(info)
+	}
+	return out, nil
+}
+
+func (c *Client) inspector() (driver.Inspector, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	in, ok := c.drv.(driver.Inspector)
+	if !ok {
+		return nil, fmt.Errorf("dlock: this backend cannot inspect locks: %w", errors.ErrUnsupported)
+	}
+	return in, nil
+}
+
+func convertInfo(in *driver.LockInfo) *LockInfo {
+	conv := func(e driver.Entry) Entry {
+		return Entry{Token: e.Token, Metadata: decodeMetadata(e.Metadata), Since: e.Since, TTL: e.TTL}
+	}
+	out := &LockInfo{Key: in.Key}
+	if in.Holder != nil {
+		h := conv(*in.Holder)
+		out.Holder = &h
+	}
+	for _, w := range in.Waiters {
+		out.Waiters = append(out.Waiters, conv(w))
+	}
+	return out
+}
+
+// Close releases every lease still held through c (their Err becomes
+// ErrReleased), makes waiting Lock calls return ErrClosed, and closes the
+// connection if the Client opened it. A Client built by a backend's New from
+// an existing connection leaves that connection open.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	held := make([]*Lease, 0, len(c.leases))
+	for l := range c.leases {
+		held = append(held, l)
+	}
+	c.mu.Unlock()
+	c.cancel()
+
+	var errs []error
+	for _, l := range held {
+		ctx, cancel := context.WithTimeout(context.Background(), l.ttl)
+		if err := l.Unlock(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
+			errs = append(errs, err)
+		}
+		cancel()
+	}
+	if err := c.drv.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// newOwnerID returns 128 random bits: an identity nobody can guess or
+// collide with, unlike a host name, a thread id or a timestamp.
+func newOwnerID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails: crypto/rand crashes the program instead
+	return hex.EncodeToString(b[:])
+}
+
+// mergeCancel returns a context that ends when ctx or other ends.
+func mergeCancel(ctx, other context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(other, func() { cancel(ErrClosed) })
+	return ctx, func() { stop(); cancel(nil) }
+}

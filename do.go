@@ -1,0 +1,59 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Do takes key (waiting as Lock does), runs fn with a context that is
+// cancelled as soon as the lease is lost, and unlocks. It returns fn's error;
+// if the lease was lost while fn ran, the error also satisfies
+// errors.Is(err, ErrLeaseLost), even when fn returned nil, because the work
+// may have overlapped with another holder's. The lease's fencing token is
+// available to fn through LeaseFromContext.
+func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...LockOption) error {
+	l, err := c.Lock(ctx, key, opts...)
+	if err != nil {
+		return err
+	}
+	fnCtx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, l))
+	stop := context.AfterFunc(lostContext{l}, func() { cancel(l.Err()) })
+	fnErr := fn(fnCtx)
+	stop()
+	cancel(nil)
+
+	lost := l.Err()
+	// Unlock even if ctx has ended, but not forever.
+	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttl)
+	defer ucancel()
+	uerr := l.Unlock(uctx)
+	switch {
+	case lost != nil:
+		return errors.Join(fnErr, lost)
+	case uerr != nil && errors.Is(uerr, ErrNotHeld):
+		// Lost between fn returning and Unlock.
+		return errors.Join(fnErr, uerr)
+	case uerr != nil:
+		return errors.Join(fnErr, fmt.Errorf("dlock: unlock %q: %w", key, uerr))
+	}
+	return fnErr
+}
+
+type leaseKey struct{}
+
+// LeaseFromContext returns the lease of the Do call that ctx was passed to.
+func LeaseFromContext(ctx context.Context) (*Lease, bool) {
+	l, ok := ctx.Value(leaseKey{}).(*Lease)
+	return l, ok
+}
+
+// lostContext adapts a Lease to the part of context.Context that
+// context.AfterFunc watches.
+type lostContext struct{ l *Lease }
+
+func (c lostContext) Deadline() (deadline time.Time, ok bool) { return }
+func (c lostContext) Done() <-chan struct{}                    { return c.l.Done() }
+func (c lostContext) Err() error                               { return c.l.Err() }
+func (c lostContext) Value(any) any                            { return nil }

@@ -1,0 +1,65 @@
+// Package dlock is a distributed lock: processes on many hosts take a named
+// lock so that only one of them does a piece of work at a time, such as the
+// scheduled "close expired orders" job that runs on every instance of a
+// service.
+//
+// # Overview
+//
+// Open a Client once per process with a backend URL, then take locks:
+//
+//	client, err := dlock.Open(ctx, "redis://127.0.0.1:6379/0")
+//	...
+//	lease, err := client.Lock(ctx, "orders/close-expired")
+//	...
+//	defer lease.Unlock(ctx)
+//
+// Lock waits, in arrival order, until the key is free; TryLock gives up at
+// once with ErrLocked. A Lease renews itself in the background (about every
+// TTL/3, see WithTTL) until Unlock. If the holder crashes, the server frees the
+// key after at most one TTL. Client.Do runs a function under a lock with a
+// context that is cancelled when the lease is lost.
+//
+// # Safety
+//
+// It is NOT safe to assume that holding a Lease means nobody else holds the
+// key. No lease-based lock can promise that: a process paused for longer than
+// its TTL (a long garbage-collection pause, a frozen VM, SIGSTOP) or cut off
+// from the server wakes up still holding a Lease that the server has already
+// given to someone else. What dlock does guarantee:
+//
+//   - The server never grants a key to two owners whose leases are both
+//     unexpired.
+//   - Lease.Done is closed, and Lease.Err says why, no later than the moment
+//     the server could grant the key to somebody else. The local deadline is
+//     counted from when the acquire or renew request was sent, less a margin
+//     for clock drift, and never from a client's wall clock.
+//   - Lease.Token is a fencing token that only goes up for a key. Pass it to
+//     the database or service you write to, and have that reject a token lower
+//     than the highest it has seen: that is what makes a stale holder
+//     harmless.
+//   - Unlock and renewal only ever act on the caller's own grant, identified
+//     by a random 128-bit owner id, even when replies are lost and retried.
+//
+// Check Done before each step of the protected work, and use the fencing
+// token wherever a late write would do harm.
+//
+// # Errors
+//
+// Errors are values to test with errors.Is: ErrLocked, ErrNotHeld,
+// ErrLeaseLost, ErrReleased, ErrClosed, ErrInvalidKey, ErrInvalidOption,
+// ErrInvalidURL, ErrUnavailable and ErrAuth. Their messages name the key or
+// address concerned.
+//
+// # Backends
+//
+// Each backend is a package that registers its URL schemes with Open when
+// imported, and offers New to build a Client from a connection the program
+// already has:
+//
+//   - redisdlock: redis://[user:password@]host:port[/db],
+//     rediss:// for TLS, redis+sentinel://, redis+cluster://.
+//     See docs/redis.md.
+//
+// Keys are UTF-8 strings of 1 to MaxKeyLen bytes without control characters;
+// "/" has no special meaning.
+package dlock

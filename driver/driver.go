@@ -1,0 +1,126 @@
+// Package driver defines the interfaces that dlock backends implement.
+//
+// Application code should use package dlock. This package is for the authors of
+// backends (redisdlock, zkdlock, etcddlock): dlock validates keys and options,
+// runs the one lease engine that renews grants and closes Lease.Done, and
+// turns driver results into its public types, so a driver only speaks to its
+// server.
+package driver
+
+import (
+	"context"
+	"time"
+)
+
+// Driver is one connection (or session) to a lock service. A Driver must be
+// safe for concurrent use: dlock calls Acquire from many goroutines at once.
+type Driver interface {
+	// Acquire takes req.Key for the caller.
+	//
+	// When req.Wait is false it makes one attempt and returns an error
+	// satisfying errors.Is(err, ErrLocked) when another owner holds the key
+	// (or live waiters are queued ahead: a fair lock never lets TryLock barge).
+	//
+	// When req.Wait is true it blocks until the key is granted or ctx is done.
+	// Waiting must be driven by server notifications, with at most a bounded
+	// fallback poll. When ctx ends first, Acquire must remove every trace of
+	// the attempt from the server (queue entries, nodes) before it returns
+	// ctx.Err(); if the key was granted in the meantime it must release it, so
+	// that the next waiter is not stuck behind a caller that went away.
+	//
+	// Acquire must be idempotent under retries after lost replies: the owner
+	// identity in req.Owner lets a retried request recognise its own grant.
+	Acquire(ctx context.Context, req *AcquireRequest) (Grant, error)
+
+	// Close releases the connection. Grants obtained from the Driver are not
+	// released by Close; dlock releases them first.
+	Close() error
+}
+
+// AcquireRequest describes one lock attempt. dlock fills it in after
+// validating every field.
+type AcquireRequest struct {
+	// Key is the user's key, already validated (see dlock.MaxKeyLen).
+	Key string
+	// Owner is a random, unguessable identity unique to this attempt
+	// (32 hex digits). The server stores it with the grant; release and
+	// renew act only when it matches.
+	Owner string
+	// TTL is the lease length requested by the caller.
+	TTL time.Duration
+	// Metadata is an opaque JSON document stored with the grant and queue
+	// entry so that inspectors can show who holds and who waits.
+	Metadata []byte
+	// Wait says whether to block (Lock) or make one attempt (TryLock).
+	Wait bool
+}
+
+// Grant is a key held on the server. dlock's lease engine calls Renew about
+// every Validity/3 and closes the lease when a renewal says the grant is
+// gone, when Lost fires, or when the local deadline passes.
+//
+// Methods may be called concurrently with each other.
+type Grant interface {
+	// Token is the fencing token: strictly greater than the token of every
+	// earlier grant of the same key.
+	Token() uint64
+
+	// ValidFrom is a local time that is certainly not later than the moment
+	// the server made or last extended the grant, typically the moment the
+	// request that produced it was sent. The lease engine counts Validity
+	// from it, less a margin for clock drift, to decide when the lease must
+	// be considered lost, so an early value is safe and a late one is not.
+	ValidFrom() time.Time
+
+	// Validity is how long, by the server's clock, the server keeps the
+	// grant after ValidFrom and after the start of every successful Renew.
+	Validity() time.Duration
+
+	// Renew extends the grant by Validity from the moment it was called. It
+	// returns an error satisfying errors.Is(err, ErrNotHeld) when the server
+	// says the grant is gone; any other error is taken as transient and
+	// retried until the local deadline. Renew must be idempotent.
+	Renew(ctx context.Context) error
+
+	// Release gives the key up, waking the next waiter. It returns ErrNotHeld
+	// when the caller no longer owns the key; it must never release a grant
+	// that belongs to someone else.
+	Release(ctx context.Context) error
+
+	// Lost returns a channel that receives the reason once if the backend
+	// learns by itself that the grant is gone (a session expired, the key
+	// was deleted). It may return nil when the backend has no such signal.
+	Lost() <-chan error
+}
+
+// Inspector is implemented by drivers that can report who holds a key and
+// who waits for it. dlock.Client.Inspect and List use it.
+type Inspector interface {
+	// Inspect returns the state of one key. A key nobody holds or waits for
+	// yields a LockInfo with a nil Holder and no Waiters, not an error.
+	Inspect(ctx context.Context, key string) (*LockInfo, error)
+	// List returns the keys that start with prefix and are held or waited
+	// for, sorted by key.
+	List(ctx context.Context, prefix string) ([]*LockInfo, error)
+}
+
+// LockInfo is a snapshot of one key.
+type LockInfo struct {
+	Key     string
+	Holder  *Entry  // nil when the key is free
+	Waiters []Entry // in the order they will be served
+}
+
+// Entry is a holder or a waiter.
+type Entry struct {
+	// Token is the holder's fencing token; 0 for waiters.
+	Token uint64
+	// Metadata is the document given with the request.
+	Metadata []byte
+	// Since is when the entry was created by the server's clock; zero when
+	// the backend cannot tell.
+	Since time.Time
+	// TTL is how long the entry lives without renewal; negative when the
+	// backend cannot tell.
+	TTL time.Duration
+}

@@ -1,0 +1,63 @@
+package dlock
+
+import (
+	"context"
+	"time"
+
+	"github.com/dlockdev/dlock/internal/lease"
+)
+
+// Lease is a held lock. It renews itself in the background until Unlock, or
+// until it is lost: then Done is closed and Err says why.
+//
+// A Lease is safe for concurrent use. Holding a Lease does not by itself
+// guarantee that nobody else holds the key: a process paused longer than the
+// TTL (by a garbage collector, a VM migration, SIGSTOP) wakes up with a Lease
+// that the server has already given to someone else. Check Done before each
+// step of the protected work and pass Token to every system you write to, so
+// that a stale holder's writes can be rejected there. See the package
+// documentation, section Safety.
+type Lease struct {
+	client *Client
+	key    string
+	token  uint64
+	ttl    time.Duration
+	eng    *lease.Engine
+}
+
+// Key returns the key this lease holds.
+func (l *Lease) Key() string { return l.key }
+
+// Token returns the fencing token: it is strictly greater than the token of
+// every earlier lease on the same key. A resource that remembers the highest
+// token it has seen and rejects lower ones cannot be written by a holder
+// whose lease was lost.
+func (l *Lease) Token() uint64 { return l.token }
+
+// TTL returns the lease length requested for this lease.
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// Done returns a channel that is closed when the lease is lost or released.
+// It is closed before the server can grant the key to anybody else.
+func (l *Lease) Done() <-chan struct{} { return l.eng.Done() }
+
+// Err returns nil while the lease is held. After Done is closed it returns an
+// error satisfying errors.Is with ErrLeaseLost (renewal failed or the server
+// dropped the grant), ErrReleased (after Unlock) or ErrClosed (after
+// Client.Close).
+func (l *Lease) Err() error { return l.eng.Err() }
+
+// Deadline returns the local time until which the lease is known to be held
+// even if no renewal succeeds from now on.
+func (l *Lease) Deadline() time.Time { return l.eng.Deadline() }
+
+// Unlock releases the key and hands it to the next waiter. It returns an
+// error satisfying errors.Is(err, ErrNotHeld) when the lease had already been
+// lost or unlocked: the work done under it may have overlapped with another
+// holder's. Unlock never releases a lock that has passed to someone else.
+// Other errors (ErrUnavailable, ctx.Err()) mean the release could not be
+// confirmed; the server frees the key when the TTL runs out.
+func (l *Lease) Unlock(ctx context.Context) error {
+	defer l.client.forget(l)
+	return l.eng.Release(ctx)
+}
