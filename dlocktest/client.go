@@ -1,0 +1,144 @@
+package dlocktest
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/dlockdev/dlock"
+)
+
+var _ = register("BadInput_rejected", func(s *suite) {
+	c := s.client()
+	bad := map[string]string{
+		"":                       "empty",
+		strings.Repeat("k", 257): "limit",
+		"line\nbreak":            "control character",
+		"nul\x00":                "control character",
+		"\xff\xfe":               "UTF-8",
+	}
+	for key, want := range bad {
+		for name, call := range map[string]func(context.Context, string, ...dlock.LockOption) (*dlock.Lease, error){
+			"Lock": c.Lock, "TryLock": c.TryLock,
+		} {
+			_, err := call(s.ctx, key)
+			if !errors.Is(err, dlock.ErrInvalidKey) || !strings.Contains(err.Error(), want) {
+				s.t.Errorf("%s(%q): err = %v, want ErrInvalidKey mentioning %q", name, key, err, want)
+			}
+		}
+		if _, err := c.Inspect(s.ctx, key); !errors.Is(err, dlock.ErrInvalidKey) {
+			s.t.Errorf("Inspect(%q): err = %v, want ErrInvalidKey", key, err)
+		}
+	}
+	key := s.key()
+	for _, ttl := range []time.Duration{0, -time.Second, dlock.MinTTL - 1, dlock.MaxTTL + 1} {
+		if _, err := c.Lock(s.ctx, key, dlock.WithTTL(ttl)); !errors.Is(err, dlock.ErrInvalidOption) {
+			s.t.Errorf("Lock with TTL %v: err = %v, want ErrInvalidOption", ttl, err)
+		}
+	}
+	long := dlock.Metadata{Note: strings.Repeat("n", dlock.MaxNoteLen+1)}
+	if _, err := c.Lock(s.ctx, key, dlock.WithMetadata(long)); !errors.Is(err, dlock.ErrInvalidOption) {
+		s.t.Errorf("Lock with a long note: err = %v, want ErrInvalidOption", err)
+	}
+	s.checkNothingLeft(key)
+	// Unusual but valid keys work and stay distinct.
+	odd := []string{"a/../b", "/", "..", "{x}", "}x{", "key with spaces", "ключ", "a:b", "*", strings.Repeat("k", 256)}
+	var leases []*dlock.Lease
+	for _, k := range odd {
+		leases = append(leases, s.tryLock(c, k, s.ttl()))
+	}
+	for _, l := range leases {
+		s.unlock(l)
+		s.checkNothingLeft(l.Key())
+	}
+})
+
+var _ = register("Inspect_showsHolderAndWaiters", func(s *suite) {
+	key := s.key()
+	a, b := s.client(), s.client()
+	la := s.lock(a, key, s.ttl(), dlock.WithMetadata(dlock.Metadata{Note: "nightly job"}))
+	info := s.inspect(b, key)
+	if info.Key != key || info.Holder == nil {
+		s.t.Fatalf("Inspect = %+v, want holder of %q", info, key)
+	}
+	h := info.Holder
+	host, _ := os.Hostname()
+	if h.Token != la.Token() || h.Metadata.Note != "nightly job" || h.Metadata.PID != os.Getpid() || h.Metadata.Host != host {
+		s.t.Fatalf("holder = %+v, want token %d, note %q, pid %d, host %q", h, la.Token(), "nightly job", os.Getpid(), host)
+	}
+	if h.TTL > s.h.TTL() || h.TTL == 0 {
+		s.t.Fatalf("holder TTL left = %v, want in (0, %v] or negative for unknown", h.TTL, s.h.TTL())
+	}
+	errc := make(chan error, 1)
+	go func() {
+		l, err := b.Lock(s.ctx, key, s.ttl(), dlock.WithMetadata(dlock.Metadata{Note: "second", Host: "elsewhere", PID: 42}))
+		if err == nil {
+			err = l.Unlock(s.ctx)
+		}
+		errc <- err
+	}()
+	s.waitQueued(a, key, "second")
+	w := s.inspect(a, key).Waiters[0]
+	if w.Metadata.Host != "elsewhere" || w.Metadata.PID != 42 {
+		s.t.Fatalf("waiter = %+v, want host elsewhere, pid 42", w)
+	}
+	list, err := a.List(s.ctx, key[:len(key)-1])
+	if err != nil {
+		s.t.Fatalf("List: %v", err)
+	}
+	found := false
+	for _, li := range list {
+		found = found || (li.Key == key && li.Holder != nil && li.Holder.Token == la.Token())
+	}
+	if !found {
+		s.t.Fatalf("List(prefix of %q) = %+v, want the held key", key, list)
+	}
+	s.unlock(la)
+	if err := <-errc; err != nil {
+		s.t.Fatal(err)
+	}
+	if info := s.inspect(a, key); info.Holder != nil || len(info.Waiters) != 0 {
+		s.t.Fatalf("Inspect of a free key = %+v, want no holder, no waiters", info)
+	}
+})
+
+var _ = register("Client_Close", func(s *suite) {
+	key, key2 := s.key(), s.key()
+	a, b := s.client(), s.client()
+	la := s.lock(a, key, s.ttl())
+	lb := s.lock(b, key2, s.ttl())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := a.Lock(s.ctx, key2, s.ttl(), dlock.WithMetadata(dlock.Metadata{Note: "closing"}))
+		errc <- err
+	}()
+	s.waitQueuedIfInspectable(b, key2, "closing")
+	if err := a.Close(); err != nil {
+		s.t.Fatalf("Close: %v", err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, dlock.ErrClosed) {
+			s.t.Fatalf("Lock waiting during Close: err = %v, want ErrClosed", err)
+		}
+	case <-s.ctx.Done():
+		s.t.Fatal("waiting Lock did not return after Close (watchdog)")
+	}
+	select {
+	case <-la.Done():
+	default:
+		s.t.Fatal("lease still open after Close")
+	}
+	if !errors.Is(la.Err(), dlock.ErrReleased) {
+		s.t.Fatalf("Err of a lease released by Close = %v, want ErrReleased", la.Err())
+	}
+	if _, err := a.TryLock(s.ctx, key); !errors.Is(err, dlock.ErrClosed) {
+		s.t.Fatalf("TryLock after Close: err = %v, want ErrClosed", err)
+	}
+	s.unlock(s.tryLock(b, key, s.ttl())) // Close released it
+	s.unlock(lb)
+	s.checkNothingLeft(key)
+	s.checkNothingLeft(key2)
+})

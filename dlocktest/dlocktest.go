@@ -1,0 +1,261 @@
+// Package dlocktest is the conformance suite that every dlock backend runs
+// against a real server:
+//
+//	func TestConformance(t *testing.T) {
+//		dlocktest.Run(t, func(ctx context.Context, t *testing.T) (dlocktest.Harness, error) {
+//			return newHarness(t) // clients connected to a server the test started
+//		})
+//	}
+//
+// The suite checks every semantic that package dlock documents: mutual
+// exclusion under contention, self-renewing leases, fencing tokens that only
+// go up, the lost-lease signal arriving before anyone else can be granted the
+// key, Unlock never releasing someone else's lock, FIFO waiting that leaves
+// nothing behind when cancelled, and bad input. Scenarios that need a fault
+// (cutting a client off, deleting a key behind its holder's back, restarting
+// the server) run when the harness offers the matching optional interface:
+// FaultyClientMaker, KeyDeleter, ServerRestarter, LeftoverChecker. They are
+// reported with t.Skip when it does not.
+//
+// The suite has no false positives but may miss bugs: run it with -race, and
+// more than once. Every wait is bounded by a watchdog that fails the test.
+package dlocktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockdev/dlock"
+)
+
+// Harness gives the suite clients of one backend.
+type Harness interface {
+	// NewClient returns a new, independent Client: its own connection or
+	// session, as another process would have. The harness closes it when
+	// the test ends (t.Cleanup) unless the suite has closed it first.
+	NewClient(ctx context.Context, t *testing.T) (*dlock.Client, error)
+
+	// TTL is the lease length the suite gives its short-lived leases, the
+	// shortest the backend serves reliably on a loaded machine (about 1 s).
+	TTL() time.Duration
+}
+
+// HarnessMaker makes a Harness for one subtest.
+type HarnessMaker func(ctx context.Context, t *testing.T) (Harness, error)
+
+// Link is the network path between one client and the server.
+type Link interface {
+	// Blackhole makes the path silent in both directions without closing
+	// it, like a partition or a frozen process.
+	Blackhole()
+	// Restore ends Blackhole.
+	Restore()
+}
+
+// FaultyClientMaker is implemented by harnesses that can cut one client off.
+type FaultyClientMaker interface {
+	// NewFaultyClient returns a new client whose every connection to the
+	// server goes through the returned Link (a Proxy, typically).
+	NewFaultyClient(ctx context.Context, t *testing.T) (*dlock.Client, Link, error)
+}
+
+// KeyDeleter is implemented by harnesses that can remove a key's state on the
+// server behind its holder's back, as an operator or a bug might.
+type KeyDeleter interface {
+	DeleteKey(ctx context.Context, key string) error
+}
+
+// ServerRestarter is implemented by harnesses that can restart the server
+// and lose everything it keeps in memory. Clients must reconnect by themselves.
+type ServerRestarter interface {
+	RestartServer(ctx context.Context, t *testing.T) error
+}
+
+// LeftoverChecker is implemented by harnesses that can list what the server
+// still stores for a key (keys, nodes, queue entries), so the suite can check
+// that nothing is left behind.
+type LeftoverChecker interface {
+	Leftovers(ctx context.Context, key string) ([]string, error)
+}
+
+// Run runs the conformance suite.
+func Run(t *testing.T, newHarness HarnessMaker) {
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			h, err := newHarness(ctx, t)
+			if err != nil {
+				t.Fatalf("harness: %v", err)
+			}
+			// The watchdog: no scenario may hang the test binary.
+			limit := 60*time.Second + 30*h.TTL()
+			ctx, cancelWatch := context.WithTimeout(ctx, limit)
+			defer cancelWatch()
+			s := &suite{t: t, h: h, ctx: ctx}
+			tc.fn(s)
+		})
+	}
+}
+
+type testCase struct {
+	name string
+	fn   func(*suite)
+}
+
+// tests is filled by the files of this package, one per area.
+var tests []testCase
+
+func register(name string, fn func(*suite)) struct{} {
+	tests = append(tests, testCase{name, fn})
+	return struct{}{}
+}
+
+// suite is the state of one subtest.
+type suite struct {
+	t   *testing.T
+	h   Harness
+	ctx context.Context
+}
+
+var keySeq atomic.Int64
+
+// key returns a key unique to this subtest and call.
+func (s *suite) key() string {
+	name := strings.NewReplacer(" ", "_").Replace(s.t.Name())
+	return fmt.Sprintf("dlocktest/%s/%d", name, keySeq.Add(1))
+}
+
+func (s *suite) client() *dlock.Client {
+	s.t.Helper()
+	c, err := s.h.NewClient(s.ctx, s.t)
+	if err != nil {
+		s.t.Fatalf("NewClient: %v", err)
+	}
+	return c
+}
+
+func (s *suite) faulty() (*dlock.Client, Link) {
+	s.t.Helper()
+	f, ok := s.h.(FaultyClientMaker)
+	if !ok {
+		s.t.Skip("backend harness cannot cut a client off (no FaultyClientMaker)")
+	}
+	c, link, err := f.NewFaultyClient(s.ctx, s.t)
+	if err != nil {
+		s.t.Fatalf("NewFaultyClient: %v", err)
+	}
+	return c, link
+}
+
+func (s *suite) ttl() dlock.CommonOption { return dlock.WithTTL(s.h.TTL()) }
+
+func (s *suite) lock(c *dlock.Client, key string, opts ...dlock.LockOption) *dlock.Lease {
+	s.t.Helper()
+	l, err := c.Lock(s.ctx, key, opts...)
+	if err != nil {
+		s.t.Fatalf("Lock(%q): %v", key, err)
+	}
+	return l
+}
+
+func (s *suite) tryLock(c *dlock.Client, key string, opts ...dlock.LockOption) *dlock.Lease {
+	s.t.Helper()
+	l, err := c.TryLock(s.ctx, key, opts...)
+	if err != nil {
+		s.t.Fatalf("TryLock(%q): %v", key, err)
+	}
+	return l
+}
+
+func (s *suite) unlock(l *dlock.Lease) {
+	s.t.Helper()
+	if err := l.Unlock(s.ctx); err != nil {
+		s.t.Fatalf("Unlock(%q): %v", l.Key(), err)
+	}
+}
+
+// waitDone waits for a lease to end, failing the test at the watchdog.
+func (s *suite) waitDone(l *dlock.Lease, why string) {
+	s.t.Helper()
+	select {
+	case <-l.Done():
+	case <-s.ctx.Done():
+		s.t.Fatalf("lease on %q not lost after %s (watchdog)", l.Key(), why)
+	}
+}
+
+// eventually polls cond until it holds, failing the test at the watchdog.
+// It is for conditions the suite can only observe from outside (the queue on
+// the server), not a substitute for waiting on an event.
+func (s *suite) eventually(what string, cond func() bool) {
+	s.t.Helper()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-s.ctx.Done():
+			s.t.Fatalf("%s: not reached before the watchdog", what)
+		}
+	}
+}
+
+// inspect returns the key's state, skipping the test if the backend cannot inspect.
+func (s *suite) inspect(c *dlock.Client, key string) *dlock.LockInfo {
+	s.t.Helper()
+	info, err := c.Inspect(s.ctx, key)
+	if err != nil {
+		if isUnsupported(err) {
+			s.t.Skip("backend cannot inspect locks")
+		}
+		s.t.Fatalf("Inspect(%q): %v", key, err)
+	}
+	return info
+}
+
+// waitQueued waits until the waiter with this note is queued on key.
+func (s *suite) waitQueued(c *dlock.Client, key, note string) {
+	s.t.Helper()
+	s.eventually("waiter "+note+" queued", func() bool {
+		for _, w := range s.inspect(c, key).Waiters {
+			if w.Metadata.Note == note {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// checkNothingLeft fails the test if the server stores anything for key.
+func (s *suite) checkNothingLeft(key string) {
+	s.t.Helper()
+	lc, ok := s.h.(LeftoverChecker)
+	if !ok {
+		return
+	}
+	left, err := lc.Leftovers(s.ctx, key)
+	if err != nil {
+		s.t.Fatalf("Leftovers(%q): %v", key, err)
+	}
+	if len(left) > 0 {
+		s.t.Fatalf("server still stores %q for key %q", left, key)
+	}
+}
+
+// waitQueuedIfInspectable is waitQueued for backends that can inspect, and
+// nothing for others.
+func (s *suite) waitQueuedIfInspectable(c *dlock.Client, key, note string) {
+	s.t.Helper()
+	if _, err := c.Inspect(s.ctx, key); isUnsupported(err) {
+		return
+	}
+	s.waitQueued(c, key, note)
+}
+
+func isUnsupported(err error) bool { return errors.Is(err, errors.ErrUnsupported) }
