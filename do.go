@@ -54,6 +54,6 @@ func LeaseFromContext(ctx context.Context) (*Lease, bool) {
 type lostContext struct{ l *Lease }
 
 func (c lostContext) Deadline() (deadline time.Time, ok bool) { return }
-func (c lostContext) Done() <-chan struct{}                    { return c.l.Done() }
-func (c lostContext) Err() error                               { return c.l.Err() }
-func (c lostContext) Value(any) any                            { return nil }
+func (c lostContext) Done() <-chan struct{}                   { return c.l.Done() }
+func (c lostContext) Err() error                              { return c.l.Err() }
+func (c lostContext) Value(any) any                           { return nil }
