@@ -1,0 +1,97 @@
+package testserver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// Redis is a redis-server started for a test: loopback only, no persistence.
+type Redis struct {
+	t       testing.TB
+	bin     string
+	dir     string
+	port    int
+	extra   []string
+	process *Process
+}
+
+// StartRedis starts redis-server ($REDIS_SERVER_BIN or redis-server on PATH)
+// on a free loopback port in a temporary directory, keeping nothing on disk.
+// Extra arguments are passed through (for example "--requirepass", "s3cret").
+// The server stops when the test ends.
+func StartRedis(t testing.TB, extra ...string) *Redis {
+	t.Helper()
+	SkipIfShort(t)
+	r := &Redis{
+		t:     t,
+		bin:   LookBinary(t, "REDIS_SERVER_BIN", "redis-server", "apt-get install -y redis-server"),
+		dir:   t.TempDir(),
+		port:  FreePort(t),
+		extra: extra,
+	}
+	r.start()
+	return r
+}
+
+// Addr returns host:port.
+func (r *Redis) Addr() string { return Addr(r.port) }
+
+// URL returns redis://host:port/0.
+func (r *Redis) URL() string { return "redis://" + r.Addr() + "/0" }
+
+func (r *Redis) start() {
+	r.t.Helper()
+	args := append([]string{
+		"--port", strconv.Itoa(r.port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", r.dir,
+		"--daemonize", "no",
+		"--loglevel", "warning",
+	}, r.extra...)
+	r.process = StartProcess(r.t, "redis-server", r.dir, r.bin, args)
+	if err := r.process.WaitReady(20*time.Second, r.ping); err != nil {
+		r.t.Fatalf("testserver: redis-server on %s: %v", r.Addr(), err)
+	}
+}
+
+// ping sends a raw PING; any reply (even NOAUTH) means the server is up.
+func (r *Redis) ping(ctx context.Context) error {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", r.Addr())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	buf := make([]byte, 64)
+	n, err := c.Read(buf)
+	if err != nil {
+		return err
+	}
+	if n == 0 || (buf[0] != '+' && buf[0] != '-') {
+		return fmt.Errorf("unexpected reply %q", buf[:n])
+	}
+	return nil
+}
+
+// Restart kills the server (SIGKILL: nothing is saved, and there is nothing
+// on disk) and starts a new one on the same port, empty.
+func (r *Redis) Restart() {
+	r.t.Helper()
+	r.process.Kill()
+	r.start()
+}
+
+// Kill stops the server for good.
+func (r *Redis) Kill() { r.process.Kill() }

@@ -1,0 +1,37 @@
+package redisdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/dlockdev/dlock/driver"
+)
+
+var errNotHeld = driver.ErrNotHeld
+
+// wrapErr classifies a go-redis error for dlock's callers: where names the
+// server and the operation.
+func wrapErr(where string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	msg := err.Error()
+	switch {
+	case strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOAUTH"),
+		strings.Contains(msg, "invalid username-password"), strings.HasPrefix(msg, "NOPERM"):
+		return fmt.Errorf("%w: %s: %v (check the user name and password in the URL)", driver.ErrAuth, where, err)
+	}
+	var netErr net.Error
+	var opErr *net.OpError
+	if errors.As(err, &netErr) || errors.As(err, &opErr) || errors.Is(err, net.ErrClosed) ||
+		strings.Contains(msg, "connection refused") || strings.Contains(msg, "EOF") {
+		return fmt.Errorf("%w: %s: %v (is redis-server running and reachable there?)", driver.ErrUnavailable, where, err)
+	}
+	return fmt.Errorf("%s: %w", where, err)
+}

@@ -1,0 +1,48 @@
+package redisdlock
+
+import "strings"
+
+// lockKeys are the Redis keys of one lock, in the order the scripts take them.
+// All share the hash tag {<escaped key>}, so they live in one Redis Cluster
+// slot and every script touches one slot only.
+func (d *redisDriver) lockKeys(key string) []string {
+	base := d.prefix + "{" + escapeKey(key) + "}"
+	return []string{base, base + ":q", base + ":w", base + ":f"}
+}
+
+// escapeKey makes a user key safe inside a hash tag, reversibly: a '}' would
+// end the tag early (and one at the start would empty it, which Redis then
+// ignores, scattering the lock's keys over several slots).
+func escapeKey(key string) string {
+	if !strings.ContainsAny(key, "%}") {
+		return key
+	}
+	return strings.NewReplacer("%", "%25", "}", "%7D").Replace(key)
+}
+
+func unescapeKey(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	return strings.NewReplacer("%7D", "}", "%25", "%").Replace(s)
+}
+
+// userKey returns the user key of a Redis key naming a lock or its queue,
+// and false for anything else.
+func (d *redisDriver) userKey(redisKey string) (string, bool) {
+	rest, ok := strings.CutPrefix(redisKey, d.prefix+"{")
+	if !ok {
+		return "", false
+	}
+	for _, suffix := range []string{"}", "}:q"} {
+		if tag, ok := strings.CutSuffix(rest, suffix); ok && !strings.Contains(tag, "}") {
+			return unescapeKey(tag), true
+		}
+	}
+	return "", false
+}
+
+// globEscape quotes the characters that are special in a SCAN MATCH pattern.
+func globEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`).Replace(s)
+}

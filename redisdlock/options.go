@@ -1,0 +1,69 @@
+package redisdlock
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dlockdev/dlock"
+)
+
+const (
+	// DefaultPrefix starts the name of every Redis key dlock writes.
+	DefaultPrefix = "dlock:"
+
+	// DefaultWaiterTimeout is how long a waiter's place in a queue lasts
+	// without a poll. A waiter whose process died is skipped at most this
+	// long after its last poll. Three seconds keeps a dead waiter's cost to
+	// the queue small while surviving two lost polls in a row.
+	DefaultWaiterTimeout = 3 * time.Second
+)
+
+// Options configure the Redis backend. The zero value (or nil) selects the
+// defaults.
+type Options struct {
+	// Prefix starts every key dlock writes. Default DefaultPrefix. It must
+	// not contain '{' or '}', which would break Redis Cluster hash tags.
+	Prefix string
+
+	// WaiterTimeout is how long a place in a queue lasts without a poll.
+	// Default DefaultWaiterTimeout; at least 100 ms.
+	WaiterTimeout time.Duration
+
+	// PollInterval is how often a waiting Lock polls the server: to keep
+	// its place in the queue alive and to catch a hand-off notice lost with
+	// a Pub/Sub connection. Waiting is otherwise driven by the notice, so
+	// this costs one request per waiter per interval, not per hand-off.
+	// Default WaiterTimeout/3; it must be below WaiterTimeout.
+	PollInterval time.Duration
+
+	// ClientOptions are passed to dlock.NewClient (WithTTL, WithMetadata,
+	// WithLogger defaults for every lock).
+	ClientOptions []dlock.Option
+}
+
+func (o *Options) withDefaults() (Options, error) {
+	var out Options
+	if o != nil {
+		out = *o
+	}
+	if out.Prefix == "" {
+		out.Prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(out.Prefix, "{}") {
+		return out, fmt.Errorf("%w: redisdlock: prefix %q contains '{' or '}'", dlock.ErrInvalidOption, out.Prefix)
+	}
+	if out.WaiterTimeout == 0 {
+		out.WaiterTimeout = DefaultWaiterTimeout
+	}
+	if out.WaiterTimeout < 100*time.Millisecond {
+		return out, fmt.Errorf("%w: redisdlock: waiter timeout %v is below 100ms", dlock.ErrInvalidOption, out.WaiterTimeout)
+	}
+	if out.PollInterval == 0 {
+		out.PollInterval = out.WaiterTimeout / 3
+	}
+	if out.PollInterval <= 0 || out.PollInterval >= out.WaiterTimeout {
+		return out, fmt.Errorf("%w: redisdlock: poll interval %v must be positive and below the waiter timeout %v", dlock.ErrInvalidOption, out.PollInterval, out.WaiterTimeout)
+	}
+	return out, nil
+}

@@ -1,0 +1,106 @@
+// Package redisdlock is the Redis backend of dlock: a fair (FIFO) lock whose
+// waiters are woken one at a time by Pub/Sub, with self-renewing leases and
+// fencing tokens that keep increasing even across a server restart that lost
+// every key. docs/redis.md describes the algorithm.
+//
+// Import it to register the URL schemes used by dlock.Open:
+//
+//	redis://[user:password@]host:port[/db][?options]
+//	rediss://…                                (TLS)
+//	redis+sentinel://[user:password@]host:port[,host:port…]/master[/db][?options]
+//	redis+cluster://[user:password@]host:port[,host:port…][?options]
+//
+// Options are go-redis' own URL options (dial_timeout, read_timeout,
+// pool_size, …) plus prefix (default "dlock:"), waiter_timeout (default 3s)
+// and poll_interval (default waiter_timeout/3); sentinel URLs also take
+// sentinel_username and sentinel_password. See docs/redis.md.
+//
+// Or build a Client from a go-redis client the program already has with New;
+// that works unchanged with a plain client, Sentinel (redis.NewFailoverClient)
+// and Cluster (redis.NewClusterClient), because every key of one lock shares a
+// hash slot.
+package redisdlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/driver"
+	"github.com/redis/go-redis/v9"
+)
+
+// New returns a Client that takes locks through rdb, which may be a
+// *redis.Client, *redis.ClusterClient, *redis.Ring-free UniversalClient such
+// as a Sentinel failover client. Client.Close leaves rdb open.
+//
+// New checks that the server answers and subscribes to the client's
+// notification channel; it returns errors satisfying errors.Is with
+// dlock.ErrUnavailable or dlock.ErrAuth when that fails.
+//
+// Set ContextTimeoutEnabled in rdb's options so that cancelling a Lock
+// interrupts a request blocked on a dead connection at once, rather than
+// after the read timeout.
+func New(ctx context.Context, rdb redis.UniversalClient, opts *Options) (*dlock.Client, error) {
+	d, err := newDriver(ctx, rdb, opts, false, "redis")
+	if err != nil {
+		return nil, err
+	}
+	c, err := dlock.NewClient(d, d.opts.ClientOptions...)
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// redisDriver implements driver.Driver and driver.Inspector.
+type redisDriver struct {
+	rdb     redis.UniversalClient
+	ownsRDB bool   // close rdb on Close: it was opened from a URL
+	addr    string // for error messages
+	opts    Options
+	prefix  string
+	notify  *notifier
+}
+
+func newDriver(ctx context.Context, rdb redis.UniversalClient, opts *Options, owns bool, addr string) (*redisDriver, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return nil, wrapErr(fmt.Sprintf("redis at %s", addr), err)
+	}
+	var id [12]byte
+	_, _ = rand.Read(id[:])
+	channel := o.Prefix + "notify:" + hex.EncodeToString(id[:])
+	n, err := newNotifier(ctx, rdb, channel)
+	if err != nil {
+		return nil, wrapErr(fmt.Sprintf("redis at %s: subscribe", addr), err)
+	}
+	return &redisDriver{rdb: rdb, ownsRDB: owns, addr: addr, opts: o, prefix: o.Prefix, notify: n}, nil
+}
+
+// Close stops the notification subscription, and closes the Redis client
+// if the driver opened it.
+func (d *redisDriver) Close() error {
+	err := d.notify.close()
+	if d.ownsRDB {
+		if cerr := d.rdb.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// ms renders a duration as whole milliseconds for a script argument, rounding
+// up so that the server never keeps a lease for less than asked.
+func ms(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+var _ driver.Inspector = (*redisDriver)(nil)

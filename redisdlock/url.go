@@ -1,0 +1,136 @@
+package redisdlock
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/driver"
+	"github.com/redis/go-redis/v9"
+)
+
+func init() {
+	for _, s := range []string{"redis", "rediss", "redis+sentinel", "redis+cluster"} {
+		dlock.RegisterScheme(s, openURL)
+	}
+}
+
+// Open is dlock.Open for Redis URLs, for programs that prefer to name the
+// backend. See the package documentation for the URL forms.
+func Open(ctx context.Context, rawURL string, opts ...dlock.Option) (*dlock.Client, error) {
+	return dlock.Open(ctx, rawURL, opts...)
+}
+
+// openURL implements dlock.Opener.
+func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
+	q := u.Query()
+	var o Options
+	var err error
+	if o.Prefix, err = takeParam(q, "prefix", func(s string) (string, error) { return s, nil }); err != nil {
+		return nil, badURL(u, err)
+	}
+	if o.WaiterTimeout, err = takeParam(q, "waiter_timeout", time.ParseDuration); err != nil {
+		return nil, badURL(u, err)
+	}
+	if o.PollInterval, err = takeParam(q, "poll_interval", time.ParseDuration); err != nil {
+		return nil, badURL(u, err)
+	}
+	if _, err := o.withDefaults(); err != nil {
+		return nil, fmt.Errorf("%w: %q: %v", driver.ErrInvalidURL, u.Redacted(), err)
+	}
+	rdb, err := newUniversalClient(u, q)
+	if err != nil {
+		return nil, badURL(u, err)
+	}
+	d, err := newDriver(ctx, rdb, &o, true, u.Host)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// newUniversalClient builds the go-redis client for a URL whose dlock
+// parameters have been taken out of q.
+func newUniversalClient(u *url.URL, q url.Values) (redis.UniversalClient, error) {
+	v := *u
+	v.RawQuery = q.Encode()
+	switch u.Scheme {
+	case "redis", "rediss":
+		o, err := redis.ParseURL(v.String())
+		if err != nil {
+			return nil, err
+		}
+		o.ContextTimeoutEnabled = true
+		return redis.NewClient(o), nil
+	case "redis+cluster":
+		hosts := strings.Split(u.Host, ",")
+		v.Scheme, v.Host = "redis", hosts[0]
+		for _, h := range hosts[1:] {
+			q.Add("addr", h)
+		}
+		v.RawQuery = q.Encode()
+		o, err := redis.ParseClusterURL(v.String())
+		if err != nil {
+			return nil, err
+		}
+		o.ContextTimeoutEnabled = true
+		return redis.NewClusterClient(o), nil
+	case "redis+sentinel":
+		return newSentinelClient(u, q)
+	}
+	return nil, fmt.Errorf("unsupported scheme %q", u.Scheme)
+}
+
+// newSentinelClient handles redis+sentinel://[user:pass@]s1:26379,s2:26379/master[/db]
+// ?sentinel_username=&sentinel_password=.
+func newSentinelClient(u *url.URL, q url.Values) (redis.UniversalClient, error) {
+	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
+	if parts[0] == "" {
+		return nil, fmt.Errorf("the master name is missing: redis+sentinel://host:port/MASTER[/db]")
+	}
+	o := &redis.FailoverOptions{
+		MasterName:            parts[0],
+		SentinelAddrs:         strings.Split(u.Host, ","),
+		ContextTimeoutEnabled: true,
+	}
+	if len(parts) > 1 {
+		if _, err := fmt.Sscanf(parts[1], "%d", &o.DB); err != nil {
+			return nil, fmt.Errorf("bad database number %q", parts[1])
+		}
+	}
+	if u.User != nil {
+		o.Username = u.User.Username()
+		o.Password, _ = u.User.Password()
+	}
+	o.SentinelUsername = q.Get("sentinel_username")
+	o.SentinelPassword = q.Get("sentinel_password")
+	q.Del("sentinel_username")
+	q.Del("sentinel_password")
+	for k := range q {
+		return nil, fmt.Errorf("unknown option %q", k)
+	}
+	return redis.NewFailoverClient(o), nil
+}
+
+// takeParam removes name from q and parses it; an absent name yields the zero value.
+func takeParam[T any](q url.Values, name string, parse func(string) (T, error)) (T, error) {
+	var zero T
+	if !q.Has(name) {
+		return zero, nil
+	}
+	s := q.Get(name)
+	q.Del(name)
+	v, err := parse(s)
+	if err != nil {
+		return zero, fmt.Errorf("option %s=%q: %v", name, s, err)
+	}
+	return v, nil
+}
+
+func badURL(u *url.URL, err error) error {
+	return fmt.Errorf("%w: %q: %v", driver.ErrInvalidURL, u.Redacted(), err)
+}
