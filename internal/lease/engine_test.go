@@ -1,0 +1,183 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlockdev/dlock/driver"
+)
+
+// fakeGrant is a driver.Grant whose answers the test controls.
+type fakeGrant struct {
+	validFrom time.Time
+	validity  time.Duration
+	lost      chan error
+
+	mu       sync.Mutex
+	renewErr error
+	renews   []time.Time // start of each Renew call
+	released int
+	renewed  chan struct{}
+	delay    time.Duration // simulated round trip of every Renew
+	gate     chan struct{} // if set, Renew calls after the first wait for it
+}
+
+func newFake(validity time.Duration) *fakeGrant {
+	return &fakeGrant{validFrom: time.Now(), validity: validity, lost: make(chan error, 1), renewed: make(chan struct{}, 100)}
+}
+
+func (g *fakeGrant) Token() uint64           { return 7 }
+func (g *fakeGrant) ValidFrom() time.Time    { return g.validFrom }
+func (g *fakeGrant) Validity() time.Duration { return g.validity }
+func (g *fakeGrant) Lost() <-chan error      { return g.lost }
+func (g *fakeGrant) Renew(ctx context.Context) error {
+	g.mu.Lock()
+	g.renews = append(g.renews, time.Now())
+	err, n := g.renewErr, len(g.renews)
+	g.mu.Unlock()
+	g.renewed <- struct{}{}
+	time.Sleep(g.delay) // the simulated network, not a synchronisation
+	if g.gate != nil && n > 1 {
+		select {
+		case <-g.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return err
+}
+func (g *fakeGrant) Release(ctx context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.released++
+	return nil
+}
+func (g *fakeGrant) setRenewErr(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.renewErr = err
+}
+
+func waitDone(t *testing.T, e *Engine) {
+	t.Helper()
+	select {
+	case <-e.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("lease not ended (watchdog)")
+	}
+}
+
+func TestEngine_deadlineCountsFromValidFromWithMargin(t *testing.T) {
+	g := newFake(time.Second)
+	g.validFrom = time.Now().Add(-time.Hour) // granted long ago: already expired
+	g.setRenewErr(errors.New("network down"))
+	e := Start("k", g, nil)
+	defer e.Release(context.Background())
+	want := g.validFrom.Add(time.Second - 10*time.Millisecond - DriftMargin)
+	if got := e.Deadline(); !got.Equal(want) {
+		t.Fatalf("deadline = %v, want ValidFrom + validity - 1%% - %v = %v", got, DriftMargin, want)
+	}
+	// Done is closed by the check in Done itself, before any goroutine ran.
+	select {
+	case <-e.Done():
+	default:
+		t.Fatal("Done not closed for a lease past its deadline")
+	}
+	if !errors.Is(e.Err(), driver.ErrLeaseLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost", e.Err())
+	}
+}
+
+func TestEngine_renewsAndMovesDeadlineFromSendTime(t *testing.T) {
+	g := newFake(300 * time.Millisecond)
+	g.delay = 50 * time.Millisecond
+	g.gate = make(chan struct{})
+	e := Start("k", g, nil)
+	defer e.Release(context.Background())
+	defer close(g.gate)
+	for range 2 {
+		select {
+		case <-g.renewed:
+		case <-time.After(30 * time.Second):
+			t.Fatal("no renewal (watchdog)")
+		}
+	}
+	// The second renewal has started, so the first one's result is in; the
+	// second is held at the gate.
+	g.mu.Lock()
+	sent := g.renews[0]
+	g.mu.Unlock()
+	d := e.Deadline()
+	if d.After(e.deadlineFrom(sent)) {
+		t.Fatalf("deadline %v counts from after the renewal was sent (%v): from its reply?", d, sent)
+	}
+	if !d.After(e.deadlineFrom(g.validFrom)) {
+		t.Fatalf("deadline %v not moved by the renewal", d)
+	}
+	if err := e.Err(); err != nil {
+		t.Fatalf("Err of a renewing lease = %v", err)
+	}
+}
+
+func TestEngine_renewRefusedEndsLease(t *testing.T) {
+	g := newFake(300 * time.Millisecond)
+	g.setRenewErr(driver.ErrNotHeld)
+	e := Start("k", g, nil)
+	waitDone(t, e)
+	if !errors.Is(e.Err(), driver.ErrLeaseLost) || !errors.Is(e.Err(), driver.ErrNotHeld) {
+		t.Fatalf("Err = %v, want ErrLeaseLost wrapping ErrNotHeld", e.Err())
+	}
+	if err := e.Release(context.Background()); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("Release of a lost lease = %v, want ErrNotHeld", err)
+	}
+	if g.released != 1 {
+		t.Fatalf("driver Release called %d times, want 1 (clean up even a lost lease)", g.released)
+	}
+}
+
+func TestEngine_transientFailuresExpireAtDeadline(t *testing.T) {
+	g := newFake(300 * time.Millisecond)
+	g.setRenewErr(errors.New("network down"))
+	e := Start("k", g, nil)
+	deadline := e.Deadline()
+	waitDone(t, e)
+	if time.Now().Before(deadline) {
+		t.Fatalf("lease ended before its deadline on transient errors")
+	}
+	if !errors.Is(e.Err(), driver.ErrLeaseLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost", e.Err())
+	}
+	g.mu.Lock()
+	n := len(g.renews)
+	g.mu.Unlock()
+	if n < 2 {
+		t.Fatalf("renewal tried %d times before the deadline, want retries", n)
+	}
+}
+
+func TestEngine_lostSignalEndsLease(t *testing.T) {
+	g := newFake(time.Hour)
+	e := Start("k", g, nil)
+	g.lost <- errors.New("session expired")
+	waitDone(t, e)
+	if !errors.Is(e.Err(), driver.ErrLeaseLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost", e.Err())
+	}
+}
+
+func TestEngine_releaseEndsWithErrReleased(t *testing.T) {
+	g := newFake(time.Hour)
+	e := Start("k", g, nil)
+	if err := e.Release(context.Background()); err != nil {
+		t.Fatalf("Release = %v", err)
+	}
+	if !errors.Is(e.Err(), ErrReleased) {
+		t.Fatalf("Err = %v, want ErrReleased", e.Err())
+	}
+	if err := e.Release(context.Background()); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("second Release = %v, want ErrNotHeld", err)
+	}
+}
