@@ -4,3 +4,6 @@ package redisdlock
 func RedisKeyForTest(prefix, key string) string {
 	return prefix + "{" + escapeKey(key) + "}"
 }
+
+// AcquireScriptHashForTest is the SHA1 that EVALSHA sends for acquire.lua.
+func AcquireScriptHashForTest() string { return acquireScript.Hash() }

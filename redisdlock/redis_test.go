@@ -1,0 +1,298 @@
+package redisdlock_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/redisdlock"
+	"github.com/redis/go-redis/v9"
+)
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newTestClient(t *testing.T, ctx context.Context, addr string, opts *redisdlock.Options) *dlock.Client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := redisdlock.New(ctx, rdb, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// commandStats returns the number of calls per command since the last
+// CONFIG RESETSTAT. Redis 7 counts commands run inside scripts too.
+func commandStats(t *testing.T, ctx context.Context, admin *redis.Client) map[string]int {
+	t.Helper()
+	s, err := admin.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, line := range strings.Split(s, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+		out[strings.TrimPrefix(name, "cmdstat_")] = n
+	}
+	return out
+}
+
+// waitWaiters waits until key has n waiters queued.
+func waitWaiters(t *testing.T, ctx context.Context, c *dlock.Client, key string, n int) {
+	t.Helper()
+	for {
+		info, err := c.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(info.Waiters) == n {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d waiters on %q, want %d (watchdog)", len(info.Waiters), key, n)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// A release wakes only the next waiter: with 2 or 20 waiters, every hand-off
+// costs exactly one script call (the release) and one PUBLISH, and waiting
+// costs nothing once queued — polling is set to an hour so that only
+// notifications can drive the hand-offs.
+func TestHandOff_costDoesNotGrowWithWaiters(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx := testCtx(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+	opts := &redisdlock.Options{WaiterTimeout: 2 * time.Hour, PollInterval: time.Hour}
+	warm := newTestClient(t, ctx, srv.Addr(), opts)
+	if l, err := warm.Lock(ctx, "warm-up"); err != nil {
+		t.Fatal(err)
+	} else if err := l.Unlock(ctx); err != nil { // loads the scripts: no NOSCRIPT retries below
+		t.Fatal(err)
+	}
+	for _, n := range []int{2, 20} {
+		key := fmt.Sprintf("handoff-%d", n)
+		holder := newTestClient(t, ctx, srv.Addr(), opts)
+		lh, err := holder.Lock(ctx, key, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var order []int
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i := range n {
+			c := newTestClient(t, ctx, srv.Addr(), opts)
+			wg.Go(func() {
+				l, err := c.Lock(ctx, key, dlock.WithTTL(time.Minute))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				order = append(order, i)
+				mu.Unlock()
+				if err := l.Unlock(ctx); err != nil {
+					t.Error(err)
+				}
+			})
+			waitWaiters(t, ctx, holder, key, i+1) // arrival order is i
+		}
+		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := lh.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		stats := commandStats(t, ctx, admin)
+		scripts := stats["evalsha"] + stats["eval"]
+		if scripts != n+1 || stats["publish"] != n {
+			t.Errorf("%d waiters: %d script calls and %d PUBLISH for %d hand-offs, want %d and %d (one release each, one waiter woken each)",
+				n, scripts, stats["publish"], n, n+1, n)
+		}
+		for i, got := range order {
+			if got != i {
+				t.Fatalf("%d waiters: served in order %v, want arrival order", n, order)
+			}
+		}
+	}
+}
+
+// A hand-off notice lost with the Pub/Sub connection does not strand the
+// waiter: after go-redis resubscribes, or at the latest at the next poll,
+// the waiter finds it holds the key.
+func TestLock_lostNoticeRecoveredByPoll(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx := testCtx(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+	opts := &redisdlock.Options{WaiterTimeout: 3 * time.Second, PollInterval: 200 * time.Millisecond}
+	holder := newTestClient(t, ctx, srv.Addr(), opts)
+	waiter := newTestClient(t, ctx, srv.Addr(), opts)
+	lh, err := holder.Lock(ctx, "lost-notice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Lock(ctx, "lost-notice")
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitWaiters(t, ctx, holder, "lost-notice", 1)
+	// Drop every subscriber, then release: the notice goes nowhere.
+	if err := admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lh.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("waiter never learned it was granted the key (watchdog)")
+	}
+}
+
+// lossyDialer drops the reply to the first acquire.lua call it sees after
+// being armed: the server runs the script, the client never hears back and
+// its connection breaks, as when a network fails at the worst moment.
+type lossyDialer struct {
+	armed atomic.Bool
+	hash  []byte
+	hits  atomic.Int32
+}
+
+func (d *lossyDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &lossyConn{Conn: c, d: d}, nil
+}
+
+type lossyConn struct {
+	net.Conn
+	d        *lossyDialer
+	dropNext atomic.Bool
+}
+
+func (c *lossyConn) Write(b []byte) (int, error) {
+	if bytes.Contains(b, c.d.hash) && c.d.armed.CompareAndSwap(true, false) {
+		c.dropNext.Store(true)
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *lossyConn) Read(b []byte) (int, error) {
+	if c.dropNext.CompareAndSwap(true, false) {
+		// Let the server finish, then lose its reply with the connection.
+		n, err := c.Conn.Read(b)
+		_ = c.Conn.Close()
+		c.d.hits.Add(1)
+		if err == nil {
+			err = fmt.Errorf("injected: reply of %d bytes lost", n)
+		}
+		return 0, &net.OpError{Op: "read", Net: "tcp", Err: err}
+	}
+	return c.Conn.Read(b)
+}
+
+// A TryLock and a Lock whose reply is lost after the server granted the key:
+// the retry (by go-redis, on a new connection) recognises the caller's own
+// grant by its owner id. Nothing is orphaned and nobody blocks on itself.
+func TestAcquire_lostReplyRetriedFindsOwnGrant(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx := testCtx(t)
+	other := newTestClient(t, ctx, srv.Addr(), nil)
+	for _, wait := range []bool{false, true} {
+		ld := &lossyDialer{hash: []byte(redisdlock.AcquireScriptHashForTest())}
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: ld.dial, MaxRetries: 3})
+		c, err := redisdlock.New(ctx, rdb, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := fmt.Sprintf("lost-reply-%v", wait)
+		ld.armed.Store(true)
+		lock := c.TryLock
+		if wait {
+			lock = c.Lock
+		}
+		l, err := lock(ctx, key, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatalf("wait=%v: acquire after a lost reply: %v", wait, err)
+		}
+		if ld.hits.Load() != 1 {
+			t.Fatalf("wait=%v: injected %d lost replies, want 1", wait, ld.hits.Load())
+		}
+		info, err := other.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Holder == nil || info.Holder.Token != l.Token() || len(info.Waiters) != 0 {
+			t.Fatalf("wait=%v: server state %+v, want our grant (token %d) and no waiter", wait, info, l.Token())
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l2, err := other.TryLock(ctx, key)
+		if err != nil {
+			t.Fatalf("wait=%v: key not free after Unlock: %v", wait, err)
+		}
+		_ = l2.Unlock(ctx)
+		_ = c.Close()
+		_ = rdb.Close()
+	}
+}
+
+// When the retries fail too, TryLock reports the error and removes whatever
+// its lost request left on the server.
+func TestAcquire_failedAttemptLeavesNothing(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx := testCtx(t)
+	other := newTestClient(t, ctx, srv.Addr(), nil)
+	ld := &lossyDialer{hash: []byte(redisdlock.AcquireScriptHashForTest())}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: ld.dial, MaxRetries: -1}) // no retry
+	defer rdb.Close()
+	c, err := redisdlock.New(ctx, rdb, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ld.armed.Store(true)
+	if _, err := c.TryLock(ctx, "failed-attempt", dlock.WithTTL(time.Minute)); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("TryLock with its reply lost and no retry: err = %v, want ErrUnavailable", err)
+	}
+	l, err := other.TryLock(ctx, "failed-attempt")
+	if err != nil {
+		t.Fatalf("the failed attempt left the key held: %v", err)
+	}
+	_ = l.Unlock(ctx)
+}
