@@ -1,0 +1,101 @@
+package testserver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// StartRedisCluster starts a Redis Cluster of n masters (no replicas) on
+// loopback ports, assigns the 16384 slots evenly and waits until every node
+// reports cluster_state:ok. It returns the nodes' addresses.
+func StartRedisCluster(t testing.TB, n int) []string {
+	t.Helper()
+	var addrs []string
+	for i := range n {
+		dir := t.TempDir()
+		r := StartRedis(t, "--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--cluster-node-timeout", "5000")
+		_ = i
+		addrs = append(addrs, r.Addr())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	clients := make([]*redis.Client, n)
+	for i, a := range addrs {
+		clients[i] = redis.NewClient(&redis.Options{Addr: a})
+		defer clients[i].Close()
+	}
+	per := 16384 / n
+	for i, c := range clients {
+		start, end := i*per, (i+1)*per-1
+		if i == n-1 {
+			end = 16383
+		}
+		if err := c.ClusterAddSlotsRange(ctx, start, end).Err(); err != nil {
+			t.Fatalf("testserver: cluster addslots on %s: %v", addrs[i], err)
+		}
+		if i > 0 {
+			host, port, _ := strings.Cut(addrs[i], ":")
+			if err := clients[0].ClusterMeet(ctx, host, port).Err(); err != nil {
+				t.Fatalf("testserver: cluster meet %s: %v", addrs[i], err)
+			}
+		}
+	}
+	for _, c := range clients {
+		for {
+			info, err := c.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(n)) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("testserver: cluster not ok: %v %q", err, info)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return addrs
+}
+
+// StartRedisSentinel starts a master and one Sentinel monitoring it under the
+// name "mymaster". It returns the master and the Sentinel's addresses.
+func StartRedisSentinel(t testing.TB) (master, sentinel string) {
+	t.Helper()
+	m := StartRedis(t)
+	bin := LookBinary(t, "REDIS_SERVER_BIN", "redis-server", "apt-get install -y redis-server")
+	dir := t.TempDir()
+	port := FreePort(t)
+	conf := filepath.Join(dir, "sentinel.conf")
+	host, mport, _ := strings.Cut(m.Addr(), ":")
+	cfg := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster %s %s 1\nsentinel down-after-milliseconds mymaster 5000\n", port, dir, host, mport)
+	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := StartProcess(t, "redis-sentinel", dir, bin, []string{conf, "--sentinel"})
+	sentinel = Addr(port)
+	err := p.WaitReady(30*time.Second, func(ctx context.Context) error {
+		s := redis.NewSentinelClient(&redis.Options{Addr: sentinel})
+		defer s.Close()
+		a, err := s.GetMasterAddrByName(ctx, "mymaster").Result()
+		if err != nil {
+			return err
+		}
+		if len(a) != 2 || a[1] != mport {
+			return fmt.Errorf("sentinel reports master %v", a)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("testserver: sentinel on %s: %v", sentinel, err)
+	}
+	return m.Addr(), sentinel
+}
