@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
 	"strconv"
 	"testing"
 	"time"
@@ -95,3 +97,49 @@ func (r *Redis) Restart() {
 
 // Kill stops the server for good.
 func (r *Redis) Kill() { r.process.Kill() }
+
+// StartRedisForMain starts a redis-server for a TestMain, which has no
+// testing.TB: the same server as StartRedis, stopped by the returned func.
+func StartRedisForMain() (addr string, stop func(), err error) {
+	bin := os.Getenv("REDIS_SERVER_BIN")
+	if bin == "" {
+		if bin, err = exec.LookPath("redis-server"); err != nil {
+			return "", nil, fmt.Errorf("redis-server not found on PATH: install it (apt-get install -y redis-server) or run ./test.sh, which does")
+		}
+	}
+	dir, err := os.MkdirTemp("", "dlock-redis-")
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
+		"--appendonly", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "warning")
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop = func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = os.RemoveAll(dir)
+	}
+	r := &Redis{port: port}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err = r.ping(ctx)
+		cancel()
+		if err == nil {
+			return r.Addr(), stop, nil
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return "", nil, fmt.Errorf("redis-server on port %d not ready: %w", port, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
