@@ -1,0 +1,329 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/dlockdev/dlock"
+)
+
+// forwardedSignals are passed on to PROGRAM. While dlock still waits for
+// the lock, any of them makes it give up and exit with 128+N, as their
+// default action would.
+func forwardedSignals() []os.Signal {
+	return []os.Signal{
+		syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGUSR1, syscall.SIGUSR2,
+	}
+}
+
+// releaseTimeout bounds the release after PROGRAM exits. If the server does
+// not answer by then, it frees the key itself when the TTL runs out.
+const releaseTimeout = 5 * time.Second
+
+func (c *cli) cmdRun(ctx context.Context, args []string) int {
+	f := newFlags("run")
+	backend := addBackendFlags(f)
+	ttl := f.Duration("ttl", dlock.DefaultTTL, "")
+	wait := f.Duration("wait", 0, "")
+	noWait := f.Bool("no-wait", false, "")
+	grace := f.Duration("grace", 0, "")
+	verbose := f.Bool("verbose", false, "")
+	f.BoolVar(verbose, "v", false, "")
+	pos, code, ok := c.parse(f, args, -1)
+	if !ok {
+		return code
+	}
+	switch {
+	case len(pos) == 0:
+		return c.usageError("run", "missing KEY and PROGRAM")
+	case len(pos) == 1:
+		return c.usageError("run", "missing PROGRAM to run under the lock %q (write it after --)", pos[0])
+	}
+	key, program := pos[0], pos[1:]
+
+	if *ttl < dlock.MinTTL || *ttl > dlock.MaxTTL {
+		return c.usageError("run", "%s %v: the TTL must lie within [%v, %v]", f.source("ttl"), *ttl, dlock.MinTTL, dlock.MaxTTL)
+	}
+	waitSet, noWaitSet := f.isSet("wait"), f.isSet("no-wait") && *noWait
+	if waitSet && noWaitSet {
+		// The command line beats the environment; two of a kind conflict.
+		_, waitEnv := f.fromEnv["wait"]
+		_, noWaitEnv := f.fromEnv["no-wait"]
+		switch {
+		case waitEnv && !noWaitEnv:
+			*wait, waitSet = 0, false
+		case noWaitEnv && !waitEnv:
+			*noWait, noWaitSet = false, false
+		default:
+			return c.usageError("run", "%s and %s contradict each other", f.source("wait"), f.source("no-wait"))
+		}
+	}
+	if waitSet && *wait <= 0 {
+		return c.usageError("run", "%s %v: must be positive; use --no-wait to give up at once, or leave it out to wait as long as it takes", f.source("wait"), *wait)
+	}
+	if !f.isSet("grace") {
+		*grace = defaultGrace(*ttl)
+	}
+	if *grace <= 0 || *grace >= *ttl {
+		return c.usageError("run", "%s %v: must be positive and shorter than the TTL (%v)", f.source("grace"), *grace, *ttl)
+	}
+
+	// Signals are caught from the start: an interrupted wait must leave the
+	// queue, not die in it.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwardedSignals()...)
+	defer signal.Stop(sigs)
+
+	meta := dlock.Metadata{PID: os.Getpid(), Note: commandNote(program)}
+	client, code, ok := c.open(ctx, backend, dlock.WithTTL(*ttl), dlock.WithMetadata(meta))
+	if !ok {
+		return code
+	}
+	defer client.Close()
+
+	lease, code, ok := c.acquire(ctx, client, key, sigs, *wait, *noWait, *backend.url, *verbose)
+	if !ok {
+		return code
+	}
+	if *verbose {
+		fmt.Fprintf(c.stderr, "dlock: acquired %q (token %d, TTL %v)\n", key, lease.Token(), *ttl)
+	}
+	return c.supervise(lease, program, sigs, *grace, *verbose)
+}
+
+// defaultGrace is how long PROGRAM may take to stop after SIGTERM once the
+// lease is lost: a third of the TTL, at most 5 seconds. During the grace
+// period another holder may already run, so it should stay short; it is
+// shorter than the TTL so that a PROGRAM that ignores SIGTERM cannot go on
+// for a whole lease after losing it.
+func defaultGrace(ttl time.Duration) time.Duration {
+	return min(ttl/3, 5*time.Second)
+}
+
+// signalError is the cause of a wait cancelled by a signal.
+type signalError struct{ sig os.Signal }
+
+func (e signalError) Error() string { return "interrupted by " + signalName(e.sig) }
+
+// acquire takes the lock, giving up on the first signal.
+func (c *cli) acquire(ctx context.Context, client *dlock.Client, key string, sigs chan os.Signal, wait time.Duration, noWait bool, backendURL string, verbose bool) (*dlock.Lease, int, bool) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := make(chan struct{})
+	caught := make(chan os.Signal, 1)
+	go func() {
+		select {
+		case s := <-sigs:
+			caught <- s
+			cancel(signalError{s})
+		case <-stop:
+			caught <- nil
+		}
+	}()
+
+	lctx := ctx
+	if wait > 0 {
+		var cancelWait context.CancelFunc
+		lctx, cancelWait = context.WithTimeout(ctx, wait)
+		defer cancelWait()
+	}
+	var lease *dlock.Lease
+	var err error
+	if noWait {
+		lease, err = client.TryLock(lctx, key)
+	} else {
+		if verbose {
+			if who := c.describeHolder(client, key); who != "" {
+				fmt.Fprintf(c.stderr, "dlock: waiting for %q, %s\n", key, who)
+			}
+		}
+		lease, err = client.Lock(lctx, key)
+	}
+	close(stop)
+	if s := <-caught; s != nil {
+		// A signal came: do not start PROGRAM even if the lock was granted.
+		if lease != nil {
+			uctx, ucancel := context.WithTimeout(context.Background(), releaseTimeout)
+			_ = lease.Unlock(uctx)
+			ucancel()
+		}
+		fmt.Fprintf(c.stderr, "dlock: %s while waiting for %q; PROGRAM was not started\n", signalName(s), key)
+		return nil, exitSignal + signalNumber(s), false
+	}
+	if err == nil {
+		return lease, exitOK, true
+	}
+
+	switch {
+	case errors.Is(err, dlock.ErrLocked):
+		who := c.describeHolder(client, key)
+		if who == "" {
+			who = "it is held by another client"
+		}
+		return nil, c.fail(exitLocked, fmt.Errorf("%q is locked: %s", key, who),
+			"to wait for it, leave out --no-wait (add --wait 30s to give up after 30 seconds); `dlock status "+key+"` shows who holds it"), false
+	case wait > 0 && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		who := c.describeHolder(client, key)
+		if who != "" {
+			who = "; " + who
+		}
+		return nil, c.fail(exitTimeout, fmt.Errorf("gave up waiting for %q after %v (--wait)%s", key, wait, who),
+			"`dlock status "+key+"` shows who holds it and who waits"), false
+	}
+	code, hints := c.explain(err, backendURL)
+	return nil, c.fail(code, err, hints...), false
+}
+
+// supervise runs PROGRAM under the lease and returns dlock's exit status.
+func (c *cli) supervise(lease *dlock.Lease, program []string, sigs chan os.Signal, grace time.Duration, verbose bool) int {
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		err := lease.Unlock(ctx)
+		switch {
+		case err == nil:
+			if verbose {
+				fmt.Fprintf(c.stderr, "dlock: released %q\n", lease.Key())
+			}
+		case errors.Is(err, dlock.ErrNotHeld):
+			// Reported below: the lease was lost.
+		default:
+			c.warnf("could not confirm the release of %q (%v); the server frees it when its TTL (%v) runs out", lease.Key(), err, lease.TTL())
+		}
+	}()
+
+	cmd := exec.Command(program[0], program[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.stdin, c.stdout, c.stderr
+	cmd.Env = append(os.Environ(),
+		"DLOCK_KEY="+lease.Key(),
+		"DLOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10))
+	setParentDeathSignal(cmd)
+
+	started := make(chan error, 1)
+	exited := make(chan error, 1)
+	go func() {
+		// The parent-death signal is tied to the thread that started the
+		// child: keep this thread to this goroutine, which ends only once
+		// the child has.
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		code := exitCannotExec
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			code = exitNotFound
+		}
+		return c.fail(code, fmt.Errorf("cannot run %s: %w", program[0], err), "PROGRAM runs without a shell; to use shell syntax, run sh -c '…'")
+	}
+
+	lost := lease.Done()
+	var kill <-chan time.Time
+	var lostErr error
+	for {
+		select {
+		case s := <-sigs:
+			_ = cmd.Process.Signal(s)
+		case <-lost:
+			lost = nil
+			lostErr = lease.Err()
+			c.fail(exitLeaseLost, fmt.Errorf("lost the lock %q: %v", lease.Key(), lostErr),
+				"another holder may get the lock now; protect shared resources with $DLOCK_TOKEN as a fencing token")
+			fmt.Fprintf(c.stderr, "dlock: stopping %s (pid %d): SIGTERM now, SIGKILL in %v if it is still running\n", program[0], cmd.Process.Pid, grace)
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			kill = time.After(grace)
+		case <-kill:
+			kill = nil
+			fmt.Fprintf(c.stderr, "dlock: %s did not stop within %v after SIGTERM; sending SIGKILL\n", program[0], grace)
+			_ = cmd.Process.Kill()
+		case <-exited:
+			status := exitStatus(cmd.ProcessState)
+			if lostErr != nil {
+				return exitLeaseLost
+			}
+			if err := lease.Err(); err != nil {
+				// Lost after PROGRAM's last instructions but before we
+				// looked: its work may have overlapped another holder's.
+				c.fail(exitLeaseLost, fmt.Errorf("lost the lock %q before %s exited (with status %d): %v", lease.Key(), program[0], status, err),
+					"another holder may have run at the same time; protect shared resources with $DLOCK_TOKEN as a fencing token")
+				return exitLeaseLost
+			}
+			return status
+		}
+	}
+}
+
+// exitStatus is the status a shell would report for a finished process.
+func exitStatus(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return exitSignal + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+func signalNumber(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return int(n)
+	}
+	return 0
+}
+
+func signalName(s os.Signal) string {
+	switch s {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
+	case syscall.SIGUSR1:
+		return "SIGUSR1"
+	case syscall.SIGUSR2:
+		return "SIGUSR2"
+	}
+	return s.String()
+}
+
+// commandNote is PROGRAM's command line as a shell would need it, cut to
+// fit in the lock's metadata.
+func commandNote(program []string) string {
+	quoted := make([]string, len(program))
+	for i, a := range program {
+		quoted[i] = shellQuote(a)
+	}
+	s := strings.Join(quoted, " ")
+	if len(s) > dlock.MaxNoteLen {
+		cut := dlock.MaxNoteLen - len("…")
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=,+@%", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -1,0 +1,210 @@
+package demo
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Ledger is the shared resource of the demo: the order book that the
+// order-closing job reads and writes. It lives in the demo's parent process
+// and is reached over loopback HTTP, like a database that every worker
+// shares.
+//
+// With fencing on, it remembers the highest lock token it has seen on any
+// request and rejects a write that carries a lower one: such a write comes
+// from a holder whose lease has ended and whose lock has passed to someone
+// else. With fencing off it accepts every write, as a store that knows
+// nothing about the lock would.
+//
+// Closing an order is deliberately not idempotent (think "close the order
+// and refund the customer"): an order closed twice is damage.
+//
+// A Ledger is safe for concurrent use.
+type Ledger struct {
+	fencing bool
+	orders  int
+	start   time.Time
+
+	// onStep, if set, is called for every step report before it is
+	// answered, while the worker waits for the answer: the demo injects
+	// its faults there, in the middle of a job.
+	onStep func(Record)
+	// onRecord, if set, is called with every record, after it is stored.
+	onRecord func(Record)
+
+	mu       sync.Mutex
+	maxToken uint64        // highest token seen on any request; guarded by mu
+	closedBy map[int][]int // order -> indexes in records of accepted closes; guarded by mu
+	records  []Record      // every request, in arrival order; guarded by mu
+	jobs     int           // reads answered with an open order; guarded by mu
+}
+
+// Op is a kind of ledger request.
+type Op string
+
+const (
+	// OpRead starts a job: "which expired order is next?". Never rejected.
+	OpRead Op = "read"
+	// OpStep reports progress halfway through a job. Never rejected.
+	OpStep Op = "step"
+	// OpClose is the job's write: close the order. Fenced.
+	OpClose Op = "close"
+)
+
+// Record is one request as the ledger saw it.
+type Record struct {
+	At       time.Time `json:"at"`
+	Worker   string    `json:"worker"`
+	Token    uint64    `json:"token"`
+	Op       Op        `json:"op"`
+	Order    int       `json:"order,omitempty"` // 0: none (a read when all are closed)
+	Job      int       `json:"job,omitempty"`   // the job (1, 2, …) a read started
+	Accepted bool      `json:"accepted"`
+	// MaxToken is the highest token the ledger had seen before this
+	// request: a write with Token < MaxToken is stale.
+	MaxToken uint64 `json:"max_token"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// Stale reports whether r carries a token older than one already seen.
+func (r Record) Stale() bool { return r.Token < r.MaxToken }
+
+// NewLedger returns a ledger with orders 1..orders open.
+func NewLedger(orders int, fencing bool) *Ledger {
+	return &Ledger{fencing: fencing, orders: orders, start: time.Now(), closedBy: map[int][]int{}}
+}
+
+// request is the body of every ledger call.
+type request struct {
+	Worker string `json:"worker"`
+	Token  uint64 `json:"token"`
+	Order  int    `json:"order,omitempty"`
+}
+
+// response is the answer to every ledger call.
+type response struct {
+	Accepted bool   `json:"accepted"`
+	Order    int    `json:"order,omitempty"` // read: the next open order; 0 when all are closed
+	Job      int    `json:"job,omitempty"`   // read: the job number
+	Reason   string `json:"reason,omitempty"`
+}
+
+// ServeHTTP serves POST /read, /step and /close with JSON bodies.
+func (l *Ledger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var req request
+	if r.Method != http.MethodPost || json.NewDecoder(r.Body).Decode(&req) != nil {
+		http.Error(w, "want POST with a JSON body", http.StatusBadRequest)
+		return
+	}
+	var resp response
+	switch r.URL.Path {
+	case "/read":
+		resp = l.read(req)
+	case "/step":
+		resp = l.step(req)
+	case "/close":
+		resp = l.close(req)
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(resp)
+}
+
+// note stores a record and updates the highest token seen. l.mu must be
+// held.
+func (l *Ledger) noteLocked(rec *Record) {
+	rec.At = time.Now()
+	rec.MaxToken = l.maxToken
+	l.maxToken = max(l.maxToken, rec.Token)
+	l.records = append(l.records, *rec)
+}
+
+func (l *Ledger) read(req request) response {
+	l.mu.Lock()
+	rec := Record{Worker: req.Worker, Token: req.Token, Op: OpRead, Accepted: true}
+	for o := 1; o <= l.orders; o++ {
+		if len(l.closedBy[o]) == 0 {
+			rec.Order = o
+			break
+		}
+	}
+	if rec.Order != 0 {
+		l.jobs++
+		rec.Job = l.jobs
+	}
+	l.noteLocked(&rec)
+	l.mu.Unlock()
+	l.report(rec)
+	return response{Accepted: true, Order: rec.Order, Job: rec.Job}
+}
+
+func (l *Ledger) step(req request) response {
+	l.mu.Lock()
+	rec := Record{Worker: req.Worker, Token: req.Token, Op: OpStep, Order: req.Order, Accepted: true, Job: l.jobOfLocked(req.Token)}
+	l.noteLocked(&rec)
+	l.mu.Unlock()
+	l.report(rec)
+	if l.onStep != nil {
+		l.onStep(rec)
+	}
+	return response{Accepted: true}
+}
+
+func (l *Ledger) close(req request) response {
+	l.mu.Lock()
+	rec := Record{Worker: req.Worker, Token: req.Token, Op: OpClose, Order: req.Order, Job: l.jobOfLocked(req.Token)}
+	switch {
+	case req.Order < 1 || req.Order > l.orders:
+		rec.Reason = fmt.Sprintf("no order %d", req.Order)
+	case l.fencing && req.Token < l.maxToken:
+		rec.Reason = fmt.Sprintf("stale token %d: the ledger has seen token %d", req.Token, l.maxToken)
+	default:
+		rec.Accepted = true
+		l.closedBy[req.Order] = append(l.closedBy[req.Order], len(l.records))
+	}
+	l.noteLocked(&rec)
+	l.mu.Unlock()
+	l.report(rec)
+	return response{Accepted: rec.Accepted, Reason: rec.Reason}
+}
+
+// jobOfLocked finds the job that token's holder read. l.mu must be held.
+func (l *Ledger) jobOfLocked(token uint64) int {
+	for i := len(l.records) - 1; i >= 0; i-- {
+		if r := l.records[i]; r.Op == OpRead && r.Token == token {
+			return r.Job
+		}
+	}
+	return 0
+}
+
+func (l *Ledger) report(rec Record) {
+	if l.onRecord != nil {
+		l.onRecord(rec)
+	}
+}
+
+// Records returns a copy of every request seen so far.
+func (l *Ledger) Records() []Record {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.records)
+}
+
+// Done reports whether every order has been closed.
+func (l *Ledger) Done() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for o := 1; o <= l.orders; o++ {
+		if len(l.closedBy[o]) == 0 {
+			return false
+		}
+	}
+	return true
+}
