@@ -1,0 +1,115 @@
+package zkdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlockdev/dlock/driver"
+	"github.com/go-zookeeper/zk"
+)
+
+// errNoAnswer is the error of a request that got no answer within the
+// session timeout: by then go-zookeeper has given up on the connection (it
+// does after two thirds of it), so waiting longer only waits for a reconnect.
+var errNoAnswer = errors.New("zk: no answer within the session timeout")
+
+type result[T any] struct {
+	v   T
+	err error
+}
+
+// call runs one go-zookeeper request, which cannot be cancelled, in a
+// goroutine, and returns its result; or ctx.Err() when ctx ends first; or
+// errNoAnswer after timeout. A request given up on this way still completes
+// in the background: it may yet act on the server, so a caller that gives up
+// on a Create must find out later what it did (see attempt.cleanup). When
+// inflight is not nil, it counts the request until it completes.
+//
+// go-zookeeper completes every request eventually: with the server's answer,
+// or with an error when the connection breaks, the session expires or the
+// Conn is closed.
+func call[T any](ctx context.Context, inflight *sync.WaitGroup, timeout time.Duration, f func() (T, error)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	ch := make(chan result[T], 1)
+	if inflight != nil {
+		inflight.Add(1)
+	}
+	go func() {
+		if inflight != nil {
+			defer inflight.Done()
+		}
+		v, err := f()
+		ch <- result[T]{v, err}
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	case <-timer.C:
+		return zero, errNoAnswer
+	}
+}
+
+// call0 is call for requests that return only an error.
+func call0(ctx context.Context, inflight *sync.WaitGroup, timeout time.Duration, f func() error) error {
+	_, err := call(ctx, inflight, timeout, func() (struct{}, error) { return struct{}{}, f() })
+	return err
+}
+
+// transient reports whether err is a connection problem that a retry on the
+// same Conn may overcome: the connection broke (a request's reply may have
+// been lost), no server answered, or the session expired and go-zookeeper is
+// getting a new one.
+func transient(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
+		errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved) ||
+		errors.Is(err, errNoAnswer)
+}
+
+// isCtxErr reports whether err is the end of a context.
+func isCtxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// wrapErr classifies a go-zookeeper error for dlock's callers: op says what
+// was being done, and the message names the servers.
+func (d *zkDriver) wrapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	where := fmt.Sprintf("zookeeper at %s: %s", d.addr, op)
+	switch {
+	case isCtxErr(err):
+		return fmt.Errorf("%s: %w", where, err)
+	case errors.Is(err, zk.ErrNoAuth), errors.Is(err, zk.ErrAuthFailed), errors.Is(err, zk.ErrInvalidACL):
+		return fmt.Errorf("%w: %s: %w (check the user and password in the URL, and the ACL of %s)", driver.ErrAuth, where, err, d.root)
+	case transient(err), errors.Is(err, zk.ErrClosing):
+		return fmt.Errorf("%w: %s: %w", driver.ErrUnavailable, where, err)
+	}
+	return fmt.Errorf("%s: %w", where, err)
+}
+
+// backoff is the pause before retrying a transient error: short, because
+// go-zookeeper's own requests block while it reconnects, so the loop does
+// not spin; capped well below a session timeout.
+func backoff(ctx context.Context, attempt int, limit time.Duration) error {
+	d := time.Duration(5<<min(attempt, 5)) * time.Millisecond // 5 ms … 160 ms
+	d = min(d, limit)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

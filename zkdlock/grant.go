@@ -1,0 +1,214 @@
+package zkdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dlockdev/dlock/driver"
+	"github.com/go-zookeeper/zk"
+)
+
+// grant is a key held through a lock node at the head of its queue. It
+// implements driver.Grant.
+type grant struct {
+	d         *zkDriver
+	key       string
+	path      string // the lock node
+	sid       int64  // the session that owns the node
+	token     uint64 // the node's creation zxid
+	validFrom time.Time
+	validity  time.Duration
+
+	lost chan error // receives the reason once, when the watch says the node is gone
+
+	// ctx is cancelled by Release, which stops the watching goroutine.
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newGrant(d *zkDriver, key, path string, sid, czxid int64, validFrom time.Time, watch <-chan zk.Event) *grant {
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &grant{
+		d:         d,
+		key:       key,
+		path:      path,
+		sid:       sid,
+		token:     uint64(czxid),
+		validFrom: validFrom,
+		validity:  d.timeout(),
+		lost:      make(chan error, 1),
+		ctx:       ctx,
+		cancel:    cancel,
+	}
+	go g.watch(watch)
+	return g
+}
+
+// Token is the creation zxid of the lock node. Zxids are global to the
+// ensemble and only go up (a new leader starts a new epoch in the high 32
+// bits), and a later grant always belongs to a later node, so the token
+// keeps increasing even when the key node is deleted and recreated and
+// sequence numbers start again from zero.
+func (g *grant) Token() uint64 { return g.token }
+
+// ValidFrom is when the request that found the node at the head of the
+// queue was sent: the server answered it, so the session was alive after
+// that moment, and ZooKeeper keeps a live session for at least its timeout
+// after the last request it received.
+func (g *grant) ValidFrom() time.Time { return g.validFrom }
+
+// Validity is the session timeout the server granted.
+func (g *grant) Validity() time.Duration { return g.validity }
+
+// Lost reports a deleted node or an expired or closed session.
+func (g *grant) Lost() <-chan error { return g.lost }
+
+func (g *grant) report(err error) {
+	select {
+	case g.lost <- err:
+	default:
+	}
+}
+
+// watch follows the getData watch on the lock node: it fires when the node is
+// deleted (by an operator or a bug: we never delete it while held), and
+// go-zookeeper ends it with ErrSessionExpired when the session expires and
+// with ErrClosing when the Conn is closed. Other events (someone changed the
+// node's data) only need the watch set again.
+func (g *grant) watch(ch <-chan zk.Event) {
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case ev := <-ch:
+			switch {
+			case ev.Type == zk.EventNodeDeleted:
+				g.report(fmt.Errorf("lock node %s was deleted by somebody else", g.path))
+				return
+			case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrSessionExpired):
+				g.report(g.sessionGone())
+				return
+			case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrClosing):
+				g.report(fmt.Errorf("the ZooKeeper connection was closed: %w", zk.ErrClosing))
+				return
+			}
+			if ch = g.rearm(); ch == nil {
+				return
+			}
+		}
+	}
+}
+
+// rearm sets the watch again, reporting the loss if the node has gone.
+func (g *grant) rearm() <-chan zk.Event {
+	for i := 0; ; i++ {
+		r, err := call(g.ctx, nil, g.validity, func() (getW, error) {
+			_, stat, ch, err := g.d.conn.GetW(g.path)
+			return getW{stat, ch}, err
+		})
+		switch {
+		case err == nil && r.stat.EphemeralOwner == g.sid:
+			return r.ch
+		case err == nil:
+			g.report(g.sessionGone())
+			return nil
+		case errors.Is(err, zk.ErrNoNode):
+			g.report(fmt.Errorf("lock node %s was deleted", g.path))
+			return nil
+		case errors.Is(err, zk.ErrSessionExpired):
+			g.report(g.sessionGone())
+			return nil
+		case errors.Is(err, zk.ErrClosing):
+			g.report(fmt.Errorf("the ZooKeeper connection was closed: %w", zk.ErrClosing))
+			return nil
+		}
+		if backoff(g.ctx, i, g.validity/10) != nil {
+			return nil
+		}
+	}
+}
+
+// sessionGone is the error for a grant whose session has expired: the
+// server deleted its node with it.
+func (g *grant) sessionGone() error {
+	return fmt.Errorf("session 0x%x expired and its lock node %s with it: %w", g.sid, g.path, zk.ErrSessionExpired)
+}
+
+// Renew proves that the grant still holds: the session is the one that owns
+// the node, and the node exists. It extends nothing on the server (the
+// session's pings do that); a successful round trip started at time t proves
+// that the session was alive after t, so the server keeps it, and the node,
+// until at least t plus the session timeout.
+func (g *grant) Renew(ctx context.Context) error {
+	d := g.d
+	if d.conn.SessionID() != g.sid {
+		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.sessionGone())
+	}
+	// sync: a round trip through the leader, which checks the session. A
+	// follower cut off from the leader answers reads from its stale copy
+	// for a while, but cannot answer this.
+	if err := call0(ctx, nil, g.validity, func() error {
+		_, err := d.conn.Sync(g.path)
+		return err
+	}); err != nil {
+		return g.renewErr(err)
+	}
+	// exists: the node is still there and still ours.
+	var stat *zk.Stat
+	ok, err := call(ctx, nil, g.validity, func() (bool, error) {
+		ok, s, err := d.conn.Exists(g.path)
+		stat = s
+		return ok, err
+	})
+	if err != nil {
+		return g.renewErr(err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: lock node %s is gone", driver.ErrNotHeld, g.path)
+	}
+	if stat.EphemeralOwner != g.sid || d.conn.SessionID() != g.sid {
+		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.sessionGone())
+	}
+	return nil
+}
+
+func (g *grant) renewErr(err error) error {
+	if errors.Is(err, zk.ErrSessionExpired) {
+		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.sessionGone())
+	}
+	return g.d.wrapErr("renew "+g.path, err)
+}
+
+// Release deletes the lock node, which wakes the next waiter (the only one
+// watching it). The node's name carries this grant's owner, so the delete
+// can never remove anybody else's node, even when retried. When the delete
+// cannot be confirmed, a janitor keeps trying: otherwise the node would block
+// the key for as long as the session lives.
+func (g *grant) Release(ctx context.Context) error {
+	g.cancel()
+	d := g.d
+	del := func(ctx context.Context) error {
+		return call0(ctx, nil, g.validity, func() error { return d.conn.Delete(g.path, -1) })
+	}
+	err := del(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, zk.ErrNoNode):
+		return fmt.Errorf("%w: lock node %s was already gone (session expired or node deleted)", driver.ErrNotHeld, g.path)
+	}
+	d.goJanitor(func(ctx context.Context) {
+		for i := 0; ; i++ {
+			err := del(ctx)
+			if err == nil || errors.Is(err, zk.ErrNoNode) || isCtxErr(err) {
+				return
+			}
+			if backoff(ctx, i, g.validity/2) != nil {
+				return
+			}
+		}
+	})
+	return d.wrapErr("release "+g.path, err)
+}

@@ -1,0 +1,129 @@
+package zkdlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/dlocktest"
+	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/zkdlock"
+	"github.com/go-zookeeper/zk"
+)
+
+// harness gives the conformance suite clients of one real ZooKeeper, each
+// opened from a zk:// URL with its own session.
+type harness struct {
+	srv   *testserver.ZooKeeper
+	admin *zk.Conn // for fault injection and inspection
+	ttl   time.Duration
+}
+
+func (h *harness) TTL() time.Duration { return h.ttl }
+
+func (h *harness) NewClient(ctx context.Context, t *testing.T) (*dlock.Client, error) {
+	return h.open(ctx, t, h.srv.Addr())
+}
+
+func (h *harness) NewFaultyClient(ctx context.Context, t *testing.T) (*dlock.Client, dlocktest.Link, error) {
+	p := dlocktest.NewProxy(t, h.srv.Addr())
+	c, err := h.open(ctx, t, p.Addr())
+	return c, p, err
+}
+
+func (h *harness) open(ctx context.Context, t *testing.T, addr string) (*dlock.Client, error) {
+	c, err := dlock.Open(ctx, fmt.Sprintf("zk://%s%s?session_timeout=%v&connect_timeout=30s", addr, zkdlock.DefaultRoot, h.ttl))
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, nil
+}
+
+// DeleteKey deletes the key's lock nodes and then its node, as an operator
+// with zkCli's deleteall would.
+func (h *harness) DeleteKey(ctx context.Context, key string) error {
+	path := zkdlock.KeyPathForTest(zkdlock.DefaultRoot, key)
+	for {
+		names, _, err := h.admin.Children(path)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			if err := h.admin.Delete(path+"/"+n, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				return err
+			}
+		}
+		err = h.admin.Delete(path, -1)
+		switch {
+		case err == nil, errors.Is(err, zk.ErrNoNode):
+			return nil
+		case errors.Is(err, zk.ErrNotEmpty):
+			continue // somebody queued meanwhile
+		}
+		return err
+	}
+}
+
+// reapWithin bounds the wait for the server to delete an empty key node.
+// The test server looks for empty containers every 100 ms; a persistent
+// node would never go.
+const reapWithin = 10 * time.Second
+
+// Leftovers lists the lock nodes still stored for key, and the key node
+// itself if the server does not delete it once empty. A client cannot tell
+// a container from a persistent node (both show ephemeralOwner 0), so this
+// waits, on a watch, for the server's container reaper.
+func (h *harness) Leftovers(ctx context.Context, key string) ([]string, error) {
+	path := zkdlock.KeyPathForTest(zkdlock.DefaultRoot, key)
+	timeout := time.NewTimer(reapWithin)
+	defer timeout.Stop()
+	for {
+		ok, _, ch, err := h.admin.ExistsW(path)
+		if err != nil || !ok {
+			return nil, err
+		}
+		names, _, err := h.admin.Children(path)
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(names) > 0 {
+			var left []string
+			for _, n := range names {
+				left = append(left, path+"/"+n)
+			}
+			return left, nil
+		}
+		select {
+		case <-ch:
+		case <-timeout.C:
+			return []string{path + fmt.Sprintf(" (empty, not deleted by the server within %v: not a container?)", reapWithin)}, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// RestartServer kills ZooKeeper and starts it again on the same data: the
+// tree, the sessions and the zxids survive, as they do a real crash.
+func (h *harness) RestartServer(ctx context.Context, t *testing.T) error {
+	h.srv.Restart(t)
+	return nil
+}
+
+func TestConformance(t *testing.T) {
+	srv := testserver.SharedZooKeeper(t)
+	admin := dialZK(t, testCtx(t), srv.Addr(), connOpts{timeout: 10 * time.Second})
+	dlocktest.Run(t, func(ctx context.Context, t *testing.T) (dlocktest.Harness, error) {
+		return &harness{srv: srv, admin: admin, ttl: testTTL}, nil
+	})
+}

@@ -1,0 +1,145 @@
+package zkdlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/zkdlock"
+	"github.com/go-zookeeper/zk"
+)
+
+// testTTL is the session timeout of the tests' clients, and so their lease
+// length: the shortest that survives a loaded machine running -race.
+const testTTL = time.Second
+
+// testCtx is the watchdog of a test: every wait is bounded by it.
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(string, ...any) {}
+
+// connOpts configure dialZK.
+type connOpts struct {
+	timeout time.Duration
+	onEvent func(zk.Event)  // called for every event, in go-zookeeper's receive loop
+	dialer  zk.Dialer       // default net.DialTimeout
+}
+
+// dialZK connects to addr and waits for a session; the connection is closed
+// when the test ends.
+func dialZK(t *testing.T, ctx context.Context, addr string, o connOpts) *zk.Conn {
+	t.Helper()
+	if o.timeout == 0 {
+		o.timeout = testTTL
+	}
+	session := make(chan struct{}, 1)
+	opts := list(
+		zk.WithLogger(quietLogger{}),
+		zk.WithEventCallback(func(ev zk.Event) {
+			if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
+				select {
+				case session <- struct{}{}:
+				default:
+				}
+			}
+			if o.onEvent != nil {
+				o.onEvent(ev)
+			}
+		}),
+	)
+	if o.dialer != nil {
+		opts = append(opts, zk.WithDialer(o.dialer))
+	}
+	conn, _, err := zk.Connect([]string{addr}, o.timeout, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	select {
+	case <-session:
+	case <-ctx.Done():
+		t.Fatalf("no ZooKeeper session with %s (watchdog)", addr)
+	}
+	return conn
+}
+
+// list makes a slice of go-zookeeper's options, whose type is unexported.
+func list[T any](xs ...T) []T { return xs }
+
+// newClient builds a Client on conn with New.
+func newClient(t *testing.T, ctx context.Context, conn zkdlock.Conn, o zkdlock.Options) *dlock.Client {
+	t.Helper()
+	if o.SessionTimeout == 0 {
+		o.SessionTimeout = testTTL
+	}
+	c, err := zkdlock.New(ctx, conn, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+var rootSeq atomic.Int64
+
+// testRoot returns a root node unique to the test, so that tests do not see
+// each other's keys.
+func testRoot(t *testing.T) string {
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+	return fmt.Sprintf("/test/%s-%d", name, rootSeq.Add(1))
+}
+
+// waitWaiters waits until Inspect shows n waiters on key.
+func waitWaiters(t *testing.T, ctx context.Context, c *dlock.Client, key string, n int) *dlock.LockInfo {
+	t.Helper()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		info, err := c.Inspect(ctx, key)
+		if err != nil {
+			t.Fatalf("Inspect(%q): %v", key, err)
+		}
+		if len(info.Waiters) == n {
+			return info
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("key %q: %d waiters, want %d (watchdog)", key, len(info.Waiters), n)
+		}
+	}
+}
+
+// children lists the lock nodes of a key, or nil if the key node is gone.
+func children(t *testing.T, admin *zk.Conn, path string) []string {
+	t.Helper()
+	c, _, err := admin.Children(path)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("children of %s: %v", path, err)
+	}
+	return c
+}
+
+// waitDone waits for a lease to end, failing at the watchdog.
+func waitDone(t *testing.T, ctx context.Context, l *dlock.Lease, why string) {
+	t.Helper()
+	select {
+	case <-l.Done():
+	case <-ctx.Done():
+		t.Fatalf("lease on %q not lost after %s (watchdog)", l.Key(), why)
+	}
+}

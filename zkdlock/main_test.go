@@ -1,0 +1,24 @@
+package zkdlock_test
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/dlockdev/dlock/internal/testserver"
+	"go.uber.org/goleak"
+)
+
+// TestMain stops the package's ZooKeeper server after the tests, then checks
+// that every client, lease, waiter and janitor stopped its goroutines.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testserver.StopSharedZooKeeper()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}

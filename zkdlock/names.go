@@ -1,0 +1,184 @@
+package zkdlock
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Node layout (docs/zookeeper.md):
+//
+//	<root>                         persistent, created by Open/New if missing
+//	<root>/<escaped key>           container: the server deletes it once empty
+//	<root>/<escaped key>/lock-<owner>-<sequence>
+//	                               ephemeral sequential: one per holder or waiter,
+//	                               data = the caller's metadata (JSON)
+
+// escapeKey maps a key to a node name that ZooKeeper accepts and that cannot
+// reach outside its parent: '/' and '%' never appear unescaped, "." and ".."
+// are escaped, and so is every character ZooKeeper refuses in a path (control
+// characters, U+007F–U+009F, U+D800–U+F8FF, U+FFF0–U+FFFF, and everything
+// beyond U+FFFF, which Java would store as surrogates). Escaping is %XX per
+// UTF-8 byte, upper-case hex, so unescapeKey reverses it exactly.
+func escapeKey(key string) string {
+	var b strings.Builder
+	for i := 0; i < len(key); {
+		r, size := utf8.DecodeRuneInString(key[i:])
+		if r != utf8.RuneError && nameSafe(r) {
+			b.WriteString(key[i : i+size])
+		} else {
+			for _, c := range []byte(key[i : i+size]) {
+				fmt.Fprintf(&b, "%%%02X", c)
+			}
+		}
+		i += size
+	}
+	s := b.String()
+	if s == "." || s == ".." {
+		s = strings.Repeat("%2E", len(s))
+	}
+	return s
+}
+
+// nameSafe reports whether r may appear unescaped in a node name.
+func nameSafe(r rune) bool {
+	switch {
+	case r == '/' || r == '%':
+		return false
+	case r >= 0x20 && r < 0x7f:
+		return true
+	case r >= 0xa0 && r < 0xd800:
+		return true
+	case r >= 0xf900 && r < 0xfff0:
+		return true
+	}
+	return false
+}
+
+// unescapeKey reverses escapeKey. It reports false for a name escapeKey
+// cannot have produced (a node somebody else put under the root).
+func unescapeKey(name string) (string, bool) {
+	var b []byte
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c != '%' {
+			b = append(b, c)
+			continue
+		}
+		if i+2 >= len(name) {
+			return "", false
+		}
+		v, err := strconv.ParseUint(name[i+1:i+3], 16, 8)
+		if err != nil {
+			return "", false
+		}
+		b = append(b, byte(v))
+		i += 2
+	}
+	key := string(b)
+	if key == "" || escapeKey(key) != name {
+		return "", false
+	}
+	return key, true
+}
+
+// lockPrefix starts the name of every lock node.
+const lockPrefix = "lock-"
+
+// nodePrefix is the name a contender asks ZooKeeper to create; the server
+// appends a ten-digit sequence number. Embedding the owner (dlock's random
+// 128-bit id of this attempt) is what lets a retry recognise its own node
+// after a lost reply, as Curator's "protected" mode does.
+func nodePrefix(owner string) string { return lockPrefix + owner + "-" }
+
+// lockNode is a parsed child of a key node.
+type lockNode struct {
+	name  string
+	owner string
+	seq   int64
+}
+
+// parseLockNode parses "lock-<owner>-<sequence>". The sequence is a signed
+// 32-bit counter that ZooKeeper formats with %010d, so after 2^31 creations
+// under one key node (which a container that empties now and then never
+// reaches) it would be negative.
+func parseLockNode(name string) (lockNode, bool) {
+	rest, ok := strings.CutPrefix(name, lockPrefix)
+	if !ok {
+		return lockNode{}, false
+	}
+	owner, seq, ok := strings.Cut(rest, "-")
+	if !ok || owner == "" || !validOwner(owner) {
+		return lockNode{}, false
+	}
+	n, err := strconv.ParseInt(seq, 10, 64)
+	if err != nil {
+		return lockNode{}, false
+	}
+	return lockNode{name: name, owner: owner, seq: n}, true
+}
+
+// validOwner accepts what dlock generates (hex digits); the driver refuses
+// anything that could break the node name.
+func validOwner(owner string) bool {
+	if owner == "" || len(owner) > 128 {
+		return false
+	}
+	for i := 0; i < len(owner); i++ {
+		c := owner[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+// queue parses and sorts the children of a key node by sequence: the
+// first is the holder, the others wait in that order. Names that are not
+// lock nodes are ignored.
+func queue(children []string) []lockNode {
+	q := make([]lockNode, 0, len(children))
+	for _, c := range children {
+		if n, ok := parseLockNode(c); ok {
+			q = append(q, n)
+		}
+	}
+	slices.SortFunc(q, func(a, b lockNode) int {
+		if a.seq != b.seq {
+			if a.seq < b.seq {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	return q
+}
+
+// checkRoot validates a root path: absolute, no trailing '/', no empty,
+// "." or ".." components, only characters ZooKeeper accepts, and not "/"
+// itself (a key named "zookeeper" would collide with the server's own node).
+func checkRoot(root string) error {
+	if !strings.HasPrefix(root, "/") {
+		return fmt.Errorf("root %q must start with '/'", root)
+	}
+	if root == "/" {
+		return fmt.Errorf("root must not be \"/\": give dlock a node of its own such as %s", DefaultRoot)
+	}
+	for _, part := range strings.Split(root[1:], "/") {
+		switch part {
+		case "":
+			return fmt.Errorf("root %q has an empty path component", root)
+		case ".", "..":
+			return fmt.Errorf("root %q has a relative path component", root)
+		}
+		for _, r := range part {
+			if r != '%' && !nameSafe(r) { // '%' is fine in a root: only keys are escaped
+				return fmt.Errorf("root %q has a character ZooKeeper refuses (%U)", root, r)
+			}
+		}
+	}
+	return nil
+}

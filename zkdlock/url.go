@@ -1,0 +1,157 @@
+package zkdlock
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/driver"
+	"github.com/go-zookeeper/zk"
+)
+
+func init() {
+	dlock.RegisterScheme("zk", openURL)
+}
+
+// Open is dlock.Open for zk:// URLs, for programs that prefer to name the
+// backend. See the package documentation for the URL form, and
+// docs/zookeeper.md for every parameter.
+func Open(ctx context.Context, rawURL string, opts ...dlock.Option) (*dlock.Client, error) {
+	return dlock.Open(ctx, rawURL, opts...)
+}
+
+// urlConfig is a parsed zk:// URL.
+type urlConfig struct {
+	servers        []string // host:port
+	root           string
+	sessionTimeout time.Duration
+	connectTimeout time.Duration
+	user, password string // digest credentials; empty user: none
+}
+
+// The query parameters a zk:// URL may carry, with their meaning.
+var urlParams = []string{"session_timeout", "connect_timeout"}
+
+func parseURL(u *url.URL) (urlConfig, error) {
+	cfg := urlConfig{sessionTimeout: DefaultSessionTimeout, connectTimeout: DefaultConnectTimeout, root: DefaultRoot}
+	if u.Opaque != "" || u.Fragment != "" {
+		return cfg, fmt.Errorf("expected zk://[user:password@]host:port[,host:port…][/root][?params]")
+	}
+	if u.Host == "" {
+		return cfg, fmt.Errorf("no server address: expected zk://host:port[,host:port…]")
+	}
+	for _, h := range strings.Split(u.Host, ",") {
+		host, port, err := net.SplitHostPort(h)
+		if err != nil {
+			if !strings.Contains(h, ":") || strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
+				host, port, err = strings.Trim(h, "[]"), strconv.Itoa(zk.DefaultPort), nil
+			}
+		}
+		if err != nil {
+			return cfg, fmt.Errorf("bad server address %q: %v", h, err)
+		}
+		if host == "" {
+			return cfg, fmt.Errorf("bad server address %q: no host", h)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return cfg, fmt.Errorf("bad server address %q: bad port", h)
+		}
+		cfg.servers = append(cfg.servers, net.JoinHostPort(host, port))
+	}
+	if p := u.Path; p != "" && p != "/" {
+		if err := checkRoot(p); err != nil {
+			return cfg, err
+		}
+		cfg.root = p
+	}
+	if u.User != nil {
+		cfg.user = u.User.Username()
+		pw, ok := u.User.Password()
+		if cfg.user == "" || !ok {
+			return cfg, fmt.Errorf("digest authentication needs both a user and a password: zk://user:password@host:port")
+		}
+		cfg.password = pw
+	}
+	q := u.Query()
+	for name := range q {
+		if !slices.Contains(urlParams, name) {
+			return cfg, fmt.Errorf("unknown parameter %q (known: %s)", name, strings.Join(urlParams, ", "))
+		}
+	}
+	var err error
+	if cfg.sessionTimeout, err = durationParam(q, "session_timeout", cfg.sessionTimeout); err != nil {
+		return cfg, err
+	}
+	if cfg.sessionTimeout < dlock.MinTTL || cfg.sessionTimeout > dlock.MaxTTL {
+		return cfg, fmt.Errorf("session_timeout=%v is outside [%v, %v]", cfg.sessionTimeout, dlock.MinTTL, dlock.MaxTTL)
+	}
+	if cfg.connectTimeout, err = durationParam(q, "connect_timeout", cfg.connectTimeout); err != nil {
+		return cfg, err
+	}
+	if cfg.connectTimeout <= 0 {
+		return cfg, fmt.Errorf("connect_timeout=%v must be positive", cfg.connectTimeout)
+	}
+	return cfg, nil
+}
+
+func durationParam(q url.Values, name string, def time.Duration) (time.Duration, error) {
+	vs, ok := q[name]
+	if !ok {
+		return def, nil
+	}
+	if len(vs) != 1 {
+		return 0, fmt.Errorf("parameter %s given %d times", name, len(vs))
+	}
+	d, err := time.ParseDuration(vs[0])
+	if err != nil {
+		return 0, fmt.Errorf("parameter %s=%q: want a duration such as 10s", name, vs[0])
+	}
+	return d, nil
+}
+
+// openURL implements dlock.Opener.
+func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
+	cfg, err := parseURL(u)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q: %v", driver.ErrInvalidURL, u.Redacted(), err)
+	}
+	conn, info, err := connect(ctx, cfg.servers, cfg.sessionTimeout, cfg.connectTimeout)
+	if err != nil {
+		return nil, err
+	}
+	addr := strings.Join(cfg.servers, ",")
+	o := Options{Root: cfg.root, ACL: zk.WorldACL(zk.PermAll)}
+	identities := []string{} // not nil: check the root's ACL for anonymous clients too
+	if cfg.user != "" {
+		// addauth digest: go-zookeeper sends it again after every reconnect.
+		err := call0(ctx, nil, cfg.sessionTimeout, func() error {
+			return conn.AddAuth("digest", []byte(cfg.user+":"+cfg.password))
+		})
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("%w: zookeeper at %s: add digest credentials of user %q: %v", driver.ErrAuth, addr, cfg.user, err)
+		}
+		mine := zk.DigestACL(zk.PermAll, cfg.user, cfg.password)
+		o.ACL = append(mine, zk.WorldACL(zk.PermRead)...)
+		identities = []string{"digest:" + mine[0].ID}
+	}
+	timeout := func() time.Duration {
+		if t := info.timeout(); t > 0 {
+			return t
+		}
+		return cfg.sessionTimeout
+	}
+	d := newDriver(conn, o, addr, timeout)
+	d.closeConn = conn.Close
+	if err := d.init(ctx, identities); err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return d, nil
+}

@@ -1,0 +1,298 @@
+// Package zkdlock is the ZooKeeper backend of dlock: the lock recipe of
+// Apache Curator's InterProcessMutex on go-zookeeper/zk. Every contender
+// creates an ephemeral sequential node under the key's node; the lowest
+// holds the key, and every other one watches only the node just before its
+// own, so a release wakes exactly one waiter, in arrival order.
+// docs/zookeeper.md describes the recipe and the node layout.
+//
+// Import it to register the URL scheme used by dlock.Open:
+//
+//	zk://[user:password@]host1:2181[,host2:2181…][/root][?session_timeout=10s&connect_timeout=5s]
+//
+// The path is the root node under which dlock keeps one node per key
+// (default DefaultRoot); user and password enable digest authentication, and
+// the nodes dlock creates then carry an ACL that lets only that user change
+// or delete them (everybody may read them, to inspect locks).
+//
+// Or build a Client from a zk.Conn the program already has with New.
+//
+// # Lease length
+//
+// On ZooKeeper the lease length is the session timeout, not the TTL given
+// with dlock.WithTTL: the server deletes a holder's node when the holder's
+// session expires, not before, and one session serves every lease of a
+// Client. WithTTL is accepted and has no effect; set session_timeout (or the
+// timeout given to zk.Connect) instead. Each renewal (about every third of
+// the session timeout) is a round trip through the leader that checks that
+// the holder's node still exists and belongs to the Client's current session.
+//
+// # Connection loss
+//
+// A lease survives losing the connection as long as the Client gets it back
+// (to any server of the ensemble, keeping its session) and renews before the
+// local deadline: the session timeout, less 1% and 2 ms, counted from the
+// start of the last successful renewal. Otherwise the lease is lost at that
+// deadline, which is before the server can expire the session and give the
+// key to somebody else. When the Client learns that its session expired, or
+// that its node was deleted, every lease concerned is lost at once. A waiting
+// Lock keeps its place through connection loss, and joins the end of the
+// queue again if its session expired.
+package zkdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/driver"
+	"github.com/go-zookeeper/zk"
+)
+
+// Conn is the part of *zk.Conn that zkdlock uses. Tests wrap a *zk.Conn in
+// it to inject faults.
+type Conn interface {
+	Children(path string) ([]string, *zk.Stat, error)
+	Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
+	CreateContainer(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
+	Delete(path string, version int32) error
+	Exists(path string) (bool, *zk.Stat, error)
+	Get(path string) ([]byte, *zk.Stat, error)
+	GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error)
+	GetACL(path string) ([]zk.ACL, *zk.Stat, error)
+	Sync(path string) (string, error)
+	SessionID() int64
+}
+
+var _ Conn = (*zk.Conn)(nil)
+
+// New returns a Client that takes locks through conn, sharing its session
+// between all leases. opts.SessionTimeout is required: see Options.
+// Client.Close leaves conn open; grants are released first.
+//
+// New creates the root node if it is missing, and returns errors satisfying
+// errors.Is with dlock.ErrInvalidOption, dlock.ErrUnavailable or
+// dlock.ErrAuth.
+func New(ctx context.Context, conn Conn, opts *Options) (*dlock.Client, error) {
+	o, err := opts.withDefaults(true)
+	if err != nil {
+		return nil, err
+	}
+	timeout := o.SessionTimeout
+	d := newDriver(conn, o, "the ZooKeeper connection", func() time.Duration { return timeout })
+	if err := d.init(ctx, nil); err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	c, err := dlock.NewClient(d, o.ClientOptions...)
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// zkDriver implements driver.Driver and driver.Inspector on one session.
+type zkDriver struct {
+	conn      Conn
+	closeConn func() // closes conn if the driver opened it; nil otherwise
+	addr      string // the servers, for error messages
+	root      string
+	acl       []zk.ACL
+	timeout   func() time.Duration // the session timeout, which is the lease length
+
+	// ctx is cancelled by Close, which stops the janitors.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	closed   bool // guarded by mu
+	janitors sync.WaitGroup
+}
+
+func newDriver(conn Conn, o Options, addr string, timeout func() time.Duration) *zkDriver {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &zkDriver{
+		conn:    conn,
+		addr:    addr,
+		root:    o.Root,
+		acl:     o.ACL,
+		timeout: timeout,
+		ctx:     ctx,
+		cancel:  cancel,
+	}
+}
+
+// goJanitor runs f in the background with a context that Close cancels. A
+// janitor finishes what a caller had to give up on: deleting a node whose
+// removal could not be confirmed. Without it such a node would block the
+// key for as long as the session lives, which on a healthy connection is
+// forever. It reports false, and does not run f, once Close has begun.
+func (d *zkDriver) goJanitor(f func(ctx context.Context)) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return false
+	}
+	d.janitors.Add(1)
+	go func() {
+		defer d.janitors.Done()
+		f(d.ctx)
+	}()
+	return true
+}
+
+// init creates the root and, when identities (ACL ids such as
+// "digest:user:hash") are known, checks that they may create and read nodes
+// under it, so that wrong credentials fail at Open rather than at the first
+// Lock.
+func (d *zkDriver) init(ctx context.Context, identities []string) error {
+	if err := d.ensurePath(ctx, d.root); err != nil {
+		return d.wrapErr("create root "+d.root, err)
+	}
+	if identities == nil {
+		return nil
+	}
+	acl, err := call(ctx, nil, d.timeout(), func() ([]zk.ACL, error) {
+		acl, _, err := d.conn.GetACL(d.root)
+		return acl, err
+	})
+	if err != nil {
+		return d.wrapErr("read the ACL of "+d.root, err)
+	}
+	perms, unknown := effectivePerms(acl, identities)
+	const need = zk.PermRead | zk.PermCreate
+	if !unknown && perms&need != need {
+		return fmt.Errorf("%w: zookeeper at %s: %s does not let %s create and read nodes (its ACL: %s); check the user and password in the URL",
+			driver.ErrAuth, d.addr, d.root, describeIdentities(identities), describeACL(acl))
+	}
+	return nil
+}
+
+// effectivePerms sums the permissions that acl grants to anyone or to one of
+// identities. unknown is true when acl has entries whose match this client
+// cannot judge (ip, sasl, x509): then only the server can tell.
+func effectivePerms(acl []zk.ACL, identities []string) (perms int32, unknown bool) {
+	for _, a := range acl {
+		switch a.Scheme {
+		case "world":
+			if a.ID == "anyone" {
+				perms |= a.Perms
+			}
+		case "digest":
+			// Without the admin permission the server shows digests as
+			// "x:x": such an entry is not one of ours (ours carry admin).
+			for _, id := range identities {
+				if id == "digest:"+a.ID {
+					perms |= a.Perms
+				}
+			}
+		default:
+			unknown = true
+		}
+	}
+	return perms, unknown
+}
+
+func describeIdentities(ids []string) string {
+	if len(ids) == 0 {
+		return "an unauthenticated client"
+	}
+	users := make([]string, len(ids))
+	for i, id := range ids {
+		parts := strings.SplitN(id, ":", 3)
+		users[i] = "user " + parts[min(1, len(parts)-1)]
+	}
+	return strings.Join(users, ", ")
+}
+
+func describeACL(acl []zk.ACL) string {
+	parts := make([]string, len(acl))
+	for i, a := range acl {
+		id := a.ID
+		if a.Scheme == "digest" {
+			id, _, _ = strings.Cut(id, ":") // the user, not the hash
+		}
+		parts[i] = fmt.Sprintf("%s:%s=%s", a.Scheme, id, permString(a.Perms))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func permString(p int32) string {
+	var b strings.Builder
+	for _, f := range []struct {
+		bit int32
+		c   byte
+	}{{zk.PermCreate, 'c'}, {zk.PermDelete, 'd'}, {zk.PermRead, 'r'}, {zk.PermWrite, 'w'}, {zk.PermAdmin, 'a'}} {
+		if p&f.bit != 0 {
+			b.WriteByte(f.c)
+		}
+	}
+	return b.String()
+}
+
+// ensurePath creates the persistent node path and its parents where they are
+// missing. It checks before creating, because ZooKeeper checks the parent's
+// create permission before noticing that a node exists.
+func (d *zkDriver) ensurePath(ctx context.Context, path string) error {
+	ok, err := call(ctx, nil, d.timeout(), func() (bool, error) {
+		ok, _, err := d.conn.Exists(path)
+		return ok, err
+	})
+	if err != nil || ok {
+		return err
+	}
+	if parent := path[:strings.LastIndex(path, "/")]; parent != "" {
+		if err := d.ensurePath(ctx, parent); err != nil {
+			return err
+		}
+	}
+	_, err = call(ctx, nil, d.timeout(), func() (string, error) {
+		return d.conn.Create(path, nil, zk.FlagPersistent, d.acl)
+	})
+	if errors.Is(err, zk.ErrNodeExists) {
+		return nil
+	}
+	return err
+}
+
+// keyPath is the node of a key.
+func (d *zkDriver) keyPath(key string) string { return d.root + "/" + escapeKey(key) }
+
+// Close stops the janitors and closes the connection if the driver opened
+// it: that ends the session, and the server deletes every node left of it.
+// On a connection given to New, janitors get one session timeout to finish.
+func (d *zkDriver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() { d.janitors.Wait(); close(done) }()
+	if d.closeConn == nil {
+		t := time.NewTimer(d.timeout())
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	d.cancel()
+	<-done
+	if d.closeConn != nil {
+		d.closeConn()
+	}
+	return nil
+}
+
+var (
+	_ driver.Driver    = (*zkDriver)(nil)
+	_ driver.Inspector = (*zkDriver)(nil)
+)
