@@ -27,6 +27,11 @@ type Client struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	// acquiring counts Lock and TryLock calls in flight: Close waits for
+	// them, so that a cancelled attempt can still clean up on the server
+	// before the connection closes.
+	acquiring sync.WaitGroup
+
 	mu     sync.Mutex
 	leases map[*Lease]struct{} // held leases, released by Close; guarded by mu
 	closed bool                // guarded by mu
@@ -84,9 +89,14 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 			return nil, err
 		}
 	}
-	if err := c.checkOpen(); err != nil {
-		return nil, err
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
 	}
+	c.acquiring.Add(1)
+	c.mu.Unlock()
+	defer c.acquiring.Done()
 	// Close must interrupt a waiting Lock.
 	ctx, stop := mergeCancel(ctx, c.ctx)
 	defer stop()
@@ -218,6 +228,7 @@ func (c *Client) Close() error {
 	}
 	c.mu.Unlock()
 	c.cancel()
+	c.acquiring.Wait()
 
 	var errs []error
 	for _, l := range held {
