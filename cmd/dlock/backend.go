@@ -13,6 +13,7 @@ import (
 
 	// Backends register their URL schemes with dlock.Open.
 	_ "github.com/dlockdev/dlock/redisdlock"
+	_ "github.com/dlockdev/dlock/zkdlock"
 )
 
 // quietClientLogs stops client libraries from logging on their own: dlock

@@ -129,7 +129,7 @@ func (c *cli) parse(f *flags, args []string, maxArgs int) (pos []string, code in
 			return fail(err)
 		}
 		pos = append([]string{pos[0]}, f.Args()...)
-	} else if len(pos) > maxArgs {
+	} else if maxArgs >= 0 && len(pos) > maxArgs {
 		return nil, c.usageError(f.cmd, "unexpected argument %q", pos[maxArgs]), false
 	}
 	onCommandLine := map[string]bool{}

@@ -188,7 +188,13 @@ func (c *cli) acquire(ctx context.Context, client *dlock.Client, key string, sig
 // supervise runs PROGRAM under the lease and returns dlock's exit status.
 func (c *cli) supervise(lease *dlock.Lease, program []string, sigs chan os.Signal, grace time.Duration, verbose bool) int {
 	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		timeout := releaseTimeout
+		if lease.Err() != nil {
+			// Lost: the server drops the grant within a TTL anyway, and
+			// the server may well be what is unreachable.
+			timeout = min(timeout, lease.TTL())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		err := lease.Unlock(ctx)
 		switch {
@@ -244,12 +250,12 @@ func (c *cli) supervise(lease *dlock.Lease, program []string, sigs chan os.Signa
 			lostErr = lease.Err()
 			c.fail(exitLeaseLost, fmt.Errorf("lost the lock %q: %v", lease.Key(), lostErr),
 				"another holder may get the lock now; protect shared resources with $DLOCK_TOKEN as a fencing token")
-			fmt.Fprintf(c.stderr, "dlock: stopping %s (pid %d): SIGTERM now, SIGKILL in %v if it is still running\n", program[0], cmd.Process.Pid, grace)
+			fmt.Fprintf(c.stderr, "dlock: stopping %s (pid %d): SIGTERM now, SIGKILL in %v if it is still running\n", program[0], cmd.Process.Pid, fmtDuration(grace))
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			kill = time.After(grace)
 		case <-kill:
 			kill = nil
-			fmt.Fprintf(c.stderr, "dlock: %s did not stop within %v after SIGTERM; sending SIGKILL\n", program[0], grace)
+			fmt.Fprintf(c.stderr, "dlock: %s did not stop within %v after SIGTERM; sending SIGKILL\n", program[0], fmtDuration(grace))
 			_ = cmd.Process.Kill()
 		case <-exited:
 			status := exitStatus(cmd.ProcessState)

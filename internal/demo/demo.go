@@ -83,6 +83,7 @@ type demo struct {
 	thawed   bool                 // guarded by mu
 	changed  chan struct{}        // poked after every ledger record
 	closed   map[int]string       // order -> who closed it first; guarded by mu
+	waitFrom map[string]time.Time // worker -> when it last began to wait; guarded by mu
 }
 
 // Run plays the scenario and returns its verdict. It returns an error
@@ -93,13 +94,14 @@ func Run(ctx context.Context, cfg Config) (*Verdict, error) {
 		return nil, fmt.Errorf("the demo needs at least %d workers and %d jobs", MinWorkers, MinOrders)
 	}
 	d := &demo{
-		cfg:     cfg,
-		start:   time.Now(),
-		ledger:  NewLedger(cfg.Orders, cfg.Fencing),
-		procs:   map[string]*exec.Cmd{},
-		grants:  map[uint64]*grant{},
-		changed: make(chan struct{}, 1),
-		closed:  map[int]string{},
+		cfg:      cfg,
+		start:    time.Now(),
+		ledger:   NewLedger(cfg.Orders, cfg.Fencing),
+		procs:    map[string]*exec.Cmd{},
+		grants:   map[uint64]*grant{},
+		changed:  make(chan struct{}, 1),
+		closed:   map[int]string{},
+		waitFrom: map[string]time.Time{},
 	}
 	d.ledger.onStep = d.onStep
 	d.ledger.onRecord = d.onRecord
@@ -241,6 +243,7 @@ func (d *demo) serveEvent(w http.ResponseWriter, r *http.Request) {
 		if !slices.Contains(d.waiting, e.Worker) {
 			d.waiting = append(d.waiting, e.Worker)
 		}
+		d.waitFrom[e.Worker] = e.At
 	case EventAcquired:
 		d.waiting = slices.DeleteFunc(d.waiting, func(s string) bool { return s == e.Worker })
 		how := ""
@@ -255,6 +258,8 @@ func (d *demo) serveEvent(w http.ResponseWriter, r *http.Request) {
 		}
 		switch {
 		case prev == nil:
+		case !prev.ReleaseAt.IsZero() && d.waitFrom[e.Worker].After(prev.ReleaseAt):
+			// Nobody was waiting: not a hand-off.
 		case !prev.ReleaseAt.IsZero():
 			how = fmt.Sprintf(", handed off by %s in %v", prev.Worker, fmtDur(e.At.Sub(prev.ReleaseAt)))
 		case prev.Worker == d.killed:
@@ -262,7 +267,7 @@ func (d *demo) serveEvent(w http.ResponseWriter, r *http.Request) {
 		case prev.Worker == d.frozen:
 			how = fmt.Sprintf(", %v after %s froze: its lease expired while it was stopped", fmtDur(e.At.Sub(d.faultAt("SIGSTOP"))), prev.Worker)
 		}
-		d.grants[e.Token] = &grant{Worker: e.Worker, Token: e.Token, At: e.At}
+		d.grants[e.Token] = &grant{Worker: e.Worker, Token: e.Token, At: e.At, WaitFrom: d.waitFrom[e.Worker]}
 		waiting := "nobody"
 		if len(d.waiting) > 0 {
 			waiting = strings.Join(d.waiting, " ")
@@ -277,7 +282,7 @@ func (d *demo) serveEvent(w http.ResponseWriter, r *http.Request) {
 			g.Released = true
 		}
 	case EventLost:
-		d.printfLocked("%s unlocks and learns that its lease was lost: %s", e.Worker, e.Detail)
+		d.printfLocked("%s unlocks and only now learns that its lease had been lost", e.Worker)
 	case EventFinished:
 		d.printfLocked("%s finds no expired order left and exits", e.Worker)
 	}
@@ -393,7 +398,7 @@ func (d *demo) resume(why string) {
 	d.thawed = true
 	cmd := d.procs[d.frozen]
 	_ = cmd.Process.Signal(syscall.SIGCONT)
-	d.faults = append(d.faults, Fault{Kind: "SIGCONT", Worker: d.frozen, At: time.Now()})
+	d.faults = append(d.faults, Fault{Kind: "SIGCONT", Worker: d.frozen, Job: freezeJob, At: time.Now()})
 	if why != "" {
 		why = " (" + why + ")"
 	}

@@ -73,6 +73,7 @@ type Fault struct {
 type grant struct {
 	Worker    string
 	Token     uint64
+	WaitFrom  time.Time // when the worker called Lock
 	At        time.Time // when Lock returned
 	ReleaseAt time.Time // when the worker began Unlock; zero if it never did
 	Released  bool      // Unlock succeeded: an orderly hand-off follows
@@ -128,7 +129,8 @@ func computeVerdict(fencing bool, orders int, ttl time.Duration, records []Recor
 	var handOffs []float64
 	for i := 1; i < len(grants); i++ {
 		prev, next := grants[i-1], grants[i]
-		if prev.Released && !prev.ReleaseAt.IsZero() {
+		// A hand-off needs a waiter: one that came later found the lock free.
+		if prev.Released && !prev.ReleaseAt.IsZero() && !next.WaitFrom.After(prev.ReleaseAt) {
 			handOffs = append(handOffs, ms(next.At.Sub(prev.ReleaseAt)))
 		}
 	}

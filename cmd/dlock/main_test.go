@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/dlocktest"
+	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+// TestMain makes the test binary double as the commands the scripts run:
+// testscript.Main puts copies of it named dlock, sigchild and critical on
+// $PATH, and each copy runs the function of its name. So every `dlock` in
+// a script is a real process running main, and `dlock demo` starts its
+// workers by running its own binary, as it does in production.
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"dlock":    main,
+		"sigchild": sigchildMain,
+		"critical": criticalMain,
+	})
+}
+
+// TestScripts runs testdata/*.txtar against one lock server shared by every
+// script; each script uses its own keys.
+func TestScripts(t *testing.T) {
+	b := startBackend(t)
+	testscript.Run(t, testscript.Params{
+		Dir:                 "testdata",
+		RequireExplicitExec: true,
+		RequireUniqueNames:  true,
+		Setup: func(env *testscript.Env) error {
+			env.Setenv("DLOCK_BACKEND", b.url)
+			env.Setenv("BACKEND_SCHEME", b.scheme)
+			env.Setenv("BACKEND_ADDR", b.addr)
+			env.Values[backendKey{}] = b
+			env.Values[procsKey{}] = newProcs(env)
+			return nil
+		},
+		Cmds: scriptCommands(t),
+		// [etcd]: the etcd backend is built in.
+		Condition: func(cond string) (bool, error) {
+			if cond == "etcd" {
+				return slices.Contains(dlock.Schemes(), "etcd"), nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
+		},
+	})
+}
+
+// backend is the lock server the scripts share.
+type backend struct {
+	scheme string // etcd or redis
+	addr   string // host:port
+	url    string
+	path   string // appended to a URL built on another address ("/0" for Redis)
+}
+
+type backendKey struct{}
+
+// startBackend starts the preferred lock server for this package's tests:
+// an embedded etcd, in this process, when the etcd backend is built in
+// (nothing to install); otherwise redis-server.
+func startBackend(t *testing.T) *backend {
+	t.Helper()
+	if slices.Contains(dlock.Schemes(), "etcd") {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		node, err := startEtcd(ctx, etcdConfig{listen: "127.0.0.1:0", dataDir: t.TempDir(), log: testLogWriter{t}})
+		if err != nil {
+			t.Fatalf("start etcd: %v", err)
+		}
+		t.Cleanup(node.Close)
+		return &backend{scheme: "etcd", addr: node.addr, url: node.URL()}
+	}
+	testserver.SkipIfShort(t)
+	r := testserver.StartRedis(t)
+	return &backend{scheme: "redis", addr: r.Addr(), url: r.URL(), path: "/0"}
+}
+
+// testLogWriter sends etcd's log lines to the test log, while the test
+// runs.
+type testLogWriter struct{ t *testing.T }
+
+func (w testLogWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+// waitUntil polls cond until it holds or the bound passes. It is for
+// conditions that nothing signals (a file another process writes, a
+// server-side queue), never for letting time pass.
+func waitUntil(bound time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(bound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
+// waitBound bounds every wait in the scripts: far above what any step
+// needs on a loaded machine, far below go test's own timeout.
+const waitBound = 60 * time.Second
+
+// procs are the background processes of one script.
+type procs struct {
+	mu      sync.Mutex
+	m       map[string]*proc
+	proxies map[string]*dlocktest.Proxy
+}
+
+type procsKey struct{}
+
+func newProcs(env *testscript.Env) *procs {
+	p := &procs{m: map[string]*proc{}}
+	env.Defer(func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, pr := range p.m {
+			_ = pr.cmd.Process.Kill()
+			<-pr.done
+		}
+	})
+	return p
+}
+
+func (p *procs) get(name string) *proc {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.m[name]
+}
+
+func (p *procs) add(name string, pr *proc) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.m[name] = pr
+}

@@ -1,0 +1,399 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/dlocktest"
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+// scriptCommands are the commands the scripts have on top of testscript's.
+func scriptCommands(t *testing.T) map[string]func(ts *testscript.TestScript, neg bool, args []string) {
+	return map[string]func(ts *testscript.TestScript, neg bool, args []string){
+		// exits CODE PROG [ARGS...]: run PROG in the foreground and
+		// require exit status CODE; stdout and stderr can then be checked.
+		"exits": cmdExits,
+		// start NAME PROG [ARGS...]: run PROG in the background; its
+		// output goes to NAME.stdout and NAME.stderr in $WORK.
+		"start": cmdStart,
+		// signal NAME SIG: send SIG (TERM, INT, HUP, QUIT, USR1, USR2,
+		// KILL) to the background process NAME.
+		"signal": cmdSignal,
+		// await NAME CODE: wait for the background process NAME to exit
+		// and require exit status CODE.
+		"await": cmdAwait,
+		// waitfor FILE [REGEXP]: wait until FILE exists (and matches).
+		"waitfor": cmdWaitfor,
+		// queued KEY N: wait until KEY is held and N others wait for it.
+		"queued": cmdQueued,
+		// proxy VAR: start a TCP proxy to the backend and set VAR to the
+		// backend URL through it.
+		"proxy": func(ts *testscript.TestScript, neg bool, args []string) { cmdProxy(t, ts, args) },
+		// blackhole VAR: stop all traffic through the proxy of VAR.
+		"blackhole": cmdBlackhole,
+		// readvar VAR FILE: set VAR to the first line of FILE.
+		"readvar": cmdReadvar,
+		// jsonvalid: require that stdout is valid JSON.
+		"jsonvalid": cmdJSONValid,
+		// serialized FILE N: require that FILE, written by N runs of
+		// `critical`, shows N critical sections one after another.
+		"serialized": cmdSerialized,
+	}
+}
+
+func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: exits CODE PROG [ARGS...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	ts.Check(err)
+	err = ts.Exec(args[1], args[2:]...)
+	got := 0
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		got = ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			ts.Fatalf("%s was killed by %v", args[1], ws.Signal())
+		}
+	case err != nil:
+		ts.Fatalf("%s: %v", args[1], err)
+	}
+	if got != want {
+		ts.Fatalf("%s exited with status %d, want %d", args[1], got, want)
+	}
+}
+
+// proc is a background process of a script.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+func procsOf(ts *testscript.TestScript) *procs { return ts.Value(procsKey{}).(*procs) }
+
+// scriptEnv rebuilds the script's environment for processes started
+// outside testscript's exec: the test process's environment without
+// DLOCK_ variables, then the script's values of the variables the scripts
+// use.
+func scriptEnv(ts *testscript.TestScript) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DLOCK_") {
+			env = append(env, kv)
+		}
+	}
+	names := []string{"PATH", "HOME", "TMPDIR", "WORK"}
+	for _, flag := range []string{"backend", "ttl", "wait", "no-wait", "grace", "connect-timeout", "verbose", "json",
+		"listen", "data-dir", "log-level", "workers", "jobs", "job-time", "no-fencing", "timeout"} {
+		names = append(names, envName(flag))
+	}
+	for _, n := range names {
+		if v := ts.Getenv(n); v != "" {
+			env = append(env, n+"="+v)
+		}
+	}
+	return env
+}
+
+func cmdStart(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: start NAME PROG [ARGS...]")
+	}
+	name := args[0]
+	if procsOf(ts).get(name) != nil {
+		ts.Fatalf("a process named %s was started already", name)
+	}
+	path, err := exec.LookPath(args[1])
+	ts.Check(err)
+	cmd := exec.Command(path, args[2:]...)
+	cmd.Dir = ts.MkAbs(".")
+	cmd.Env = scriptEnv(ts)
+	stdout, err := os.Create(ts.MkAbs(name + ".stdout"))
+	ts.Check(err)
+	stderr, err := os.Create(ts.MkAbs(name + ".stderr"))
+	ts.Check(err)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	ts.Check(cmd.Start())
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		stdout.Close()
+		stderr.Close()
+		close(p.done)
+	}()
+	procsOf(ts).add(name, p)
+}
+
+func signalByName(name string) (syscall.Signal, bool) {
+	sigs := map[string]syscall.Signal{
+		"TERM": syscall.SIGTERM, "INT": syscall.SIGINT, "HUP": syscall.SIGHUP, "QUIT": syscall.SIGQUIT,
+		"USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "KILL": syscall.SIGKILL,
+	}
+	s, ok := sigs[strings.TrimPrefix(name, "SIG")]
+	return s, ok
+}
+
+func cmdSignal(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: signal NAME SIG")
+	}
+	p := procsOf(ts).get(args[0])
+	if p == nil {
+		ts.Fatalf("no background process %s", args[0])
+	}
+	sig, ok := signalByName(args[1])
+	if !ok {
+		ts.Fatalf("unknown signal %s", args[1])
+	}
+	ts.Check(p.cmd.Process.Signal(sig))
+}
+
+func cmdAwait(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: await NAME CODE")
+	}
+	p := procsOf(ts).get(args[0])
+	if p == nil {
+		ts.Fatalf("no background process %s", args[0])
+	}
+	want, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	select {
+	case <-p.done:
+	case <-time.After(waitBound):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		ts.Logf("%s.stderr:\n%s", args[0], ts.ReadFile(args[0]+".stderr"))
+		ts.Fatalf("%s still ran after %v", args[0], waitBound)
+	}
+	ts.Logf("%s.stderr:\n%s", args[0], ts.ReadFile(args[0]+".stderr"))
+	got := p.cmd.ProcessState.ExitCode()
+	if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		ts.Fatalf("%s was killed by %v", args[0], ws.Signal())
+	}
+	if got != want {
+		ts.Fatalf("%s exited with status %d, want %d", args[0], got, want)
+	}
+}
+
+func cmdWaitfor(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 1 || len(args) > 2 {
+		ts.Fatalf("usage: waitfor FILE [REGEXP]")
+	}
+	var re *regexp.Regexp
+	if len(args) == 2 {
+		var err error
+		re, err = regexp.Compile("(?m)" + args[1])
+		ts.Check(err)
+	}
+	path := ts.MkAbs(args[0])
+	ok := waitUntil(waitBound, func() bool {
+		b, err := os.ReadFile(path)
+		return err == nil && (re == nil || re.Match(b))
+	})
+	if !ok {
+		b, _ := os.ReadFile(path)
+		ts.Fatalf("after %v, %s does not exist or does not match; it holds:\n%s", waitBound, args[0], b)
+	}
+}
+
+func cmdQueued(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: queued KEY N")
+	}
+	n, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+	defer cancel()
+	c, err := dlock.Open(ctx, ts.Getenv("DLOCK_BACKEND"))
+	ts.Check(err)
+	defer c.Close()
+	var last *dlock.LockInfo
+	ok := waitUntil(waitBound, func() bool {
+		info, err := c.Inspect(ctx, args[0])
+		if err != nil {
+			return false
+		}
+		last = info
+		return info.Holder != nil && len(info.Waiters) == n
+	})
+	if !ok {
+		ts.Fatalf("after %v, %s is not held with %d waiting: %+v", waitBound, args[0], n, last)
+	}
+}
+
+func cmdProxy(t *testing.T, ts *testscript.TestScript, args []string) {
+	if len(args) != 1 {
+		ts.Fatalf("usage: proxy VAR")
+	}
+	b := ts.Value(backendKey{}).(*backend)
+	p := dlocktest.NewProxy(t, b.addr)
+	ts.Defer(p.Close)
+	ts.Setenv(args[0], b.scheme+"://"+p.Addr()+b.path)
+	ts.Setenv(args[0]+"_proxy", p.Addr())
+	ps := procsOf(ts)
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.proxies == nil {
+		ps.proxies = map[string]*dlocktest.Proxy{}
+	}
+	ps.proxies[args[0]] = p
+}
+
+func cmdBlackhole(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: blackhole VAR")
+	}
+	ps := procsOf(ts)
+	ps.mu.Lock()
+	p := ps.proxies[args[0]]
+	ps.mu.Unlock()
+	if p == nil {
+		ts.Fatalf("no proxy %s", args[0])
+	}
+	p.Blackhole()
+}
+
+func cmdReadvar(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: readvar VAR FILE")
+	}
+	line, _, _ := strings.Cut(ts.ReadFile(args[1]), "\n")
+	ts.Setenv(args[0], line)
+}
+
+func cmdJSONValid(ts *testscript.TestScript, neg bool, args []string) {
+	var v any
+	err := json.Unmarshal([]byte(ts.ReadFile("stdout")), &v)
+	if (err == nil) == neg {
+		ts.Fatalf("stdout is valid JSON: %v; want %v", err == nil, !neg)
+	}
+}
+
+func cmdSerialized(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: serialized FILE N")
+	}
+	n, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	lines := strings.Fields(strings.ReplaceAll(ts.ReadFile(args[0]), " ", "="))
+	if len(lines) != 2*n {
+		ts.Fatalf("%s has %d lines, want %d:\n%s", args[0], len(lines), 2*n, ts.ReadFile(args[0]))
+	}
+	var last uint64
+	for i := 0; i < len(lines); i += 2 {
+		start, end := lines[i], lines[i+1]
+		tok, ok := strings.CutPrefix(start, "start=")
+		if !ok || end != "end="+tok {
+			ts.Fatalf("%s: critical sections overlap at line %d:\n%s", args[0], i+1, ts.ReadFile(args[0]))
+		}
+		t, err := strconv.ParseUint(tok, 10, 64)
+		ts.Check(err)
+		if t <= last {
+			ts.Fatalf("%s: token %d after token %d: tokens must grow", args[0], t, last)
+		}
+		last = t
+	}
+}
+
+// sigchildMain is the PROGRAM of the signal tests. Usage:
+//
+//	sigchild [-ignore-term] DIR
+//
+// It writes DLOCK_KEY, DLOCK_TOKEN and its parent's pid to DIR/ready,
+// appends the name of every signal it gets to DIR/signals, and exits with
+// 128+N on SIGINT, SIGTERM, SIGHUP or SIGQUIT, as if the signal had killed
+// it (with -ignore-term it only logs SIGTERM).
+func sigchildMain() {
+	args := os.Args[1:]
+	ignoreTerm := len(args) > 0 && args[0] == "-ignore-term"
+	if ignoreTerm {
+		args = args[1:]
+	}
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: sigchild [-ignore-term] DIR")
+		os.Exit(2)
+	}
+	dir := args[0]
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwardedSignals()...)
+	ready := fmt.Sprintf("key=%s\ntoken=%s\nppid=%d\n", os.Getenv("DLOCK_KEY"), os.Getenv("DLOCK_TOKEN"), os.Getppid())
+	must(os.WriteFile(filepath.Join(dir, "ready.tmp"), []byte(ready), 0o644))
+	must(os.Rename(filepath.Join(dir, "ready.tmp"), filepath.Join(dir, "ready")))
+	for s := range sigs {
+		sig := s.(syscall.Signal)
+		f, err := os.OpenFile(filepath.Join(dir, "signals"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		must(err)
+		_, err = fmt.Fprintln(f, signalName(sig))
+		must(err)
+		must(f.Close())
+		switch sig {
+		case syscall.SIGTERM:
+			if !ignoreTerm {
+				os.Exit(128 + int(sig))
+			}
+		case syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT:
+			os.Exit(128 + int(sig))
+		}
+	}
+}
+
+// criticalMain is the PROGRAM of the serialization test. Usage:
+//
+//	critical FILE
+//
+// It appends "start $DLOCK_TOKEN" to FILE, stays a moment, and appends
+// "end $DLOCK_TOKEN". A marker file next to FILE catches an overlap even
+// if the two writes happen to interleave cleanly: it exits 99 then.
+func criticalMain() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: critical FILE")
+		os.Exit(2)
+	}
+	file, token := os.Args[1], os.Getenv("DLOCK_TOKEN")
+	marker, err := os.OpenFile(file+".inside", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "critical: another holder is inside:", err)
+		os.Exit(99)
+	}
+	marker.Close()
+	appendLine(file, "start "+token)
+	// Stay inside long enough that a second holder, if the lock let one
+	// in, would arrive while we are here. Correctness does not depend on it.
+	time.Sleep(50 * time.Millisecond)
+	appendLine(file, "end "+token)
+	must(os.Remove(file + ".inside"))
+}
+
+func appendLine(file, line string) {
+	f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	must(err)
+	w := bufio.NewWriter(f)
+	_, _ = w.WriteString(line + "\n")
+	must(w.Flush())
+	must(f.Close())
+}
+
+func must(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+}
