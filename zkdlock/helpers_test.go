@@ -32,8 +32,8 @@ func (quietLogger) Printf(string, ...any) {}
 // connOpts configure dialZK.
 type connOpts struct {
 	timeout time.Duration
-	onEvent func(zk.Event)  // called for every event, in go-zookeeper's receive loop
-	dialer  zk.Dialer       // default net.DialTimeout
+	onEvent func(zk.Event) // called for every event, in go-zookeeper's receive loop
+	dialer  zk.Dialer      // default net.DialTimeout
 }
 
 // dialZK connects to addr and waits for a session; the connection is closed
@@ -142,4 +142,49 @@ func waitDone(t *testing.T, ctx context.Context, l *dlock.Lease, why string) {
 	case <-ctx.Done():
 		t.Fatalf("lease on %q not lost after %s (watchdog)", l.Key(), why)
 	}
+}
+
+// hookConn wraps a zk.Conn to count requests and inject faults, the way a
+// flaky network or a badly timed release would.
+type hookConn struct {
+	zkdlock.Conn
+	lists   atomic.Int64 // getChildren calls
+	creates atomic.Int64 // create calls that reached the server
+	getWs   atomic.Int64 // getData-with-watch calls that returned
+
+	// dropCreateReplies makes that many creates succeed on the server and
+	// then fail with zk.ErrConnectionClosed, as when the connection breaks
+	// before the reply arrives.
+	dropCreateReplies atomic.Int32
+	// onCreate, when set before the client uses the conn, runs after a
+	// create reached the server and before its reply is returned.
+	onCreate func(path string, err error)
+	// beforeGetW, when set before the client uses the conn, runs before
+	// every getData-with-watch.
+	beforeGetW func(path string)
+}
+
+func (h *hookConn) Children(path string) ([]string, *zk.Stat, error) {
+	h.lists.Add(1)
+	return h.Conn.Children(path)
+}
+
+func (h *hookConn) Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error) {
+	p, err := h.Conn.Create(path, data, flags, acl)
+	h.creates.Add(1)
+	if h.onCreate != nil {
+		h.onCreate(p, err)
+	}
+	if err == nil && h.dropCreateReplies.Add(-1) >= 0 {
+		return "", zk.ErrConnectionClosed
+	}
+	return p, err
+}
+
+func (h *hookConn) GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error) {
+	if h.beforeGetW != nil {
+		h.beforeGetW(path)
+	}
+	defer h.getWs.Add(1)
+	return h.Conn.GetW(path)
 }
