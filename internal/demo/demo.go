@@ -279,7 +279,9 @@ func (d *demo) serveEvent(w http.ResponseWriter, r *http.Request) {
 		}
 	case EventReleased:
 		if g := d.grants[e.Token]; g != nil {
-			g.Released = true
+			// The hand-off starts when Unlock is called, not when the
+			// worker announced it.
+			g.Released, g.ReleaseAt = true, e.Since
 		}
 	case EventLost:
 		d.printfLocked("%s unlocks and only now learns that its lease had been lost", e.Worker)

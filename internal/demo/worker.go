@@ -21,6 +21,9 @@ type Event struct {
 	Kind   string    `json:"kind"` // see the Event* constants
 	Token  uint64    `json:"token,omitempty"`
 	At     time.Time `json:"at"` // the worker's clock, same machine
+	// Since is, for EventReleased and EventLost, when Unlock was called:
+	// the start of the hand-off.
+	Since  time.Time `json:"since,omitzero"`
 	Detail string    `json:"detail,omitempty"`
 }
 
@@ -84,15 +87,18 @@ func RunWorker(ctx context.Context, client *dlock.Client, cfg WorkerConfig) erro
 			}
 		}
 
+		// Announce the release before it happens, so that the parent
+		// hears of it before the next holder's grant.
 		w.event(ctx, Event{Kind: EventReleasing, Token: token})
 		uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		since := time.Now()
 		err = lease.Unlock(uctx)
 		cancel()
 		switch {
 		case err == nil:
-			w.event(ctx, Event{Kind: EventReleased, Token: token})
+			w.event(ctx, Event{Kind: EventReleased, Token: token, Since: since})
 		case errors.Is(err, dlock.ErrNotHeld):
-			w.event(ctx, Event{Kind: EventLost, Token: token, Detail: err.Error()})
+			w.event(ctx, Event{Kind: EventLost, Token: token, Since: since, Detail: err.Error()})
 		default:
 			return fmt.Errorf("unlock: %w", err)
 		}
