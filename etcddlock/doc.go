@@ -1,0 +1,43 @@
+// Package etcddlock is the etcd backend of dlock: a fair (FIFO) lock on
+// etcd v3 in which each waiter watches only the entry just ahead of it, with
+// leases that etcd expires when their holder stops renewing them, and fencing
+// tokens taken from etcd's revision counter. docs/etcd.md describes the
+// algorithm and what it guarantees.
+//
+// Import it to register the URL schemes used by dlock.Open:
+//
+//	etcd://[user:password@]host[:port][,host[:port]…][/prefix][?params]
+//	etcds://…                                        (TLS)
+//
+// The port defaults to 2379. Several hosts name the members of one cluster.
+// The path is the prefix of every etcd key dlock writes, with a trailing
+// slash added (default "dlock/", see DefaultPrefix). A user name and
+// password, percent-encoded in the URL, authenticate with etcd's own
+// authentication. Parameters:
+//
+//	dial_timeout=5s     how long Open waits for etcd's first answer (default
+//	                    DefaultDialTimeout, or less if Open's context ends
+//	                    sooner)
+//	cacert=FILE         etcds: PEM file of the CAs that sign the server's
+//	                    certificate (default: the system's roots)
+//	cert=FILE, key=FILE etcds: client certificate and key, for servers that
+//	                    require one (--client-cert-auth)
+//	server_name=NAME    etcds: the name to verify in the server's
+//	                    certificate (default: the host in the URL)
+//
+// Or build a Client from an etcd client the program already has with New.
+//
+// # TTL
+//
+// etcd counts lease TTLs in whole seconds: a lock's TTL is rounded up to
+// the next second, and raised to the server's minimum, which is 1.5 election
+// timeouts rounded up (2 s with etcd's default election timeout of 1 s). The
+// lease then lasts as long as etcd granted, and is renewed every third of
+// it. A TTL of 100 ms therefore behaves as one of 1 or 2 s.
+//
+// # Inspect and List
+//
+// They report the holder's fencing token, every entry's metadata and the
+// holder's TTL left, rounded up to whole seconds. Since is always zero: etcd
+// stores no time with a key, and a client's clock is not the server's.
+package etcddlock

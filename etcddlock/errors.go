@@ -1,0 +1,124 @@
+package etcddlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/dlockdev/dlock/driver"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// code returns the gRPC code of an error from the etcd client, which comes
+// either as a gRPC status or as an rpctypes.EtcdError.
+func code(err error) codes.Code {
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code()
+	}
+	if s, ok := status.FromError(err); ok {
+		return s.Code()
+	}
+	return codes.Unknown
+}
+
+// transient reports whether a request that failed with err may succeed if
+// sent again: etcd has no leader or is electing one, a request timed out
+// inside the cluster, or the connection dropped. The outcome of a write that
+// failed this way is unknown.
+func transient(err error) bool {
+	switch code(err) {
+	case codes.Unavailable, codes.Aborted:
+		return true
+	case codes.ResourceExhausted:
+		// "too many requests", but not "database space exceeded", which
+		// needs an operator.
+		return rpctypes.ErrorDesc(err) == rpctypes.ErrGRPCRequestTooManyRequests.Error()
+	case codes.DeadlineExceeded:
+		// A timeout inside the server; callers check their own context.
+		return true
+	}
+	return false
+}
+
+// isLeaseNotFound reports an error saying that a lease expired or was revoked.
+func isLeaseNotFound(err error) bool {
+	return errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, rpctypes.ErrGRPCLeaseNotFound) ||
+		(code(err) == codes.NotFound && rpctypes.ErrorDesc(err) == rpctypes.ErrGRPCLeaseNotFound.Error())
+}
+
+// isAuthErr reports an error about credentials or permissions.
+func isAuthErr(err error) bool {
+	switch code(err) {
+	case codes.PermissionDenied, codes.Unauthenticated:
+		return true
+	}
+	switch rpctypes.ErrorDesc(err) {
+	case rpctypes.ErrGRPCAuthFailed.Error(), rpctypes.ErrGRPCUserEmpty.Error(),
+		rpctypes.ErrGRPCAuthOldRevision.Error(), rpctypes.ErrGRPCUserNotFound.Error():
+		return true
+	}
+	return false
+}
+
+// wrapErr gives an etcd error the dlock sentinel it deserves and names the
+// server; where says what was being done.
+func (d *etcdDriver) wrapErr(where string, err error) error {
+	if err == nil {
+		return nil
+	}
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s: %w", where, err)
+	case isAuthErr(err):
+		return fmt.Errorf("%w: %s: etcd at %s refused it: %v (check the user name and password, and that the user's role may read and write the prefix %q)",
+			driver.ErrAuth, where, d.addr, err, d.prefix)
+	case transient(err):
+		return fmt.Errorf("%w: %s: etcd at %s: %v", driver.ErrUnavailable, where, d.addr, err)
+	}
+	return fmt.Errorf("%s: etcd at %s: %w", where, d.addr, err)
+}
+
+// backoff spaces out retries after transient errors: 5 ms doubling to 1 s,
+// with jitter so that clients that failed together do not retry together.
+type backoff struct{ next time.Duration }
+
+// wait sleeps before the next retry, returning early with ctx's error.
+func (b *backoff) wait(ctx context.Context) error {
+	if b.next == 0 {
+		b.next = 5 * time.Millisecond
+	}
+	d := b.next/2 + rand.N(b.next/2+1)
+	b.next = min(2*b.next, time.Second)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// retry runs op until it succeeds, fails with an error that is not
+// transient, or ctx ends. When ctx ends after transient failures it returns
+// ctx's error, with the last failure in the message.
+func retry(ctx context.Context, op func(ctx context.Context) error) error {
+	var b backoff
+	for {
+		err := op(ctx)
+		if err == nil || !transient(err) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (last etcd error: %v)", ctx.Err(), err)
+		}
+		if werr := b.wait(ctx); werr != nil {
+			return fmt.Errorf("%w (last etcd error: %v)", werr, err)
+		}
+	}
+}

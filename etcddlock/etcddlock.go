@@ -1,0 +1,140 @@
+package etcddlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/driver"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// New returns a Client that takes locks through cli, an etcd client the
+// program already has. Client.Close leaves cli open.
+//
+// New checks that etcd answers and lets cli read the prefix; it returns
+// errors satisfying errors.Is with dlock.ErrUnavailable or dlock.ErrAuth when
+// that fails.
+func New(ctx context.Context, cli *clientv3.Client, opts *Options) (*dlock.Client, error) {
+	if cli == nil {
+		return nil, fmt.Errorf("%w: etcddlock: nil etcd client", dlock.ErrInvalidOption)
+	}
+	d, err := newDriver(ctx, cli.KV, clientv3.NewLease(cli), clientv3.NewWatcher(cli), opts, nil, strings.Join(cli.Endpoints(), ","))
+	if err != nil {
+		return nil, err
+	}
+	c, err := dlock.NewClient(d, d.opts.ClientOptions...)
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// etcdDriver implements driver.Driver and driver.Inspector.
+type etcdDriver struct {
+	kv     clientv3.KV
+	lc     clientv3.Lease   // the driver's own: closed by Close
+	w      clientv3.Watcher // the driver's own: closed by Close
+	owned  io.Closer        // the etcd client, when Open created it
+	addr   string           // for error messages
+	opts   Options
+	prefix string
+
+	// ctx ends when Close starts: it interrupts waiting Acquire calls and
+	// the watches of held grants.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	inflight sync.WaitGroup // Acquire calls, waited for by Close
+
+	mu     sync.Mutex
+	idle   map[int64][]*etcdLease // leases with no entry, by TTL in seconds; guarded by mu
+	closed bool                   // guarded by mu
+}
+
+func newDriver(ctx context.Context, kv clientv3.KV, lc clientv3.Lease, w clientv3.Watcher, opts *Options, owned io.Closer, addr string) (*etcdDriver, error) {
+	o := opts.withDefaults()
+	dctx, cancel := context.WithCancel(context.Background())
+	d := &etcdDriver{
+		kv: kv, lc: lc, w: w, owned: owned, addr: addr, opts: o, prefix: o.Prefix,
+		ctx: dctx, cancel: cancel, idle: map[int64][]*etcdLease{},
+	}
+	// Range, one key of the prefix: proves that etcd answers, has a leader
+	// (the read is linearizable) and lets these credentials read there.
+	if _, err := kv.Get(ctx, d.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1)); err != nil {
+		_ = d.closeClients()
+		return nil, d.checkErr(ctx, err)
+	}
+	return d, nil
+}
+
+// checkErr explains why the first request to etcd failed.
+func (d *etcdDriver) checkErr(ctx context.Context, err error) error {
+	if isAuthErr(err) {
+		return fmt.Errorf("%w: etcd at %s: %v (check the user name and password in the URL, and that the user may read and write keys under %q)",
+			driver.ErrAuth, d.addr, err, d.prefix)
+	}
+	if ctx.Err() != nil || transient(err) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: cannot reach etcd at %s: %v (check that etcd runs there and serves clients on that port, 2379 by default, and that the scheme matches the server: etcd:// for plain TCP, etcds:// for TLS)",
+			driver.ErrUnavailable, d.addr, err)
+	}
+	return fmt.Errorf("etcd at %s: %w", d.addr, err)
+}
+
+// enter registers an Acquire call, failing once Close has started.
+func (d *etcdDriver) enter() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return fmt.Errorf("%w: etcd driver closed", dlock.ErrClosed)
+	}
+	d.inflight.Add(1)
+	return nil
+}
+
+// Close interrupts waiting Acquire calls and waits for them to remove their
+// entries, revokes the idle leases, and closes the etcd client if Open
+// created it. Held grants are not released: dlock releases them first.
+func (d *etcdDriver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	var idle []*etcdLease
+	for _, ls := range d.idle {
+		idle = append(idle, ls...)
+	}
+	clear(d.idle)
+	d.mu.Unlock()
+
+	d.cancel()
+	d.inflight.Wait()
+	// One deadline for all: an unreachable etcd drops the leases by itself.
+	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+	defer cancel()
+	for _, l := range idle {
+		d.revokeWith(ctx, l)
+	}
+	return d.closeClients()
+}
+
+func (d *etcdDriver) closeClients() error {
+	d.cancel()
+	errs := []error{d.w.Close(), d.lc.Close()}
+	if d.owned != nil {
+		errs = append(errs, d.owned.Close())
+	}
+	return errors.Join(errs...)
+}
+
+var (
+	_ driver.Driver    = (*etcdDriver)(nil)
+	_ driver.Inspector = (*etcdDriver)(nil)
+)

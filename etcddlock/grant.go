@@ -1,0 +1,164 @@
+package etcddlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlockdev/dlock/driver"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// grant is a held key: our entry, the oldest of its queue, and the lease
+// it is attached to. It implements driver.Grant.
+type grant struct {
+	d         *etcdDriver
+	l         *etcdLease
+	key       string // our entry
+	token     int64  // its create revision
+	seen      int64  // a revision at which it existed
+	validFrom time.Time
+	reusable  bool // the lease may serve another call after a clean release
+
+	lost chan error // receives once if the entry is deleted behind our back
+
+	mu          sync.Mutex
+	watchCancel context.CancelFunc // non-nil once the watch runs; guarded by mu
+	watchDone   chan struct{}      // closed when the watch has returned; guarded by mu
+	released    bool               // guarded by mu
+}
+
+// Token is the create revision of our entry: etcd's revision counter only
+// goes up, across the whole cluster and across restarts, so every later
+// grant of the key has a higher one.
+func (g *grant) Token() uint64 { return uint64(g.token) }
+
+// ValidFrom is when the latest grant or renewal of the lease that was
+// confirmed was sent: for a waiter that became the holder, its last renewal
+// while waiting.
+func (g *grant) ValidFrom() time.Time { return g.validFrom }
+
+// Validity is the lease's TTL as granted by etcd, counted by etcd from when
+// it handles each grant or renewal.
+func (g *grant) Validity() time.Duration { return g.l.ttl }
+
+// Lost fires if our entry is deleted while we hold it.
+func (g *grant) Lost() <-chan error { return g.lost }
+
+// Renew renews the lease, which keeps our entry.
+func (g *grant) Renew(ctx context.Context) error {
+	g.startWatch()
+	return g.l.keepAlive(ctx, g.d.lc)
+}
+
+// startWatch starts watching our entry for deletion at the first renewal:
+// a key held for less than a third of its TTL never pays for a watch, and
+// one held longer learns at once that its entry was deleted behind its back
+// (by an operator or a buggy program). The watch starts at the revision
+// after the one where the entry was last seen, so it misses nothing that
+// happened before it started.
+func (g *grant) startWatch() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.watchDone != nil || g.released {
+		return
+	}
+	ctx, cancel := context.WithCancel(g.d.ctx)
+	g.watchCancel, g.watchDone = cancel, make(chan struct{})
+	go g.watch(ctx)
+}
+
+func (g *grant) stopWatch() {
+	g.mu.Lock()
+	g.released = true
+	cancel, done := g.watchCancel, g.watchDone
+	g.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+func (g *grant) watch(ctx context.Context) {
+	defer close(g.watchDone)
+	rev := g.seen + 1
+	var b backoff
+	for {
+		if g.watchFrom(ctx, &rev) {
+			return
+		}
+		// The watch ended: released, closed, or by itself (compaction
+		// of rev, a broken stream). In the last case, look at the entry
+		// and watch again from there.
+		if b.wait(ctx) != nil {
+			return
+		}
+		// Range, our entry.
+		resp, err := g.d.kv.Get(ctx, g.key, clientv3.WithKeysOnly())
+		if err != nil {
+			continue
+		}
+		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != g.token {
+			g.lost <- fmt.Errorf("its etcd key %q is gone", g.key)
+			return
+		}
+		rev = resp.Header.Revision + 1
+	}
+}
+
+// watchFrom watches our entry from *rev until the watch ends, advancing
+// *rev, and reports whether it reported the entry's deletion on g.lost.
+func (g *grant) watchFrom(ctx context.Context, rev *int64) bool {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Watch create: deletes of our entry since *rev.
+	for wr := range g.d.w.Watch(ctx, g.key, clientv3.WithRev(*rev), clientv3.WithFilterPut()) {
+		if wr.Err() != nil || wr.Canceled {
+			return false
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE {
+				g.lost <- fmt.Errorf("its etcd key %q was deleted at revision %d", g.key, ev.Kv.ModRevision)
+				return true
+			}
+		}
+		*rev = max(*rev, wr.Header.Revision+1)
+	}
+	return false
+}
+
+// Release deletes our entry, which hands the key to the next waiter, and
+// keeps the lease for a later call (or revokes it).
+func (g *grant) Release(ctx context.Context) error {
+	g.stopWatch()
+	var resp *clientv3.TxnResponse
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		// Txn: delete our entry if it is still the one we created. This
+		// delete is the hand-off: the watch of the next waiter, and only
+		// that one, fires on it.
+		resp, err = g.d.kv.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(g.key), "=", g.token)).
+			Then(clientv3.OpDelete(g.key)).
+			Commit()
+		return err
+	})
+	if err != nil {
+		// Nobody renews the lease any more: etcd drops it and our entry
+		// within the TTL.
+		return g.d.wrapErr("release", err)
+	}
+	if !resp.Succeeded {
+		g.d.revoke(ctx, g.l)
+		return fmt.Errorf("%w: its etcd key %q was gone already (lease expired or key deleted)", driver.ErrNotHeld, g.key)
+	}
+	if g.reusable {
+		g.d.recycle(ctx, g.l)
+	} else {
+		// A lost reply may have been a request that attaches an entry
+		// to the lease yet to be applied: revoke, never reuse.
+		g.d.revoke(ctx, g.l)
+	}
+	return nil
+}

@@ -1,0 +1,92 @@
+package etcddlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/dlocktest"
+	"github.com/dlockdev/dlock/etcddlock"
+	"github.com/dlockdev/dlock/internal/testserver"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// harness gives the conformance suite clients of the embedded etcd.
+type harness struct {
+	srv   *testserver.Etcd
+	admin *clientv3.Client // for fault injection and inspection
+}
+
+func newHarness(t *testing.T) *harness {
+	srv := testserver.SharedEtcd(t)
+	return &harness{srv: srv, admin: adminClient(t, srv.Addr())}
+}
+
+// adminClient returns a plain etcd client, closed when the test ends.
+func adminClient(t *testing.T, addr string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+// The test server grants leases of one second (its minimum): the suite's
+// scenarios that wait for an expiry take about that long.
+func (h *harness) TTL() time.Duration { return time.Second }
+
+func (h *harness) NewClient(ctx context.Context, t *testing.T) (*dlock.Client, error) {
+	return h.clientVia(ctx, t, h.srv.Addr())
+}
+
+// NewFaultyClient connects through a proxy that can cut the client off:
+// gRPC then sees a silent network, as in a partition.
+func (h *harness) NewFaultyClient(ctx context.Context, t *testing.T) (*dlock.Client, dlocktest.Link, error) {
+	p := dlocktest.NewProxy(t, h.srv.Addr())
+	c, err := h.clientVia(ctx, t, p.Addr())
+	return c, p, err
+}
+
+func (h *harness) clientVia(ctx context.Context, t *testing.T, addr string) (*dlock.Client, error) {
+	c, err := dlock.Open(ctx, "etcd://"+addr)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, nil
+}
+
+// DeleteKey deletes the holder's and the waiters' entries behind their back.
+func (h *harness) DeleteKey(ctx context.Context, key string) error {
+	_, err := h.admin.Delete(ctx, etcddlock.QueueDirForTest(etcddlock.DefaultPrefix, key), clientv3.WithPrefix())
+	return err
+}
+
+// Leftovers lists the etcd keys still stored for key.
+func (h *harness) Leftovers(ctx context.Context, key string) ([]string, error) {
+	resp, err := h.admin.Get(ctx, etcddlock.QueueDirForTest(etcddlock.DefaultPrefix, key), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		out = append(out, string(kv.Key))
+	}
+	return out, nil
+}
+
+// RestartServer stops etcd and starts it again on the same data: etcd keeps
+// everything on disk, including its revision, so tokens keep increasing.
+func (h *harness) RestartServer(ctx context.Context, t *testing.T) error {
+	return h.srv.Restart()
+}
+
+func TestConformance(t *testing.T) {
+	dlocktest.Run(t, func(ctx context.Context, t *testing.T) (dlocktest.Harness, error) {
+		return newHarness(t), nil
+	})
+}

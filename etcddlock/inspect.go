@@ -1,0 +1,108 @@
+package etcddlock
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dlockdev/dlock/driver"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Inspect returns the holder and the waiters of key, in order. Since is
+// zero: etcd records no time with a key. TTL is reported for the holder
+// only (one request per lease would be needed for waiters), rounded up to
+// whole seconds as etcd reports them.
+func (d *etcdDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo, error) {
+	var resp *clientv3.GetResponse
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		// Range over the lock's queue with the metadata, oldest first.
+		resp, err = d.kv.Get(ctx, d.queueDir(key), clientv3.WithPrefix(),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		return err
+	})
+	if err != nil {
+		return nil, d.wrapErr("read the queue", err)
+	}
+	return d.describe(ctx, key, resp.Kvs)
+}
+
+// List returns the locks whose key starts with prefix, sorted by key.
+func (d *etcdDriver) List(ctx context.Context, prefix string) ([]*driver.LockInfo, error) {
+	var resp *clientv3.GetResponse
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		// Range over every queue whose key starts with prefix (escaping
+		// keeps prefixes), oldest entry first.
+		resp, err = d.kv.Get(ctx, d.prefix+escapeKey(prefix), clientv3.WithPrefix(),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		return err
+	})
+	if err != nil {
+		return nil, d.wrapErr("list the queues", err)
+	}
+	queues := map[string][]*mvccpb.KeyValue{}
+	for _, kv := range resp.Kvs {
+		key, _, ok := d.splitEntry(string(kv.Key))
+		if ok && strings.HasPrefix(key, prefix) {
+			queues[key] = append(queues[key], kv)
+		}
+	}
+	var out []*driver.LockInfo
+	for _, key := range slices.Sorted(func(yield func(string) bool) {
+		for k := range queues {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		info, err := d.describe(ctx, key, queues[key])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// describe builds a LockInfo from a queue's entries, oldest first.
+func (d *etcdDriver) describe(ctx context.Context, key string, kvs []*mvccpb.KeyValue) (*driver.LockInfo, error) {
+	info := &driver.LockInfo{Key: key}
+	for i, kv := range kvs {
+		e := driver.Entry{Metadata: kv.Value, TTL: -1}
+		if i > 0 {
+			info.Waiters = append(info.Waiters, e)
+			continue
+		}
+		e.Token = uint64(kv.CreateRevision)
+		ttl, err := d.ttlLeft(ctx, clientv3.LeaseID(kv.Lease))
+		if err != nil {
+			return nil, d.wrapErr("read the holder's lease", err)
+		}
+		e.TTL = ttl
+		info.Holder = &e
+	}
+	return info, nil
+}
+
+// ttlLeft returns how long etcd keeps a lease without renewal, or -1 if
+// unknown. etcd reports whole seconds, rounded down: the result is rounded
+// up instead (never above the granted TTL), so that a live lease never
+// shows zero.
+func (d *etcdDriver) ttlLeft(ctx context.Context, id clientv3.LeaseID) (time.Duration, error) {
+	if id == clientv3.NoLease {
+		return -1, nil
+	}
+	// LeaseTimeToLive.
+	resp, err := d.lc.TimeToLive(ctx, id)
+	switch {
+	case isLeaseNotFound(err):
+		return -1, nil
+	case err != nil:
+		return 0, err
+	case resp.TTL < 0:
+		return -1, nil // expired: etcd is about to delete the entry
+	}
+	return min(time.Duration(resp.TTL+1), time.Duration(resp.GrantedTTL)) * time.Second, nil
+}

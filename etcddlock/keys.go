@@ -1,0 +1,84 @@
+package etcddlock
+
+import "strings"
+
+// The key layout. Each lock key K owns one directory in etcd,
+//
+//	<prefix><escape(K)>/
+//
+// holding one etcd key per holder or waiter, named after the owner id of the
+// Lock or TryLock call that created it:
+//
+//	<prefix><escape(K)>/<owner>    value: metadata (JSON)   lease: the caller's
+//
+// The entry with the lowest create revision holds the lock; the others wait in
+// create-revision order. escape replaces '%' with "%25" and '/' with "%2F", so
+// that the directory of "a" never contains the entries of "a/b", and so that
+// the escaped form of every key that starts with P starts with escape(P):
+// List(P) is one range read.
+
+// escapeKey maps a lock key to its part of an etcd key, reversibly.
+func escapeKey(k string) string {
+	if !strings.ContainsAny(k, "%/") {
+		return k
+	}
+	var b strings.Builder
+	b.Grow(len(k) + 8)
+	for i := 0; i < len(k); i++ {
+		switch c := k[i]; c {
+		case '%':
+			b.WriteString("%25")
+		case '/':
+			b.WriteString("%2F")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// unescapeKey reverses escapeKey. It reports false for text escapeKey cannot
+// have produced: an etcd key under the prefix that dlock did not write.
+func unescapeKey(s string) (string, bool) {
+	if !strings.ContainsAny(s, "%/") {
+		return s, true
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '/':
+			return "", false
+		case '%':
+			switch s[i+1:min(i+3, len(s))] {
+			case "25":
+				b.WriteByte('%')
+			case "2F":
+				b.WriteByte('/')
+			default:
+				return "", false
+			}
+			i += 2
+		default:
+			b.WriteByte(s[i])
+		}
+	}
+	return b.String(), true
+}
+
+// queueDir returns the etcd key prefix of key's holder and waiters.
+func (d *etcdDriver) queueDir(key string) string { return d.prefix + escapeKey(key) + "/" }
+
+// splitEntry splits the etcd key of a holder or waiter into the lock key and
+// the owner, reporting false for keys that do not follow the layout.
+func (d *etcdDriver) splitEntry(etcdKey string) (key, owner string, ok bool) {
+	rest, ok := strings.CutPrefix(etcdKey, d.prefix)
+	if !ok {
+		return "", "", false
+	}
+	i := strings.LastIndexByte(rest, '/')
+	if i <= 0 || i == len(rest)-1 {
+		return "", "", false
+	}
+	key, ok = unescapeKey(rest[:i])
+	return key, rest[i+1:], ok
+}

@@ -1,0 +1,180 @@
+package etcddlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlockdev/dlock/driver"
+	leng "github.com/dlockdev/dlock/internal/lease"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// maxIdleLeases is how many unused leases the driver keeps per TTL for the
+// next Lock or TryLock. One is enough for a loop that locks and unlocks; a
+// few more serve bursts of concurrent calls without a grant each.
+const maxIdleLeases = 8
+
+// etcdLease is one etcd lease. Every Lock or TryLock call attaches its entry
+// to a lease of its own, so that a lease expiring (a crashed or cut-off
+// process) or revoked (a cancelled call) frees exactly that entry. A lease
+// whose entry was deleted cleanly is kept for the next call with the same
+// TTL: then taking a free key costs one request, not a grant and a request.
+type etcdLease struct {
+	id      clientv3.LeaseID
+	seconds int64         // the TTL asked for: the idle pool's key
+	ttl     time.Duration // the TTL etcd granted: at least seconds, at least etcd's minimum
+
+	mu        sync.Mutex
+	validFrom time.Time // when the latest successful grant or keep-alive request was sent
+}
+
+// seconds converts a TTL to the whole seconds etcd leases count in,
+// rounding up so that the server never keeps a lease for less than asked.
+func seconds(ttl time.Duration) int64 {
+	return max(1, int64((ttl+time.Second-1)/time.Second))
+}
+
+// since returns the validFrom of the lease.
+func (l *etcdLease) since() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validFrom
+}
+
+// safeUntil is the local time until which etcd certainly keeps the lease,
+// with the lease engine's margin for clock drift.
+func (l *etcdLease) safeUntil() time.Time {
+	safe := l.ttl - time.Duration(float64(l.ttl)*leng.DriftFactor) - leng.DriftMargin
+	return l.since().Add(safe)
+}
+
+// keepAlive renews the lease: etcd keeps it for its TTL from when the
+// request arrives, which is after it was sent. It returns an error wrapping
+// driver.ErrNotHeld when the lease is gone.
+func (l *etcdLease) keepAlive(ctx context.Context, lc clientv3.Lease) error {
+	start := time.Now()
+	// LeaseKeepAlive, once: served by the leader without a Raft round.
+	resp, err := lc.KeepAliveOnce(ctx, l.id)
+	if err != nil {
+		if isLeaseNotFound(err) {
+			return fmt.Errorf("%w: etcd lease %x expired or was revoked", driver.ErrNotHeld, int64(l.id))
+		}
+		return err
+	}
+	_ = resp // its TTL is the one granted: etcd never changes a lease's TTL
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if start.After(l.validFrom) {
+		l.validFrom = start
+	}
+	return nil
+}
+
+// grantLease asks etcd for a new lease.
+func (d *etcdDriver) grantLease(ctx context.Context, secs int64) (*etcdLease, error) {
+	start := time.Now()
+	var resp *clientv3.LeaseGrantResponse
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		// LeaseGrant: a Raft write. etcd raises a TTL below its minimum
+		// (1.5 election timeouts, rounded up: 2 s by default) and
+		// reports the TTL it granted, counted from when it applies the
+		// grant.
+		resp, err = d.lc.Grant(ctx, secs)
+		return err
+	})
+	if err != nil {
+		return nil, d.wrapErr("grant a lease", err)
+	}
+	return &etcdLease{id: resp.ID, seconds: secs, ttl: time.Duration(resp.TTL) * time.Second, validFrom: start}, nil
+}
+
+// takeLease returns a lease for one Lock or TryLock call: an idle one that
+// etcd certainly still keeps for a while, or a new one.
+func (d *etcdDriver) takeLease(ctx context.Context, secs int64) (*etcdLease, error) {
+	for {
+		l := d.popIdle(secs)
+		if l == nil {
+			return d.grantLease(ctx, secs)
+		}
+		age := time.Since(l.since())
+		switch {
+		case age < l.ttl/2:
+			// Fresh: the lease engine renews it on time (at a third of
+			// the TTL) once the call is granted, or the waiting loop
+			// does.
+			return l, nil
+		case time.Now().Before(l.safeUntil()):
+			// Old but alive: renew it before use rather than hand the
+			// caller a lease about to lapse.
+			err := l.keepAlive(ctx, d.lc)
+			if err == nil {
+				return l, nil
+			}
+			if ctx.Err() != nil {
+				d.putIdle(l)
+				return nil, ctx.Err()
+			}
+			// Gone or unreachable: a new grant tells which.
+		}
+		// Expired by now (etcd drops it by itself): forget it.
+	}
+}
+
+func (d *etcdDriver) popIdle(secs int64) *etcdLease {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	idle := d.idle[secs]
+	if len(idle) == 0 {
+		return nil
+	}
+	l := idle[len(idle)-1]
+	d.idle[secs] = idle[:len(idle)-1]
+	return l
+}
+
+// putIdle keeps a lease with no entry attached for later calls, and reports
+// false when the caller should revoke it instead.
+func (d *etcdDriver) putIdle(l *etcdLease) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed || len(d.idle[l.seconds]) >= maxIdleLeases || !time.Now().Before(l.safeUntil()) {
+		return false
+	}
+	d.idle[l.seconds] = append(d.idle[l.seconds], l)
+	return true
+}
+
+// recycle keeps l for later calls if it can, and revokes it otherwise.
+// Only a lease with certainly no entry attached may be recycled.
+func (d *etcdDriver) recycle(ctx context.Context, l *etcdLease) {
+	if !d.putIdle(l) {
+		d.revoke(ctx, l)
+	}
+}
+
+// revoke revokes l, which deletes every entry attached to it, in one Raft
+// write. It waits at most revokeTimeout, even if ctx has ended: a cancelled
+// call must not leave its entry queued. If etcd cannot be reached, the lease
+// expires by itself within its TTL, since nobody renews it any more.
+func (d *etcdDriver) revoke(ctx context.Context, l *etcdLease) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(l.ttl, revokeTimeout))
+	defer cancel()
+	d.revokeWith(ctx, l)
+}
+
+// revokeWith revokes l, giving up when ctx ends.
+func (d *etcdDriver) revokeWith(ctx context.Context, l *etcdLease) {
+	_ = retry(ctx, func(ctx context.Context) error {
+		// LeaseRevoke: deletes the lease and the entry attached to it.
+		_, err := d.lc.Revoke(ctx, l.id)
+		if isLeaseNotFound(err) {
+			return nil
+		}
+		return err
+	})
+}
+
+// revokeTimeout bounds a revocation after a failed or cancelled call.
+const revokeTimeout = 5 * time.Second

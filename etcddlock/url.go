@@ -1,0 +1,173 @@
+package etcddlock
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/driver"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+func init() {
+	dlock.RegisterScheme("etcd", openURL)
+	dlock.RegisterScheme("etcds", openURL)
+}
+
+// Open is dlock.Open for etcd URLs, for programs that prefer to name the
+// backend. See the package documentation for the URL forms.
+func Open(ctx context.Context, rawURL string, opts ...dlock.Option) (*dlock.Client, error) {
+	return dlock.Open(ctx, rawURL, opts...)
+}
+
+// urlParams are the query parameters an etcd URL may carry.
+var urlParams = []string{"cacert", "cert", "dial_timeout", "key", "server_name"}
+
+// config is what an etcd URL says.
+type config struct {
+	endpoints   []string // host:port
+	prefix      string
+	user, pass  string
+	tls         *tls.Config // nil for etcd://
+	dialTimeout time.Duration
+}
+
+// parseURL reads etcd://[user:password@]host[:port][,host[:port]…][/prefix][?params]
+// and etcds://… (TLS).
+func parseURL(u *url.URL) (*config, error) {
+	c := &config{prefix: DefaultPrefix, dialTimeout: DefaultDialTimeout}
+	if u.Opaque != "" || u.Host == "" {
+		return nil, fmt.Errorf("no host: want %s://host:port[,host:port…][/prefix]", u.Scheme)
+	}
+	for _, h := range strings.Split(u.Host, ",") {
+		if h == "" {
+			return nil, fmt.Errorf("empty host in %q", u.Host)
+		}
+		host, port, err := net.SplitHostPort(h)
+		if err != nil {
+			// No port: etcd's client port.
+			host, port = strings.Trim(h, "[]"), "2379"
+		}
+		if host == "" || strings.ContainsAny(host, "[]") {
+			return nil, fmt.Errorf("bad host %q", h)
+		}
+		c.endpoints = append(c.endpoints, net.JoinHostPort(host, port))
+	}
+	if p := strings.TrimPrefix(u.Path, "/"); p != "" {
+		c.prefix = strings.TrimSuffix(p, "/") + "/"
+	}
+	if u.User != nil {
+		c.user = u.User.Username()
+		var ok bool
+		if c.pass, ok = u.User.Password(); !ok || c.pass == "" || c.user == "" {
+			return nil, fmt.Errorf("user %q needs a password: %s://user:password@host", c.user, u.Scheme)
+		}
+	}
+	q := u.Query()
+	for k := range q {
+		if !slices.Contains(urlParams, k) {
+			return nil, fmt.Errorf("unknown parameter %q (known: %s)", k, strings.Join(urlParams, ", "))
+		}
+		if len(q[k]) != 1 || q.Get(k) == "" {
+			return nil, fmt.Errorf("parameter %q needs exactly one non-empty value", k)
+		}
+	}
+	if s := q.Get("dial_timeout"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("dial_timeout=%q: want a positive duration such as 5s", s)
+		}
+		c.dialTimeout = d
+	}
+	var err error
+	c.tls, err = tlsConfig(u.Scheme, q)
+	return c, err
+}
+
+// tlsConfig builds the TLS configuration of an etcds:// URL.
+func tlsConfig(scheme string, q url.Values) (*tls.Config, error) {
+	if scheme != "etcds" {
+		for _, k := range []string{"cacert", "cert", "key", "server_name"} {
+			if q.Has(k) {
+				return nil, fmt.Errorf("parameter %q is for TLS: use etcds://", k)
+			}
+		}
+		return nil, nil
+	}
+	t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: q.Get("server_name")}
+	if f := q.Get("cacert"); f != "" {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("cacert: %v", err)
+		}
+		t.RootCAs = x509.NewCertPool()
+		if !t.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("cacert: no PEM certificate in %s", f)
+		}
+	}
+	switch cert, key := q.Get("cert"), q.Get("key"); {
+	case cert != "" && key != "":
+		kp, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("cert and key: %v", err)
+		}
+		t.Certificates = []tls.Certificate{kp}
+	case cert != "" || key != "":
+		return nil, fmt.Errorf("a client certificate needs both cert= and key=")
+	}
+	return t, nil
+}
+
+// openURL implements dlock.Opener.
+func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
+	c, err := parseURL(u)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q: %v", driver.ErrInvalidURL, u.Redacted(), err)
+	}
+	addr := strings.Join(c.endpoints, ",")
+	timeout := c.dialTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl))
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	scheme := "http://"
+	if c.tls != nil {
+		scheme = "https://"
+	}
+	eps := make([]string, len(c.endpoints))
+	for i, ep := range c.endpoints {
+		eps[i] = scheme + ep
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: eps,
+		// Bounds the authentication that New does with a user name.
+		DialTimeout: max(timeout, time.Millisecond),
+		// Pings find a dead connection (a crashed host, a dropped NAT
+		// entry) so that requests move to another endpoint.
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+		Username:             c.user,
+		Password:             c.pass,
+		TLS:                  c.tls,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		d := &etcdDriver{addr: addr, prefix: c.prefix}
+		return nil, d.checkErr(ctx, err)
+	}
+	d, err := newDriver(ctx, cli.KV, clientv3.NewLease(cli), clientv3.NewWatcher(cli), &Options{Prefix: c.prefix}, cli, addr)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
