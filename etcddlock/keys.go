@@ -49,7 +49,7 @@ func unescapeKey(s string) (string, bool) {
 		case '/':
 			return "", false
 		case '%':
-			switch s[i+1:min(i+3, len(s))] {
+			switch s[i+1 : min(i+3, len(s))] {
 			case "25":
 				b.WriteByte('%')
 			case "2F":
