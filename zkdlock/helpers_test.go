@@ -162,6 +162,9 @@ type hookConn struct {
 	// beforeGetW, when set before the client uses the conn, runs before
 	// every getData-with-watch.
 	beforeGetW func(path string)
+	// afterGetW, when set, runs after a getData-with-watch returned and
+	// before its caller sees the result.
+	afterGetW atomic.Pointer[func(path string)]
 }
 
 func (h *hookConn) Children(path string) ([]string, *zk.Stat, error) {
@@ -185,6 +188,10 @@ func (h *hookConn) GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error) 
 	if h.beforeGetW != nil {
 		h.beforeGetW(path)
 	}
-	defer h.getWs.Add(1)
-	return h.Conn.GetW(path)
+	data, stat, ch, err := h.Conn.GetW(path)
+	h.getWs.Add(1)
+	if f := h.afterGetW.Load(); f != nil {
+		(*f)(path)
+	}
+	return data, stat, ch, err
 }
