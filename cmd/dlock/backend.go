@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	// Backends register their URL schemes with dlock.Open.
+	_ "github.com/dlockdev/dlock/etcddlock"
 	_ "github.com/dlockdev/dlock/redisdlock"
 	_ "github.com/dlockdev/dlock/zkdlock"
 )

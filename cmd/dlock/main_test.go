@@ -27,31 +27,37 @@ func TestMain(m *testing.M) {
 	})
 }
 
-// TestScripts runs testdata/*.txtar against one lock server shared by every
-// script; each script uses its own keys.
+// TestScripts runs testdata/*.txtar against each backend the CLI tests use:
+// an embedded etcd (the default backend, nothing to install) and Redis. All
+// scripts of one backend share its server; each script uses its own keys.
 func TestScripts(t *testing.T) {
-	b := startBackend(t)
-	testscript.Run(t, testscript.Params{
-		Dir:                 "testdata",
-		RequireExplicitExec: true,
-		RequireUniqueNames:  true,
-		Setup: func(env *testscript.Env) error {
-			env.Setenv("DLOCK_BACKEND", b.url)
-			env.Setenv("BACKEND_SCHEME", b.scheme)
-			env.Setenv("BACKEND_ADDR", b.addr)
-			env.Values[backendKey{}] = b
-			env.Values[procsKey{}] = newProcs(env)
-			return nil
-		},
-		Cmds: scriptCommands(t),
-		// [etcd]: the etcd backend is built in.
-		Condition: func(cond string) (bool, error) {
-			if cond == "etcd" {
-				return slices.Contains(dlock.Schemes(), "etcd"), nil
-			}
-			return false, fmt.Errorf("unknown condition %q", cond)
-		},
-	})
+	for _, scheme := range []string{"etcd", "redis"} {
+		t.Run(scheme, func(t *testing.T) {
+			t.Parallel()
+			b := startBackend(t, scheme)
+			testscript.Run(t, testscript.Params{
+				Dir:                 "testdata",
+				RequireExplicitExec: true,
+				RequireUniqueNames:  true,
+				Setup: func(env *testscript.Env) error {
+					env.Setenv("DLOCK_BACKEND", b.url)
+					env.Setenv("BACKEND_SCHEME", b.scheme)
+					env.Setenv("BACKEND_ADDR", b.addr)
+					env.Values[backendKey{}] = b
+					env.Values[procsKey{}] = newProcs(env)
+					return nil
+				},
+				Cmds: scriptCommands(t),
+				// [etcd]: the scripts run against etcd.
+				Condition: func(cond string) (bool, error) {
+					if cond == "etcd" {
+						return b.scheme == "etcd", nil
+					}
+					return false, fmt.Errorf("unknown condition %q", cond)
+				},
+			})
+		})
+	}
 }
 
 // backend is the lock server the scripts share.
@@ -64,12 +70,15 @@ type backend struct {
 
 type backendKey struct{}
 
-// startBackend starts the preferred lock server for this package's tests:
-// an embedded etcd, in this process, when the etcd backend is built in
-// (nothing to install); otherwise redis-server.
-func startBackend(t *testing.T) *backend {
+// startBackend starts a lock server for the scripts: etcd embedded in this
+// process, with the code of `dlock serve`, or redis-server.
+func startBackend(t *testing.T, scheme string) *backend {
 	t.Helper()
-	if slices.Contains(dlock.Schemes(), "etcd") {
+	if !slices.Contains(dlock.Schemes(), scheme) {
+		t.Fatalf("the %s backend is not built into dlock", scheme)
+	}
+	switch scheme {
+	case "etcd":
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		node, err := startEtcd(ctx, etcdConfig{listen: "127.0.0.1:0", dataDir: t.TempDir(), log: testLogWriter{t}})
@@ -78,10 +87,13 @@ func startBackend(t *testing.T) *backend {
 		}
 		t.Cleanup(node.Close)
 		return &backend{scheme: "etcd", addr: node.addr, url: node.URL()}
+	case "redis":
+		testserver.SkipIfShort(t)
+		r := testserver.StartRedis(t)
+		return &backend{scheme: "redis", addr: r.Addr(), url: r.URL(), path: "/0"}
 	}
-	testserver.SkipIfShort(t)
-	r := testserver.StartRedis(t)
-	return &backend{scheme: "redis", addr: r.Addr(), url: r.URL(), path: "/0"}
+	t.Fatalf("no test server for %s", scheme)
+	return nil
 }
 
 // testLogWriter sends etcd's log lines to the test log, while the test
