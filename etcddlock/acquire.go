@@ -34,7 +34,7 @@ func (d *etcdDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (d
 	defer stop()
 
 	dir := d.queueDir(req.Key)
-	a := &attempt{d: d, req: req, dir: dir, key: dir + req.Owner, secs: seconds(req.TTL)}
+	a := &attempt{d: d, req: req, dir: dir, secs: seconds(req.TTL)}
 	g, err := a.run(ctx)
 	if err != nil {
 		a.abandon(ctx)
@@ -48,10 +48,10 @@ type attempt struct {
 	d    *etcdDriver
 	req  *driver.AcquireRequest
 	dir  string // the lock's queue directory
-	key  string // our entry: dir + owner
 	secs int64  // TTL in whole seconds
 
 	l     *etcdLease // nil until taken, and after it was given up
+	key   string     // our entry: dir + the lease's id
 	rev   int64      // create revision of our entry once created: the fencing token
 	dirty bool       // a request that may have created our entry failed: its outcome is unknown
 
@@ -70,7 +70,7 @@ func (a *attempt) run(ctx context.Context) (*grant, error) {
 			if err != nil {
 				return nil, err
 			}
-			a.l = l
+			a.l, a.key = l, entryKey(a.dir, l.id)
 		}
 		var err error
 		if a.req.Wait {
@@ -103,7 +103,8 @@ func (a *attempt) try(ctx context.Context) error {
 		// Txn: create our entry only if the queue is empty (no holder and
 		// no waiter: TryLock never barges ahead of waiters); else read
 		// our entry, which exists only if an earlier try of this call
-		// created it and its reply was lost.
+		// created it and its reply was lost: its name is our lease's id,
+		// and the lease is ours alone.
 		resp, err = a.d.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(a.dir), "=", 0).WithPrefix()).
 			Then(clientv3.OpPut(a.key, string(a.req.Metadata), clientv3.WithLease(a.l.id))).
@@ -121,7 +122,7 @@ func (a *attempt) try(ctx context.Context) error {
 		a.rev, a.seen = resp.Header.Revision, resp.Header.Revision
 		return nil
 	}
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 && clientv3.LeaseID(kvs[0].Lease) == a.l.id {
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
 		// Created by this call into an empty queue: the oldest entry.
 		a.rev, a.seen = kvs[0].CreateRevision, resp.Header.Revision
 		return nil
@@ -136,8 +137,9 @@ func (a *attempt) join(ctx context.Context) error {
 		// Txn: create our entry unless it exists, and read the two
 		// newest entries of the queue: ours and the one we wait for. A
 		// retry after a lost reply finds our entry instead of queueing
-		// twice: the owner id is in its name. The read is keys only,
-		// which etcd serves from its in-memory index.
+		// twice: its name is our lease's id, and the lease is ours alone.
+		// The read is keys only, which etcd serves from its in-memory
+		// index.
 		resp, err = a.d.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)).
 			Then(clientv3.OpPut(a.key, string(a.req.Metadata), clientv3.WithLease(a.l.id)),
@@ -157,25 +159,7 @@ func (a *attempt) join(ctx context.Context) error {
 		a.rev = resp.Header.Revision
 		return a.setPred(resp.Responses[1].GetResponseRange(), resp.Header.Revision)
 	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 1 && clientv3.LeaseID(kvs[0].Lease) != a.l.id {
-		// Our entry from before a requeue, on a lease we gave up as
-		// expired that etcd has not dropped yet: delete it and queue
-		// again.
-		err := retry(ctx, func(ctx context.Context) error {
-			// Txn: delete that entry if it is still that one.
-			_, err := a.d.kv.Txn(ctx).
-				If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", kvs[0].CreateRevision)).
-				Then(clientv3.OpDelete(a.key)).
-				Commit()
-			return err
-		})
-		if err != nil {
-			return a.d.wrapErr("queue", err)
-		}
-		return errRequeue
-	}
-	if len(kvs) == 1 {
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
 		// Created by an earlier try whose reply was lost.
 		a.rev = kvs[0].CreateRevision
 	}
@@ -282,7 +266,7 @@ func (a *attempt) freshen(ctx context.Context) error {
 // waitGone waits until the entry a.pred is deleted, keeping our lease alive
 // meanwhile, and returns a revision at which it was gone.
 func (a *attempt) waitGone(ctx context.Context) (int64, error) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wctx, cancel := context.WithCancel(watchCtx(ctx))
 	defer cancel()
 	// Watch create: deletes of the entry we wait for, starting now. Not
 	// from a.seen+1: etcd serves a watch that starts in the past

@@ -37,7 +37,7 @@ func transient(err error) bool {
 	case codes.ResourceExhausted:
 		// "too many requests", but not "database space exceeded", which
 		// needs an operator.
-		return rpctypes.ErrorDesc(err) == rpctypes.ErrGRPCRequestTooManyRequests.Error()
+		return rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(rpctypes.ErrGRPCRequestTooManyRequests)
 	case codes.DeadlineExceeded:
 		// A timeout inside the server; callers check their own context.
 		return true
@@ -48,7 +48,7 @@ func transient(err error) bool {
 // isLeaseNotFound reports an error saying that a lease expired or was revoked.
 func isLeaseNotFound(err error) bool {
 	return errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, rpctypes.ErrGRPCLeaseNotFound) ||
-		(code(err) == codes.NotFound && rpctypes.ErrorDesc(err) == rpctypes.ErrGRPCLeaseNotFound.Error())
+		rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(rpctypes.ErrGRPCLeaseNotFound)
 }
 
 // isAuthErr reports an error about credentials or permissions.
@@ -57,10 +57,11 @@ func isAuthErr(err error) bool {
 	case codes.PermissionDenied, codes.Unauthenticated:
 		return true
 	}
-	switch rpctypes.ErrorDesc(err) {
-	case rpctypes.ErrGRPCAuthFailed.Error(), rpctypes.ErrGRPCUserEmpty.Error(),
-		rpctypes.ErrGRPCAuthOldRevision.Error(), rpctypes.ErrGRPCUserNotFound.Error():
-		return true
+	desc := rpctypes.ErrorDesc(err)
+	for _, e := range []error{rpctypes.ErrGRPCAuthFailed, rpctypes.ErrGRPCUserEmpty, rpctypes.ErrGRPCAuthOldRevision, rpctypes.ErrGRPCUserNotFound} {
+		if desc == rpctypes.ErrorDesc(e) {
+			return true
+		}
 	}
 	return false
 }

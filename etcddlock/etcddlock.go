@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/driver"
@@ -50,7 +51,8 @@ type etcdDriver struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	inflight sync.WaitGroup // Acquire calls, waited for by Close
+	inflight   sync.WaitGroup // Acquire calls, waited for by Close
+	anchorDone chan struct{}  // closed when keepWatchStream has returned
 
 	mu     sync.Mutex
 	idle   map[int64][]*etcdLease // leases with no entry, by TTL in seconds; guarded by mu
@@ -66,22 +68,50 @@ func newDriver(ctx context.Context, kv clientv3.KV, lc clientv3.Lease, w clientv
 	}
 	// Range, one key of the prefix: proves that etcd answers, has a leader
 	// (the read is linearizable) and lets these credentials read there.
+	start := time.Now()
 	if _, err := kv.Get(ctx, d.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1)); err != nil {
 		_ = d.closeClients()
-		return nil, d.checkErr(ctx, err)
+		return nil, d.checkErr(ctx, err, time.Since(start))
 	}
+	d.anchorDone = make(chan struct{})
+	go d.keepWatchStream()
 	return d, nil
 }
 
-// checkErr explains why the first request to etcd failed.
-func (d *etcdDriver) checkErr(ctx context.Context, err error) error {
+// watchCtx is the context of every watch the driver makes. They all share
+// one gRPC stream, which etcd's client picks by the context's metadata.
+// Requiring a leader makes a watch end with an error when its member loses
+// the leader, rather than wait in silence for events that may not come.
+func watchCtx(ctx context.Context) context.Context { return clientv3.WithRequireLeader(ctx) }
+
+// anchorKey is a key dlock never writes: see keepWatchStream.
+func (d *etcdDriver) anchorKey() string { return d.prefix + "\x00stream-anchor" }
+
+// keepWatchStream holds one watch open for the driver's lifetime. etcd's
+// client closes a gRPC watch stream when its last watch ends, and opens a
+// new one (a new RPC, with goroutines on both sides) for the next: without
+// this anchor, a client that waits for one key at a time would pay for that
+// at every wait.
+func (d *etcdDriver) keepWatchStream() {
+	defer close(d.anchorDone)
+	var b backoff
+	for d.ctx.Err() == nil {
+		// Watch create: a key nobody writes.
+		for range d.w.Watch(watchCtx(d.ctx), d.anchorKey()) {
+		}
+		_ = b.wait(d.ctx) // the stream broke (no leader, lost connection)
+	}
+}
+
+// checkErr explains why the first request to etcd failed after waited.
+func (d *etcdDriver) checkErr(ctx context.Context, err error, waited time.Duration) error {
 	if isAuthErr(err) {
 		return fmt.Errorf("%w: etcd at %s: %v (check the user name and password in the URL, and that the user may read and write keys under %q)",
 			driver.ErrAuth, d.addr, err, d.prefix)
 	}
 	if ctx.Err() != nil || transient(err) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: cannot reach etcd at %s: %v (check that etcd runs there and serves clients on that port, 2379 by default, and that the scheme matches the server: etcd:// for plain TCP, etcds:// for TLS)",
-			driver.ErrUnavailable, d.addr, err)
+		return fmt.Errorf("%w: cannot reach etcd at %s: no answer after %v: %v (check that etcd runs there and serves clients on that port, 2379 by default, and that the scheme matches the server: etcd:// for plain TCP, etcds:// for TLS)",
+			driver.ErrUnavailable, d.addr, waited.Round(time.Millisecond), err)
 	}
 	return fmt.Errorf("etcd at %s: %w", d.addr, err)
 }
@@ -116,6 +146,7 @@ func (d *etcdDriver) Close() error {
 
 	d.cancel()
 	d.inflight.Wait()
+	<-d.anchorDone
 	// One deadline for all: an unreachable etcd drops the leases by itself.
 	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
 	defer cancel()

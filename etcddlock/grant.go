@@ -111,7 +111,7 @@ func (g *grant) watch(ctx context.Context) {
 // watchFrom watches our entry from *rev until the watch ends, advancing
 // *rev, and reports whether it reported the entry's deletion on g.lost.
 func (g *grant) watchFrom(ctx context.Context, rev *int64) bool {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(watchCtx(ctx))
 	defer cancel()
 	// Watch create: deletes of our entry since *rev.
 	for wr := range g.d.w.Watch(ctx, g.key, clientv3.WithRev(*rev), clientv3.WithFilterPut()) {

@@ -1,15 +1,27 @@
 package etcddlock
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
 
 // The key layout. Each lock key K owns one directory in etcd,
 //
 //	<prefix><escape(K)>/
 //
-// holding one etcd key per holder or waiter, named after the owner id of the
-// Lock or TryLock call that created it:
+// holding one etcd key per holder or waiter, named after the id of the
+// lease it is attached to, in 16 hex digits:
 //
-//	<prefix><escape(K)>/<owner>    value: metadata (JSON)   lease: the caller's
+//	<prefix><escape(K)>/<lease id>    value: metadata (JSON)
+//
+// A lease serves one Lock or TryLock call at a time, so the name identifies
+// the call: a request retried after a lost reply finds the entry it created.
+// The driver reuses leases, and with them names: etcd keeps every deleted
+// key's name in its index until the next compaction, and range reads walk
+// them, so fresh names for each call (the owner id) would slow every read
+// of a busy queue down until then.
 //
 // The entry with the lowest create revision holds the lock; the others wait in
 // create-revision order. escape replaces '%' with "%25" and '/' with "%2F", so
@@ -68,9 +80,12 @@ func unescapeKey(s string) (string, bool) {
 // queueDir returns the etcd key prefix of key's holder and waiters.
 func (d *etcdDriver) queueDir(key string) string { return d.prefix + escapeKey(key) + "/" }
 
+// entryKey returns the etcd key of the entry attached to a lease.
+func entryKey(dir string, id clientv3.LeaseID) string { return fmt.Sprintf("%s%016x", dir, int64(id)) }
+
 // splitEntry splits the etcd key of a holder or waiter into the lock key and
-// the owner, reporting false for keys that do not follow the layout.
-func (d *etcdDriver) splitEntry(etcdKey string) (key, owner string, ok bool) {
+// the entry's name, reporting false for keys that do not follow the layout.
+func (d *etcdDriver) splitEntry(etcdKey string) (key, name string, ok bool) {
 	rest, ok := strings.CutPrefix(etcdKey, d.prefix)
 	if !ok {
 		return "", "", false

@@ -148,6 +148,7 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	for i, ep := range c.endpoints {
 		eps[i] = scheme + ep
 	}
+	start := time.Now()
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: eps,
 		// Bounds the authentication that New does with a user name.
@@ -163,7 +164,7 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	})
 	if err != nil {
 		d := &etcdDriver{addr: addr, prefix: c.prefix}
-		return nil, d.checkErr(ctx, err)
+		return nil, d.checkErr(ctx, err, time.Since(start))
 	}
 	d, err := newDriver(ctx, cli.KV, clientv3.NewLease(cli), clientv3.NewWatcher(cli), &Options{Prefix: c.prefix}, cli, addr)
 	if err != nil {

@@ -1,0 +1,142 @@
+package etcddlock_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/internal/testserver"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+)
+
+// locker is one contender of a benchmark.
+type locker interface {
+	lock(ctx context.Context) error
+	unlock(ctx context.Context) error
+}
+
+type dlockLocker struct {
+	c   *dlock.Client
+	key string
+	l   *dlock.Lease
+}
+
+func (d *dlockLocker) lock(ctx context.Context) (err error) {
+	d.l, err = d.c.Lock(ctx, d.key)
+	return err
+}
+func (d *dlockLocker) unlock(ctx context.Context) error { return d.l.Unlock(ctx) }
+
+// BenchmarkContended has n contenders, each with its own connection, take
+// one key in turn with an empty critical section, on etcddlock and on etcd's
+// concurrency.Mutex, against the same embedded etcd (no fsync). It reports
+// the hand-off latency from a holder starting Unlock to the next holder's
+// Lock returning, and for etcddlock the messages sent to etcd per grant.
+//
+//	go test -run '^$' -bench Contended ./etcddlock/
+func BenchmarkContended(b *testing.B) {
+	srv := testserver.SharedEtcd(b)
+	for _, n := range []int{2, 8, 32} {
+		b.Run(fmt.Sprintf("etcddlock/%d", n), func(b *testing.B) {
+			ctx := context.Background()
+			key := fmt.Sprintf("bench/%s/%d", b.Name(), time.Now().UnixNano())
+			counters := make([]*counter, n)
+			ls := make([]locker, n)
+			for i := range n {
+				counters[i] = newCounter()
+				ls[i] = &dlockLocker{c: counters[i].clientB(b, ctx, srv.Addr(), dlock.WithTTL(10*time.Second)), key: key}
+				counters[i].take()
+			}
+			contend(b, ls)
+			sent, by := 0, map[string]int{}
+			for _, c := range counters {
+				s, _ := c.take()
+				sent += total(s)
+				for k, v := range s {
+					by[k] += v
+				}
+			}
+			b.ReportMetric(float64(sent)/float64(b.N), "msgs/grant")
+			var parts []string
+			for _, k := range slices.Sorted(maps.Keys(by)) {
+				parts = append(parts, fmt.Sprintf("%s %.2f", k, float64(by[k])/float64(b.N)))
+			}
+			b.Logf("per grant: %s", strings.Join(parts, ", "))
+		})
+		b.Run(fmt.Sprintf("concurrency.Mutex/%d", n), func(b *testing.B) {
+			key := fmt.Sprintf("/bench-mutex/%s/%d", b.Name(), time.Now().UnixNano())
+			ls := make([]locker, n)
+			for i := range n {
+				cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Addr()}, Logger: zap.NewNop()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				s, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = s.Close(); _ = cli.Close() })
+				ls[i] = &mutexLocker{concurrency.NewMutex(s, key)}
+			}
+			contend(b, ls)
+		})
+	}
+}
+
+type mutexLocker struct{ m *concurrency.Mutex }
+
+func (m *mutexLocker) lock(ctx context.Context) error   { return m.m.Lock(ctx) }
+func (m *mutexLocker) unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
+
+// contend runs the contenders until b.N grants, and reports the hand-off
+// latency percentiles.
+func contend(b *testing.B, ls []locker) {
+	ctx := context.Background()
+	var grants atomic.Int64
+	var releasedAt atomic.Int64 // UnixNano when the last holder started Unlock
+	var lastHolder atomic.Int64
+	lastHolder.Store(-1)
+	var mu sync.Mutex
+	var handoffs []time.Duration
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for i, l := range ls {
+		wg.Go(func() {
+			for grants.Load() < int64(b.N) {
+				if err := l.lock(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+				now := time.Now().UnixNano()
+				if prev := lastHolder.Load(); prev >= 0 && prev != int64(i) {
+					mu.Lock()
+					handoffs = append(handoffs, time.Duration(now-releasedAt.Load()))
+					mu.Unlock()
+				}
+				grants.Add(1)
+				lastHolder.Store(int64(i))
+				releasedAt.Store(time.Now().UnixNano())
+				if err := l.unlock(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	if len(handoffs) > 0 {
+		slices.Sort(handoffs)
+		b.ReportMetric(float64(handoffs[len(handoffs)/2].Microseconds()), "handoff-p50-µs")
+		b.ReportMetric(float64(handoffs[len(handoffs)*99/100].Microseconds()), "handoff-p99-µs")
+	}
+}

@@ -1,0 +1,194 @@
+package etcddlock_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/etcddlock"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// counter sits in a real etcd client's gRPC stack: it counts what the
+// client sends (unary calls by method, watch creates and cancels, lease
+// keep-alives), records the delete events it receives, and can drop the
+// reply of a Txn that the server executed, as a broken connection would.
+type counter struct {
+	mu       sync.Mutex
+	changed  *sync.Cond // broadcast on every change
+	sent     map[string]int
+	created  int // watch-created responses received
+	deletes  []deleteEvent
+	dropNext func(*pb.TxnRequest) bool // drop the reply of the next Txn it matches, once
+}
+
+// deleteEvent is a delete notice received on a watch.
+type deleteEvent struct {
+	key       string
+	modRev    int64 // revision of the delete
+	headerRev int64 // revision in the response header
+}
+
+func newCounter() *counter {
+	c := &counter{sent: map[string]int{}}
+	c.changed = sync.NewCond(&c.mu)
+	return c
+}
+
+// waitCreated waits until n watches of the client have been created,
+// counting the driver's own (so one more than the waits).
+func (c *counter) waitCreated(t testing.TB, ctx context.Context, n int) {
+	t.Helper()
+	stop := context.AfterFunc(ctx, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.changed.Broadcast()
+	})
+	defer stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.created < n && ctx.Err() == nil {
+		c.changed.Wait()
+	}
+	if c.created < n {
+		t.Fatalf("%d watches created, want %d (watchdog)", c.created, n)
+	}
+}
+
+// client returns an etcddlock client whose etcd client goes through c.
+func (c *counter) client(t *testing.T, ctx context.Context, addr string, opts ...dlock.Option) *dlock.Client {
+	t.Helper()
+	return c.clientB(t, ctx, addr, opts...)
+}
+
+func (c *counter) clientB(t testing.TB, ctx context.Context, addr string, opts ...dlock.Option) *dlock.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: []string{addr},
+		Logger:    zap.NewNop(),
+		DialOptions: []grpc.DialOption{
+			grpc.WithChainUnaryInterceptor(c.unary),
+			grpc.WithChainStreamInterceptor(c.stream),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	dc, err := etcddlock.New(ctx, cli, &etcddlock.Options{ClientOptions: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dc.Close() })
+	// The driver holds one watch open for its lifetime (see
+	// keepWatchStream): count from when it exists.
+	c.waitCreated(t, ctx, 1)
+	c.take()
+	return dc
+}
+
+func (c *counter) add(what string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sent[what]++
+	c.changed.Broadcast()
+}
+
+// take returns the counts and delete events since the last take.
+func (c *counter) take() (map[string]int, []deleteEvent) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sent, dels := c.sent, c.deletes
+	c.sent, c.deletes = map[string]int{}, nil
+	return sent, dels
+}
+
+func total(sent map[string]int) int {
+	n := 0
+	for _, v := range sent {
+		n += v
+	}
+	return n
+}
+
+func (c *counter) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	c.add(method)
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if txn, ok := req.(*pb.TxnRequest); ok && err == nil {
+		c.mu.Lock()
+		drop := c.dropNext != nil && c.dropNext(txn)
+		if drop {
+			c.dropNext = nil
+		}
+		c.mu.Unlock()
+		if drop {
+			return status.Error(codes.Unavailable, "test: reply lost")
+		}
+	}
+	return err
+}
+
+func (c *counter) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	cs, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &countedStream{ClientStream: cs, c: c}, nil
+}
+
+type countedStream struct {
+	grpc.ClientStream
+	c *counter
+}
+
+func (s *countedStream) SendMsg(m any) error {
+	switch r := m.(type) {
+	case *pb.WatchRequest:
+		switch {
+		case r.GetCreateRequest() != nil:
+			s.c.add("watch create")
+		case r.GetCancelRequest() != nil:
+			s.c.add("watch cancel")
+		default:
+			s.c.add("watch other")
+		}
+	case *pb.LeaseKeepAliveRequest:
+		s.c.add("keep-alive")
+	}
+	return s.ClientStream.SendMsg(m)
+}
+
+func (s *countedStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if wr, ok := m.(*pb.WatchResponse); ok && err == nil {
+		s.c.mu.Lock()
+		if wr.Created {
+			s.c.created++
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE {
+				s.c.deletes = append(s.c.deletes, deleteEvent{string(ev.Kv.Key), ev.Kv.ModRevision, wr.Header.Revision})
+			}
+		}
+		s.c.changed.Broadcast()
+		s.c.mu.Unlock()
+	}
+	return err
+}
+
+// isPutTxn matches a Txn that creates an entry.
+func isPutTxn(txn *pb.TxnRequest) bool {
+	for _, op := range txn.Success {
+		if op.GetRequestPut() != nil {
+			return true
+		}
+	}
+	return false
+}
