@@ -132,11 +132,15 @@ func (c *cli) parse(f *flags, args []string, maxArgs int) (pos []string, code in
 	} else if maxArgs >= 0 && len(pos) > maxArgs {
 		return nil, c.usageError(f.cmd, "unexpected argument %q", pos[maxArgs]), false
 	}
-	onCommandLine := map[string]bool{}
-	f.Visit(func(fl *flag.Flag) { onCommandLine[fl.Name] = true })
+	// An alias (-v for --verbose) shares its Value with the long flag:
+	// either on the command line beats the variable.
+	onCommandLine := map[flag.Value]bool{}
+	f.Visit(func(fl *flag.Flag) { onCommandLine[fl.Value] = true })
 	var err error
 	f.VisitAll(func(fl *flag.Flag) {
-		if err != nil || onCommandLine[fl.Name] {
+		// One-letter flags are aliases (-v for --verbose): the long name's
+		// variable covers them.
+		if err != nil || onCommandLine[fl.Value] || len(fl.Name) == 1 {
 			return
 		}
 		name := envName(fl.Name)

@@ -77,7 +77,7 @@ func startEtcd(ctx context.Context, c etcdConfig) (*etcdNode, error) {
 	enc := zap.NewDevelopmentEncoderConfig()
 	enc.EncodeCaller = nil
 	enc.TimeKey = ""
-	lg := zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(c.log), level))
+	lg := zap.New(quietCore{zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(c.log), level)})
 
 	cfg := embed.NewConfig()
 	cfg.Name = "dlock"
@@ -123,7 +123,7 @@ func startEtcd(ctx context.Context, c etcdConfig) (*etcdNode, error) {
 
 func explainStartError(addr string, err error) error {
 	if strings.Contains(err.Error(), "address already in use") {
-		return fmt.Errorf("listen on %s: %w: %w", addr, errAddrInUse, err)
+		return fmt.Errorf("cannot listen on %s: %w", addr, errAddrInUse)
 	}
 	return err
 }
@@ -144,3 +144,22 @@ func (n *etcdNode) Close() {
 	n.level.SetLevel(zapcore.FatalLevel)
 	n.etcd.Close()
 }
+
+// quietCore drops what etcd logs as an error but is not one for a
+// single-member server that may stop a moment after it started.
+type quietCore struct{ zapcore.Core }
+
+func (c quietCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	// The storage-version monitor runs before the first raft term is
+	// persisted and retries later; a server stopped within that time
+	// logs it once.
+	if strings.HasPrefix(e.Message, "failed to update storage version") {
+		return ce
+	}
+	if c.Enabled(e.Level) {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}
+
+func (c quietCore) With(fields []zapcore.Field) zapcore.Core { return quietCore{c.Core.With(fields)} }

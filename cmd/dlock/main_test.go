@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/dlockdev/dlock/dlocktest"
 	"github.com/dlockdev/dlock/internal/testserver"
 	"github.com/rogpeppe/go-internal/testscript"
+	"go.uber.org/goleak"
 )
 
 // TestMain makes the test binary double as the commands the scripts run:
@@ -20,11 +22,26 @@ import (
 // a script is a real process running main, and `dlock demo` starts its
 // workers by running its own binary, as it does in production.
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){
+	testscript.Main(leakChecked{m}, map[string]func(){
 		"dlock":    main,
 		"sigchild": sigchildMain,
 		"critical": criticalMain,
 	})
+}
+
+// leakChecked fails the test binary if goroutines outlive the tests: the
+// in-process etcd, proxies and clients must all have been shut down.
+type leakChecked struct{ m *testing.M }
+
+func (l leakChecked) Run() int {
+	code := l.m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			return 1
+		}
+	}
+	return code
 }
 
 // TestScripts runs testdata/*.txtar against each backend the CLI tests use:
