@@ -55,6 +55,9 @@ func (c *cli) open(ctx context.Context, b backendFlags, opts ...dlock.Option) (c
 	octx, cancel := context.WithTimeout(ctx, *b.timeout)
 	defer cancel()
 	client, err := dlock.Open(octx, *b.url, opts...)
+	if err != nil && ctx.Err() != nil {
+		return nil, exitFailure, false // interrupted: the caller reports it
+	}
 	if err != nil {
 		if octx.Err() != nil && ctx.Err() == nil && !errors.Is(err, dlock.ErrUnavailable) {
 			err = fmt.Errorf("%w: no answer within %v (--connect-timeout): %w", dlock.ErrUnavailable, *b.timeout, err)

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -80,19 +81,32 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	}
 
 	// Signals are caught from the start: an interrupted wait must leave the
-	// queue, not die in it.
+	// queue, not die in it. Until PROGRAM runs, the first one cancels ctx.
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, forwardedSignals()...)
 	defer signal.Stop(sigs)
+	ctx, stopWatch := cancelOnSignal(ctx, sigs)
 
 	meta := dlock.Metadata{PID: os.Getpid(), Note: commandNote(program)}
 	client, code, ok := c.open(ctx, backend, dlock.WithTTL(*ttl), dlock.WithMetadata(meta))
 	if !ok {
+		if s := stopWatch(); s != nil {
+			return c.interrupted(s, key)
+		}
 		return code
 	}
 	defer client.Close()
 
-	lease, code, ok := c.acquire(ctx, client, key, sigs, *wait, *noWait, *backend.url, *verbose)
+	lease, code, ok := c.acquire(ctx, client, key, *wait, *noWait, *backend.url, *verbose)
+	if s := stopWatch(); s != nil {
+		// A signal came: do not start PROGRAM even if the lock was granted.
+		if lease != nil {
+			uctx, ucancel := context.WithTimeout(context.Background(), releaseTimeout)
+			_ = lease.Unlock(uctx)
+			ucancel()
+		}
+		return c.interrupted(s, key)
+	}
 	if !ok {
 		return code
 	}
@@ -100,6 +114,40 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 		fmt.Fprintf(c.stderr, "dlock: acquired %q (token %d, TTL %v)\n", key, lease.Token(), *ttl)
 	}
 	return c.supervise(lease, program, sigs, *grace, *verbose)
+}
+
+// cancelOnSignal returns a context cancelled by the first signal from sigs,
+// and a function that stops watching and returns that signal, or nil.
+func cancelOnSignal(ctx context.Context, sigs <-chan os.Signal) (context.Context, func() os.Signal) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := make(chan struct{})
+	caught := make(chan os.Signal, 1)
+	go func() {
+		select {
+		case s := <-sigs:
+			caught <- s
+			cancel()
+		case <-stop:
+			caught <- nil
+		}
+	}()
+	var once sync.Once
+	var s os.Signal
+	return ctx, func() os.Signal {
+		once.Do(func() {
+			close(stop)
+			s = <-caught
+			cancel()
+		})
+		return s
+	}
+}
+
+// interrupted reports a signal that came before PROGRAM started, and
+// returns 128+N as its default action would.
+func (c *cli) interrupted(s os.Signal, key string) int {
+	fmt.Fprintf(c.stderr, "dlock: %s while waiting for %q; PROGRAM was not started\n", signalName(s), key)
+	return exitSignal + signalNumber(s)
 }
 
 // defaultGrace is how long PROGRAM may take to stop after SIGTERM once the
@@ -111,27 +159,9 @@ func defaultGrace(ttl time.Duration) time.Duration {
 	return min(ttl/3, 5*time.Second)
 }
 
-// signalError is the cause of a wait cancelled by a signal.
-type signalError struct{ sig os.Signal }
-
-func (e signalError) Error() string { return "interrupted by " + signalName(e.sig) }
-
-// acquire takes the lock, giving up on the first signal.
-func (c *cli) acquire(ctx context.Context, client *dlock.Client, key string, sigs chan os.Signal, wait time.Duration, noWait bool, backendURL string, verbose bool) (*dlock.Lease, int, bool) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := make(chan struct{})
-	caught := make(chan os.Signal, 1)
-	go func() {
-		select {
-		case s := <-sigs:
-			caught <- s
-			cancel(signalError{s})
-		case <-stop:
-			caught <- nil
-		}
-	}()
-
+// acquire takes the lock. On failure it reports the error (unless ctx was
+// cancelled) and returns ok=false with the exit status.
+func (c *cli) acquire(ctx context.Context, client *dlock.Client, key string, wait time.Duration, noWait bool, backendURL string, verbose bool) (*dlock.Lease, int, bool) {
 	lctx := ctx
 	if wait > 0 {
 		var cancelWait context.CancelFunc
@@ -150,22 +180,11 @@ func (c *cli) acquire(ctx context.Context, client *dlock.Client, key string, sig
 		}
 		lease, err = client.Lock(lctx, key)
 	}
-	close(stop)
-	if s := <-caught; s != nil {
-		// A signal came: do not start PROGRAM even if the lock was granted.
-		if lease != nil {
-			uctx, ucancel := context.WithTimeout(context.Background(), releaseTimeout)
-			_ = lease.Unlock(uctx)
-			ucancel()
-		}
-		fmt.Fprintf(c.stderr, "dlock: %s while waiting for %q; PROGRAM was not started\n", signalName(s), key)
-		return nil, exitSignal + signalNumber(s), false
-	}
-	if err == nil {
-		return lease, exitOK, true
-	}
-
 	switch {
+	case err == nil:
+		return lease, exitOK, true
+	case ctx.Err() != nil:
+		return nil, exitFailure, false // interrupted: the caller reports it
 	case errors.Is(err, dlock.ErrLocked):
 		who := c.describeHolder(client, key)
 		if who == "" {
@@ -173,7 +192,7 @@ func (c *cli) acquire(ctx context.Context, client *dlock.Client, key string, sig
 		}
 		return nil, c.fail(exitLocked, fmt.Errorf("%q is locked: %s", key, who),
 			"to wait for it, leave out --no-wait (add --wait 30s to give up after 30 seconds); `dlock status "+key+"` shows who holds it"), false
-	case wait > 0 && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+	case wait > 0 && errors.Is(err, context.DeadlineExceeded):
 		who := c.describeHolder(client, key)
 		if who != "" {
 			who = "; " + who
