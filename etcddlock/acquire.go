@@ -56,10 +56,9 @@ type attempt struct {
 	dirty bool       // a request that may have created our entry failed: its outcome is unknown
 
 	// What we wait for: the newest entry older than ours.
-	pred       string // its etcd key; "" when ours is the oldest
-	predRev    int64  // its create revision
-	predIsHead bool   // it was the oldest entry: once it goes, ours is the oldest
-	seen       int64  // a revision at which pred and our entry both existed
+	pred    string // its etcd key; "" when ours is the oldest
+	predRev int64  // its create revision
+	seen    int64  // a revision at which pred and our entry both existed
 }
 
 func (a *attempt) run(ctx context.Context) (*grant, error) {
@@ -183,12 +182,9 @@ func (a *attempt) setPred(r *pb.RangeResponse, rev int64) error {
 		return errRequeue // our entry is gone
 	}
 	a.seen = rev
-	a.pred, a.predRev, a.predIsHead = "", 0, false
+	a.pred, a.predRev = "", 0
 	if len(r.Kvs) > 1 {
 		a.pred, a.predRev = string(r.Kvs[1].Key), r.Kvs[1].CreateRevision
-		// Count is of the whole queue, newer entries included: two
-		// means it holds just that entry and ours.
-		a.predIsHead = r.Count == 2
 	}
 	return nil
 }
@@ -222,12 +218,10 @@ func (a *attempt) findPred(ctx context.Context, minRev int64) error {
 func (a *attempt) wait(ctx context.Context) error {
 	var b backoff
 	for a.pred != "" {
+		// Even when the entry ahead was the oldest, and nothing older can
+		// appear, read: our own entry may have been deleted meanwhile.
 		rev, err := a.waitGone(ctx)
 		switch {
-		case err == nil && a.predIsHead:
-			// The entry we waited for was the oldest, and no entry
-			// older than ours can ever appear: ours is the oldest now.
-			a.pred = ""
 		case err == nil:
 			b = backoff{}
 			err = a.findPred(ctx, rev)
