@@ -44,7 +44,7 @@ const (
 	zkContainerCheck = 100 * time.Millisecond
 )
 
-var shared struct {
+var sharedZK struct {
 	mu sync.Mutex
 	zk *ZooKeeper
 }
@@ -57,10 +57,10 @@ var shared struct {
 func SharedZooKeeper(t testing.TB) *ZooKeeper {
 	t.Helper()
 	SkipIfShort(t)
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if shared.zk != nil {
-		return shared.zk
+	sharedZK.mu.Lock()
+	defer sharedZK.mu.Unlock()
+	if sharedZK.zk != nil {
+		return sharedZK.zk
 	}
 	z := newZooKeeper(t)
 	if err := z.start(); err != nil {
@@ -68,17 +68,17 @@ func SharedZooKeeper(t testing.TB) *ZooKeeper {
 		z.Stop()
 		t.Fatalf("testserver: zookeeper: %v\n%s", err, log)
 	}
-	shared.zk = z
+	sharedZK.zk = z
 	return z
 }
 
 // StopSharedZooKeeper stops the server SharedZooKeeper started, if any.
 func StopSharedZooKeeper() {
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if shared.zk != nil {
-		shared.zk.Stop()
-		shared.zk = nil
+	sharedZK.mu.Lock()
+	defer sharedZK.mu.Unlock()
+	if sharedZK.zk != nil {
+		sharedZK.zk.Stop()
+		sharedZK.zk = nil
 	}
 }
 
