@@ -82,7 +82,11 @@ func New(ctx context.Context, conn Conn, opts *Options) (*dlock.Client, error) {
 		return nil, err
 	}
 	timeout := o.SessionTimeout
-	d := newDriver(conn, o, "the ZooKeeper connection", func() time.Duration { return timeout })
+	addr := "the zk.Conn given to New"
+	if s, ok := conn.(interface{ Server() string }); ok && s.Server() != "" {
+		addr = s.Server() // *zk.Conn: the server it is connected to
+	}
+	d := newDriver(conn, o, addr, func() time.Duration { return timeout })
 	if err := d.init(ctx, nil); err != nil {
 		_ = d.Close()
 		return nil, err
