@@ -115,7 +115,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		}
 		return nil, fmt.Errorf("lock %q: %w", key, err)
 	}
-	l := &Lease{client: c, key: key, token: g.Token(), ttl: cfg.ttl, eng: lease.Start(key, g, c.log)}
+	l := &Lease{client: c, key: key, token: g.Token(), ttl: g.Validity(), eng: lease.Start(key, g, c.log)}
 
 	c.mu.Lock()
 	closed := c.closed

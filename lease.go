@@ -34,7 +34,9 @@ func (l *Lease) Key() string { return l.key }
 // whose lease was lost.
 func (l *Lease) Token() uint64 { return l.token }
 
-// TTL returns the lease length requested for this lease.
+// TTL returns the lease length the backend granted: the requested TTL, or
+// what the backend made of it (on ZooKeeper, the session timeout; on etcd,
+// whole seconds).
 func (l *Lease) TTL() time.Duration { return l.ttl }
 
 // Done returns a channel that is closed when the lease is lost or released.
