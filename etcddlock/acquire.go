@@ -218,11 +218,12 @@ func (a *attempt) findPred(ctx context.Context, minRev int64) error {
 func (a *attempt) wait(ctx context.Context) error {
 	var b backoff
 	for a.pred != "" {
-		// Even when the entry ahead was the oldest, and nothing older can
-		// appear, read: our own entry may have been deleted meanwhile.
 		rev, err := a.waitGone(ctx)
 		switch {
 		case err == nil:
+			// Read the queue even if the entry ahead was the oldest, so
+			// that nothing older can be left: our own entry may have
+			// been deleted meanwhile.
 			b = backoff{}
 			err = a.findPred(ctx, rev)
 		case errors.Is(err, errWatch):

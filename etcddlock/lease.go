@@ -116,12 +116,13 @@ func (d *etcdDriver) takeLease(ctx context.Context, secs int64) (*etcdLease, err
 				d.putIdle(l)
 				return nil, ctx.Err()
 			}
-			// Gone or unreachable: a new grant tells which.
+			// Gone, or refused: forget it.
 		}
-		// Expired by now (etcd drops it by itself): forget it.
+		// Expired by now, or about to (etcd drops it by itself): forget it.
 	}
 }
 
+// popIdle takes the most recently used idle lease of a TTL, the freshest.
 func (d *etcdDriver) popIdle(secs int64) *etcdLease {
 	d.mu.Lock()
 	defer d.mu.Unlock()
