@@ -111,7 +111,7 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 		return code
 	}
 	if *verbose {
-		fmt.Fprintf(c.stderr, "dlock: acquired %q (token %d, TTL %v)\n", key, lease.Token(), *ttl)
+		fmt.Fprintf(c.stderr, "dlock: acquired %q (token %d, TTL %v)\n", key, lease.Token(), lease.TTL())
 	}
 	return c.supervise(lease, program, sigs, *grace, *verbose)
 }
