@@ -59,6 +59,10 @@
 //   - redisdlock: redis://[user:password@]host:port[/db],
 //     rediss:// for TLS, redis+sentinel://, redis+cluster://.
 //     See docs/redis.md.
+//   - zkdlock: zk://[user:password@]host:port[,host:port…][/root][?session_timeout=10s].
+//     The lease length is the ZooKeeper session timeout. See docs/zookeeper.md.
+//   - etcddlock: etcd://[user:password@]host:port[,host:port…][/prefix],
+//     etcds:// for TLS. See docs/etcd.md.
 //
 // Keys are UTF-8 strings of 1 to MaxKeyLen bytes without control characters;
 // "/" has no special meaning.
