@@ -184,3 +184,38 @@ func writeCerts(t *testing.T, dir string) (caFile, certFile, keyFile string) {
 	}
 	return write("ca.pem", "CERTIFICATE", caDER), write("server.pem", "CERTIFICATE", srvDER), write("server-key.pem", "EC PRIVATE KEY", keyDER)
 }
+
+// The URL's path is the prefix of every etcd key: two prefixes are two
+// independent lock spaces.
+func TestOpen_prefixFromPath(t *testing.T) {
+	srv := testserver.SharedEtcd(t)
+	ctx := testCtx(t)
+	admin := adminClient(t, srv.Addr())
+	a, err := dlock.Open(ctx, srv.URL()+"/team-a/locks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := dlock.Open(ctx, srv.URL()+"/team-b/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	key := "prefix/" + t.Name()
+	la, err := a.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("same key under another prefix: %v", err)
+	}
+	for _, p := range []string{"team-a/locks/", "team-b/"} {
+		resp, err := admin.Get(ctx, p+"prefix%2F", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil || resp.Count != 1 {
+			t.Errorf("entries under %q: %v, %v; want 1", p, resp, err)
+		}
+	}
+	_ = la.Unlock(ctx)
+	_ = lb.Unlock(ctx)
+}
