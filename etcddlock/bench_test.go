@@ -184,3 +184,52 @@ func BenchmarkUncontended(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkHandOffIdle is one hand-off at a time with nothing else running:
+// a waiter is queued and idle (its watch created) when the holder starts
+// Unlock; the time runs until the waiter's Lock returns. It is the latency
+// the algorithm adds to the round trips: the release's write, the notice,
+// and the woken waiter's read.
+func BenchmarkHandOffIdle(b *testing.B) {
+	srv := testserver.SharedEtcd(b)
+	ctx := context.Background()
+	key := fmt.Sprintf("bench-handoff-idle/%d", time.Now().UnixNano())
+	hc, wc := newCounter(), newCounter()
+	holder := hc.clientB(b, ctx, srv.Addr(), dlock.WithTTL(10*time.Second))
+	waiter := wc.clientB(b, ctx, srv.Addr(), dlock.WithTTL(10*time.Second))
+	var total time.Duration
+	var lat []time.Duration
+	for b.Loop() {
+		lh, err := holder.Lock(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		created := wc.createdCount()
+		got := make(chan *dlock.Lease, 1)
+		go func() {
+			l, err := waiter.Lock(ctx, key)
+			if err != nil {
+				b.Error(err)
+			}
+			got <- l
+		}()
+		wc.waitCreated(b, ctx, created+1)
+		start := time.Now()
+		if err := lh.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		lw := <-got
+		d := time.Since(start)
+		total += d
+		lat = append(lat, d)
+		if lw == nil {
+			b.FailNow()
+		}
+		if err := lw.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "handoff-p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "handoff-p99-µs")
+}

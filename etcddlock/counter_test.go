@@ -42,6 +42,13 @@ func newCounter() *counter {
 	return c
 }
 
+// createdCount returns how many watches of the client have been created.
+func (c *counter) createdCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.created
+}
+
 // waitCreated waits until n watches of the client have been created,
 // counting the driver's own (so one more than the waits).
 func (c *counter) waitCreated(t testing.TB, ctx context.Context, n int) {
