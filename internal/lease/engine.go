@@ -72,8 +72,9 @@ func Start(key string, g driver.Grant, log *slog.Logger) *Engine {
 		loopDone: make(chan struct{}),
 		done:     make(chan struct{}),
 	}
-	e.deadline = e.deadlineFrom(g.ValidFrom())
-	go e.loop(g.ValidFrom())
+	from := countFrom(g.ValidFrom())
+	e.deadline = e.deadlineFrom(from)
+	go e.loop(from)
 	return e
 }
 
@@ -182,7 +183,8 @@ func (e *Engine) loop(validFrom time.Time) {
 			ctx, cancel := context.WithDeadline(renewCtx, e.Deadline())
 			go func() {
 				defer cancel()
-				results <- renewResult{start: start, err: e.grant.Renew(ctx)}
+				err := e.grant.Renew(ctx)
+				results <- renewResult{start: countFrom(start), err: err}
 			}()
 		case r := <-results:
 			renewing = false

@@ -1,0 +1,121 @@
+package faultinject_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dlockdev/dlock/faultinject"
+)
+
+// Scenario 7. A holder's connection turns half-open right after a
+// successful renewal: from then on nothing arrives in either direction and
+// nothing is closed (no RST, no FIN). The documented interval (docs/redis.md,
+// internal/lease) is: Done closes at the latest TTL − 1% − 2 ms after the
+// last renewal request that succeeded was sent. The suite checks the
+// holder's deadline against the moment the proxy last forwarded a request to
+// the server (which is after that request was sent) plus the TTL, and
+// reports how long after the cut Done closed. The holder then unlocks and
+// closes its client over the dead connection and must leak no goroutine.
+// Replies are delayed (latency) throughout, and ZooKeeper pings are dropped,
+// as in scenario 1.
+//
+// Negative control: the weak build (validity from the reply) must be caught
+// with a deadline past the interval.
+func TestScenario7_HalfOpen(t *testing.T) {
+	for _, c := range pauseCases {
+		t.Run(c.kind, func(t *testing.T) {
+			t.Run("dlock", func(t *testing.T) {
+				s := runHalfOpen(t, c, false, 1)
+				ok := s.late == 0 && s.leaks == "" && s.maxDetect <= c.ttl+250*time.Millisecond
+				linger := ""
+				if s.lingered != "" {
+					linger = fmt.Sprintf(" (but goroutines outlived Close by up to %v: %s)", s.lingerFor.Round(100*time.Millisecond), s.lingered)
+				}
+				record(t, "7 half-open connection", c.kind, "dlock", verdict(ok),
+					"Done closed %v after the cut (max; TTL %v); deadline past last request + TTL %d/%d (deadline − (last request + TTL), max: %v); holders with goroutines left 20 s after Close: %d%s",
+					s.maxDetect.Round(time.Millisecond), c.ttl, s.late, s.trials, s.maxLate.Round(time.Millisecond), s.leaked, linger)
+				if !ok {
+					t.Errorf("scenario 7 failed: %+v", s)
+				}
+			})
+			t.Run("dlock_weak", func(t *testing.T) {
+				s := runHalfOpen(t, c, true, 1)
+				record(t, "7 half-open connection", c.kind, "dlock_weak: validity from reply", caught(s.late > 0),
+					"deadline past last request + TTL %d/%d (by %v)", s.late, s.trials, s.maxLate.Round(time.Millisecond))
+				if s.late == 0 {
+					t.Errorf("negative control missed")
+				}
+			})
+		})
+	}
+}
+
+type halfOpenStats struct {
+	trials, late, leaked          int
+	maxDetect, maxLate, lingerFor time.Duration
+	leaks, lingered               string
+}
+
+func runHalfOpen(t *testing.T, c pauseCase, weak bool, trials int) halfOpenStats {
+	s := halfOpenStats{maxLate: -time.Hour}
+	var r *rig
+	if c.kind == "redis" {
+		r = newRedisRig(t, "dlock", c.ttl)
+	} else {
+		r = newZKRig(t, "dlock", c.ttl)
+	}
+	for trial := range trials {
+		pa := r.proxy()
+		pa.SetLatency(0, c.latency)
+		isRenew := r.isRenew
+		if c.kind == "zk" {
+			pa.DiscardRequests(isPing)
+			// A renewal is sync then exists; the exists reply ends it.
+			isRenew = func(f *faultinject.Frame) bool { return f.Op == faultinject.ZKOpExists }
+		}
+		a := r.holder("A", weak, pa)
+		key := r.key("s7")
+		if ev := a.call(faultinject.Command{Op: "lock", Key: key, Timeout: 15 * time.Second}, time.Minute); !ev.Held {
+			t.Fatalf("A could not take a free key: %s", ev.Err)
+		}
+		a.mu.Lock()
+		from := len(a.notices)
+		a.mu.Unlock()
+		obs := pa.Observe(func(f *faultinject.Frame) bool { return !f.Up || isRenew(f) })
+		awaitAnswered(t, obs, r.proto, faultinject.Mono(), isRenew, time.Minute)
+		pa.HalfOpen()
+		cut := faultinject.Mono()
+		obs.Stop()
+		last := pa.LastUp()
+		done, _, ok := a.notice(from, c.ttl+5*time.Second, "A's Done", func(e faultinject.Event) bool { return e.Ev == "done" })
+		if !ok {
+			t.Fatalf("trial %d: A's Done did not close within TTL + 5s of the cut", trial)
+		}
+		st := a.call(faultinject.Command{Op: "state"}, time.Minute)
+		detect := time.Duration(done.At - cut)
+		late := time.Duration(st.Deadline - (last + int64(c.ttl)))
+		s.trials++
+		s.maxDetect = max(s.maxDetect, detect)
+		s.maxLate = max(s.maxLate, late)
+		if late > 0 {
+			s.late++
+		}
+		t.Logf("trial %d: Done %v after the cut; deadline − (last request + TTL) = %v", trial, detect, late)
+		a.call(faultinject.Command{Op: "unlock", Timeout: c.ttl}, time.Minute)
+		ev := a.closeEv(weak)
+		if ev.Lingered != "" {
+			s.lingered = ev.Lingered
+			s.lingerFor = max(s.lingerFor, ev.LingerFor)
+		}
+		if ev.Leaks != "" {
+			s.leaked++
+			s.leaks += ev.Leaks
+			if !weak {
+				t.Errorf("trial %d: the holder leaked goroutines after closing over a half-open connection: %s", trial, ev.Leaks)
+			}
+		}
+		pa.Close()
+	}
+	return s
+}

@@ -1,0 +1,164 @@
+package faultinject_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dlockdev/dlock/faultinject"
+)
+
+// Scenario 3. The reply to a release (or renew) is dropped after the server
+// acted on it; the client's retry is held back until the key has passed to
+// another holder, then delivered. The retry must not release or extend the
+// new holder's grant: a third client still finds the key held, and (renew)
+// the new grant keeps its own TTL.
+//
+// Negative controls: the weak build (redisdlock releases with a plain DEL
+// and renews with a plain PEXPIRE) and the naive recipes (DEL; delete of a
+// fixed node) must be caught releasing or extending the new grant. On
+// ZooKeeper a renewal only reads (sync, exists): it cannot act on another
+// grant, so there is no renew case.
+func TestScenario3_LostReleaseReply(t *testing.T) {
+	for _, kind := range []string{"redis", "zk"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Run("dlock", func(t *testing.T) {
+				r := newKindRig(t, kind, "dlock")
+				s := runLostRelease(t, r, false, 2)
+				ok := s.wrongful == 0
+				if kind == "redis" {
+					rn := runLostRenew(t, r, false, 2)
+					ok = ok && rn.wrongful == 0
+					record(t, "3 lost release/renew reply", kind, "dlock", verdict(ok),
+						"wrongful releases of the new grant %d/%d, wrongful renewals %d/%d", s.wrongful, s.trials, rn.wrongful, rn.trials)
+				} else {
+					record(t, "3 lost release/renew reply", kind, "dlock", verdict(ok),
+						"wrongful releases of the new grant %d/%d (renew is read-only: n/a)", s.wrongful, s.trials)
+				}
+				if !ok {
+					t.Errorf("scenario 3 failed")
+				}
+			})
+			if kind == "redis" {
+				t.Run("dlock_weak", func(t *testing.T) {
+					r := newKindRig(t, kind, "dlock")
+					s := runLostRelease(t, r, true, 1)
+					rn := runLostRenew(t, r, true, 1)
+					record(t, "3 lost release/renew reply", kind, "dlock_weak: release by DEL, renew by PEXPIRE", caught(s.wrongful > 0 && rn.wrongful > 0),
+						"wrongful releases %d/%d, wrongful renewals %d/%d", s.wrongful, s.trials, rn.wrongful, rn.trials)
+					if s.wrongful == 0 || rn.wrongful == 0 {
+						t.Errorf("negative control missed")
+					}
+				})
+			}
+			t.Run("naive", func(t *testing.T) {
+				s := runLostRelease(t, newKindRig(t, kind, "naive"), false, 1)
+				record(t, "3 lost release/renew reply", kind, "naive recipe: delete whatever is there", caught(s.wrongful > 0),
+					"wrongful releases %d/%d", s.wrongful, s.trials)
+				if s.wrongful == 0 {
+					t.Errorf("negative control missed")
+				}
+			})
+		})
+	}
+}
+
+type wrongStats struct{ trials, wrongful int }
+
+// checkNewGrant counts the new holder's grant as wrongfully released when a
+// third client can take the key while the new holder still holds it.
+func checkNewGrant(t *testing.T, key string, b, c *proc) bool {
+	t.Helper()
+	if st := b.call(faultinject.Command{Op: "state"}, time.Minute); !st.Held {
+		t.Logf("the new holder lost its lease: %s", st.Err)
+	}
+	ev := c.call(faultinject.Command{Op: "lock", Key: key, Timeout: 10 * time.Second}, time.Minute)
+	if ev.Held {
+		c.call(faultinject.Command{Op: "unlock", Timeout: 10 * time.Second}, time.Minute)
+		return true
+	}
+	return false
+}
+
+func runLostRelease(t *testing.T, r *rig, weak bool, trials int) wrongStats {
+	pa := r.proxy()
+	a := r.holder("A", weak, pa)
+	b := r.holder("B", weak)
+	c := r.holder("C", weak)
+	var s wrongStats
+	for range trials {
+		key := r.key("s3")
+		if ev := a.call(faultinject.Command{Op: "lock", Key: key, Timeout: 15 * time.Second}, time.Minute); !ev.Held {
+			t.Fatalf("A could not take a free key: %s", ev.Err)
+		}
+		locked := b.send(faultinject.Command{Op: "lock", Key: key, Wait: true, Timeout: 30 * time.Second})
+		r.waitQueued(key, 2)
+		obs := pa.Observe(func(f *faultinject.Frame) bool { return !f.Up || r.isRelease(f) })
+		d := pa.DropReply(r.isRelease, true)
+		unlocked := a.send(faultinject.Command{Op: "unlock", Timeout: 20 * time.Second})
+		drop := awaitFired(t, d, 15*time.Second, "A's release")
+		if ev := b.await(locked, time.Minute, "B waits for the key"); !ev.Held {
+			t.Fatalf("the key did not pass to B after A's release: %s", ev.Err)
+		}
+		pa.Restore()
+		n := awaitAnswered(t, obs, r.proto, drop.Request.At, r.isRelease, 30*time.Second)
+		obs.Stop()
+		ev := a.await(unlocked, time.Minute, "A's unlock")
+		t.Logf("A's unlock after the lost reply: %q; retried releases answered: %d", ev.Err, n)
+		s.trials++
+		if checkNewGrant(t, key, b, c) {
+			s.wrongful++
+		}
+		b.call(faultinject.Command{Op: "unlock", Timeout: 10 * time.Second}, time.Minute)
+	}
+	if leaks := a.close() + b.close() + c.close(); leaks != "" && r.recipe == "dlock" && !weak {
+		t.Errorf("holders leaked goroutines: %s", leaks)
+	}
+	return s
+}
+
+// runLostRenew: A (TTL 1 s) loses a renew reply and its retries are held
+// until its key has expired and passed to B (TTL 20 s).
+func runLostRenew(t *testing.T, r *rig, weak bool, trials int) wrongStats {
+	const bTTL = 20 * time.Second
+	pa := r.proxy()
+	a := r.holder("A", weak, pa)
+	b := r.holderTTL("B", weak, bTTL)
+	c := r.holder("C", weak)
+	var s wrongStats
+	for range trials {
+		key := r.key("s3r")
+		if ev := a.call(faultinject.Command{Op: "lock", Key: key, Timeout: 15 * time.Second}, time.Minute); !ev.Held {
+			t.Fatalf("A could not take a free key: %s", ev.Err)
+		}
+		locked := b.send(faultinject.Command{Op: "lock", Key: key, Wait: true, Timeout: 30 * time.Second})
+		r.waitQueued(key, 2)
+		obs := pa.Observe(func(f *faultinject.Frame) bool { return !f.Up || r.isRenew(f) })
+		d := pa.DropReply(r.isRenew, true)
+		drop := awaitFired(t, d, 15*time.Second, "A's renew")
+		if ev := b.await(locked, time.Minute, "B waits for the key"); !ev.Held {
+			t.Fatalf("the key did not pass to B: %s", ev.Err)
+		}
+		pa.Restore()
+		n := awaitAnswered(t, obs, r.proto, drop.Request.At, r.isRenew, 30*time.Second)
+		obs.Stop()
+		s.trials++
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		pttl, err := r.rdb.PTTL(ctx, r.redisKeys(key)[0]).Result()
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		extended := pttl <= r.ttl
+		t.Logf("retried renewals answered: %d; B's key expires in %v (B's TTL %v, A's %v)", n, pttl, bTTL, r.ttl)
+		if extended || checkNewGrant(t, key, b, c) {
+			s.wrongful++
+		}
+		b.call(faultinject.Command{Op: "unlock", Timeout: 10 * time.Second}, time.Minute)
+		a.call(faultinject.Command{Op: "unlock", Timeout: 10 * time.Second}, time.Minute)
+	}
+	if leaks := a.close() + b.close() + c.close(); leaks != "" && !weak {
+		t.Errorf("holders leaked goroutines: %s", leaks)
+	}
+	return s
+}
