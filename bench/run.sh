@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs every benchmark of issue 5 — dlock and its peers on the same servers,
+# in one run — and writes ../docs/benchmarks.md and ../docs/benchmarks.png
+# (and results.json here). Takes 6–9 minutes on a 2-core machine.
+#
+#   ./run.sh                 the full run
+#   ./run.sh -quick          a smoke test (short windows, small scale; writes nothing)
+#   ./run.sh -only 'dlock'   only the libraries whose name matches
+#
+# Needs redis-server and ZooKeeper with Java (apt-get install -y redis-server
+# zookeeper); etcd is embedded. Servers run on free loopback ports and are
+# stopped at the end.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+for bin in redis-server java; do
+	if ! command -v "$bin" >/dev/null; then
+		echo "run.sh: $bin not found; install it: apt-get install -y redis-server zookeeper" >&2
+		exit 1
+	fi
+done
+
+# dlock's etcd backend is measured when its package builds.
+tags=()
+if (cd .. && go build ./etcddlock) 2>/dev/null; then
+	tags=(-tags dlocketcd)
+else
+	echo "run.sh: the etcddlock package does not build; its rows will say \"not available\"" >&2
+fi
+
+echo "run.sh: load average $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs" >&2
+go build "${tags[@]}" -o bench.bin .
+trap 'rm -f bench.bin' EXIT
+BENCH_COMMAND="cd bench && ./run.sh${*:+ $*}" ./bench.bin "$@"

@@ -1,0 +1,735 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/redis/go-redis/v9"
+)
+
+// ---- round-trip floor ----
+
+type rttResult struct {
+	Backend  string
+	Op       string
+	N        int
+	P50, P99 time.Duration
+	Err      string
+}
+
+// measureRTT times n sequential calls of op after a warm-up, bounded by limit.
+func measureRTT(backend, name string, n int, limit time.Duration, op func(context.Context) error) rttResult {
+	r := rttResult{Backend: backend, Op: name}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	for range n / 10 {
+		if err := op(ctx); err != nil {
+			r.Err = err.Error()
+			return r
+		}
+	}
+	ds := make([]time.Duration, 0, n)
+	for range n {
+		if ctx.Err() != nil {
+			break
+		}
+		t := time.Now()
+		if err := op(ctx); err != nil {
+			r.Err = err.Error()
+			return r
+		}
+		ds = append(ds, time.Since(t))
+	}
+	r.N, r.P50, r.P99 = len(ds), percentile(ds, 50), percentile(ds, 99)
+	return r
+}
+
+func runRTT(s *servers, n int) (map[string]rttResult, error) {
+	out := map[string]rttResult{}
+	rdb := redis.NewClient(&redis.Options{Addr: s.redis.addr})
+	defer rdb.Close()
+	out["redis"] = measureRTT("redis", "PING (go-redis)", n, 20*time.Second, func(ctx context.Context) error {
+		return rdb.Ping(ctx).Err()
+	})
+	conn, err := zkConnect(s.env, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	out["zookeeper"] = measureRTT("zookeeper", "exists / (go-zookeeper)", n, 20*time.Second, func(context.Context) error {
+		_, _, err := conn.Exists("/")
+		return err
+	})
+	cli, err := etcdClient(s.env)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	out["etcd"] = measureRTT("etcd", "Get (clientv3, linearizable)", n, 20*time.Second, func(ctx context.Context) error {
+		_, err := cli.Get(ctx, "bench-rtt")
+		return err
+	})
+	notify, err := runNotifyFloor(s, n/3)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range notify {
+		out[k] = v
+	}
+	return out, nil
+}
+
+// runNotifyFloor measures the floor of any notification-driven hand-off on
+// each server: from one client starting a write to another client's
+// goroutine receiving the server's notice of it (Redis: PUBLISH to a
+// subscriber; ZooKeeper: delete of a node another session watches; etcd: a
+// put to a key another client watches). Both clients are in this process,
+// so one monotonic clock times both ends.
+func runNotifyFloor(s *servers, n int) (map[string]rttResult, error) {
+	out := map[string]rttResult{}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// Redis.
+	pub := redis.NewClient(&redis.Options{Addr: s.redis.addr})
+	defer pub.Close()
+	subc := redis.NewClient(&redis.Options{Addr: s.redis.addr})
+	defer subc.Close()
+	sub := subc.Subscribe(ctx, "bench-floor")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		return nil, err
+	}
+	msgs := sub.Channel()
+	got := make(chan time.Time, 1)
+	go func() {
+		for range msgs {
+			got <- time.Now()
+		}
+	}()
+	out["redis-notify"] = measureNotify("redis", "PUBLISH → subscriber on another connection (go-redis)", n, func() (func() error, <-chan time.Time, error) {
+		return func() error { return pub.Publish(ctx, "bench-floor", "x").Err() }, got, nil
+	})
+
+	// ZooKeeper.
+	a, err := zkConnect(s.env, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer a.Close()
+	b, err := zkConnect(s.env, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	if _, err := a.Create("/bench-floor", nil, 0, zk.WorldACL(zk.PermAll)); err != nil && err != zk.ErrNodeExists {
+		return nil, err
+	}
+	out["zookeeper-notify"] = measureNotify("zookeeper", "delete → watcher of another session (go-zookeeper)", n, func() (func() error, <-chan time.Time, error) {
+		if _, err := a.Create("/bench-floor/n", nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+			return nil, nil, err
+		}
+		_, _, ev, err := b.ExistsW("/bench-floor/n")
+		if err != nil {
+			return nil, nil, err
+		}
+		fired := make(chan time.Time, 1)
+		go func() { <-ev; fired <- time.Now() }()
+		return func() error { return a.Delete("/bench-floor/n", -1) }, fired, nil
+	})
+
+	// etcd.
+	ca, err := etcdClient(s.env)
+	if err != nil {
+		return nil, err
+	}
+	defer ca.Close()
+	cb, err := etcdClient(s.env)
+	if err != nil {
+		return nil, err
+	}
+	defer cb.Close()
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	wch := cb.Watch(wctx, "bench-floor")
+	events := make(chan time.Time, 1)
+	go func() {
+		for range wch {
+			events <- time.Now()
+		}
+	}()
+	time.Sleep(100 * time.Millisecond) // let the watch be created
+	out["etcd-notify"] = measureNotify("etcd", "put → watcher on another client (clientv3)", n, func() (func() error, <-chan time.Time, error) {
+		return func() error { _, err := ca.Put(ctx, "bench-floor", "x"); return err }, events, nil
+	})
+	return out, nil
+}
+
+// measureNotify times n notifications: setup prepares one and returns the
+// write that triggers it and the channel on which its receipt time arrives.
+func measureNotify(backend, name string, n int, setup func() (func() error, <-chan time.Time, error)) rttResult {
+	r := rttResult{Backend: backend, Op: name}
+	deadline := time.Now().Add(20 * time.Second)
+	var ds []time.Duration
+	for i := 0; i < n+n/10 && time.Now().Before(deadline); i++ {
+		write, fired, err := setup()
+		if err != nil {
+			r.Err = err.Error()
+			return r
+		}
+		t0 := time.Now()
+		if err := write(); err != nil {
+			r.Err = err.Error()
+			return r
+		}
+		select {
+		case t1 := <-fired:
+			if i >= n/10 {
+				ds = append(ds, t1.Sub(t0))
+			}
+		case <-time.After(5 * time.Second):
+			r.Err = "no notice within 5 s"
+			return r
+		}
+	}
+	r.N, r.P50, r.P99 = len(ds), percentile(ds, 50), percentile(ds, 99)
+	return r
+}
+
+// ---- uncontended ----
+
+type uncontendedResult struct {
+	Lib             string
+	N               int
+	P50, P99        time.Duration
+	RequestsPerGrnt float64 // requests per acquire+release cycle
+	Err             string
+}
+
+func runUncontended(s *servers, lib *library, n int, limit time.Duration) uncontendedResult {
+	r := uncontendedResult{Lib: lib.Name}
+	ctx, cancel := context.WithTimeout(context.Background(), limit+30*time.Second)
+	defer cancel()
+	c, err := lib.newContender(ctx, s.env, "uncontended")
+	if err != nil {
+		r.Err = err.Error()
+		return r
+	}
+	defer c.Close()
+	cycle := func() error {
+		if err := c.Lock(ctx); err != nil {
+			return fmt.Errorf("lock: %w", err)
+		}
+		if err := c.Unlock(ctx); err != nil {
+			return fmt.Errorf("unlock: %w", err)
+		}
+		return nil
+	}
+	for range max(n/10, 5) {
+		if err := cycle(); err != nil {
+			r.Err = err.Error()
+			return r
+		}
+	}
+	before, err := s.counters(lib.Backend)
+	if err != nil {
+		r.Err = err.Error()
+		return r
+	}
+	ds := make([]time.Duration, 0, n)
+	end := time.Now().Add(limit)
+	for range n {
+		if time.Now().After(end) {
+			break
+		}
+		t := time.Now()
+		if err := cycle(); err != nil {
+			r.Err = err.Error()
+			return r
+		}
+		ds = append(ds, time.Since(t))
+	}
+	after, err := s.counters(lib.Backend)
+	if err != nil {
+		r.Err = err.Error()
+		return r
+	}
+	r.N, r.P50, r.P99 = len(ds), percentile(ds, 50), percentile(ds, 99)
+	if r.N > 0 {
+		r.RequestsPerGrnt = after.sub(before).requests / float64(r.N)
+	}
+	return r
+}
+
+// ---- contended ----
+
+type contendedResult struct {
+	Lib        string
+	N          int
+	Think      bool
+	Window     time.Duration
+	Grants     int
+	GrantsPerS float64
+	// Hand-offs to another contender: from the holder starting Unlock to
+	// the next holder's Lock returning.
+	Handoffs   int
+	HandoffP50 time.Duration
+	HandoffP99 time.Duration
+	// SelfRetakes counts grants to the contender that released last while
+	// others were waiting (barging).
+	SelfRetakes          int
+	MinGrants, MaxGrants int
+	Overlaps             int64
+	Delta                counters // server work during the window
+	Errors               int
+	FirstErr             string
+	Stuck                int // contenders that had not finished 20 s after the end
+	Setup                time.Duration
+}
+
+func (r contendedResult) Fairness() float64 {
+	if r.MaxGrants == 0 {
+		return 0
+	}
+	return float64(r.MinGrants) / float64(r.MaxGrants)
+}
+
+// newContenders creates n contenders concurrently.
+func newContenders(s *servers, lib *library, n int, key string) ([]contender, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs := make([]contender, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			cs[i], errs[i] = lib.newContender(ctx, s.env, key)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			for _, c := range cs {
+				if c != nil {
+					c.Close()
+				}
+			}
+			return nil, fmt.Errorf("contender %d: %w", i, err)
+		}
+	}
+	return cs, nil
+}
+
+// runContended runs the contenders against one key for warm-up+window.
+// Each loops Lock, a tiny critical section, Unlock, and with think time
+// sleeps 1 ms before the next Lock.
+func runContended(s *servers, lib *library, cs []contender, think bool, warmup, window time.Duration) contendedResult {
+	n := len(cs)
+	r := contendedResult{Lib: lib.Name, N: n, Think: think, Window: window}
+	base := time.Now()
+	now := func() int64 { return int64(time.Since(base)) } // monotonic
+	ws := int64(warmup)
+	end := int64(warmup + window)
+	runCtx, cancel := context.WithDeadline(context.Background(), base.Add(warmup+window))
+	defer cancel()
+
+	var (
+		inSection   atomic.Int32
+		overlaps    atomic.Int64
+		lastHolder  atomic.Int64
+		unlockStart atomic.Int64
+		// waiting counts contenders inside Lock; waitersAtUnlock is that
+		// count when the last release began.
+		waiting         atomic.Int64
+		waitersAtUnlock atomic.Int64
+		protected       int64 // written only under the lock: the race detector would see overlaps
+		errCount        atomic.Int64
+		firstErr        atomic.Value
+	)
+	lastHolder.Store(-1)
+	grants := make([]atomic.Int64, n)
+	handoffs := make([][]time.Duration, n)
+	selfRetakes := make([]int, n)
+
+	var before, after counters
+	var snapErr error
+	snapDone := make(chan struct{})
+	go func() {
+		defer close(snapDone)
+		time.Sleep(time.Duration(ws - now()))
+		if before, snapErr = s.counters(lib.Backend); snapErr != nil {
+			return
+		}
+		time.Sleep(time.Duration(end - now()))
+		after, snapErr = s.counters(lib.Backend)
+	}()
+
+	var wg sync.WaitGroup
+	finished := make(chan struct{})
+	for i, c := range cs {
+		wg.Go(func() {
+			for now() < end {
+				t0 := now()
+				waiting.Add(1)
+				err := c.Lock(runCtx)
+				waiting.Add(-1)
+				t1 := now()
+				if err != nil {
+					if runCtx.Err() != nil {
+						return
+					}
+					if errCount.Add(1) == 1 {
+						firstErr.Store(err.Error())
+					}
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				if inSection.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				prev, us, others := lastHolder.Load(), unlockStart.Load(), waitersAtUnlock.Load()
+				if t1 >= ws && t1 < end {
+					grants[i].Add(1)
+					switch {
+					case prev == int64(i) && others > 0:
+						// The releaser took the lock back although
+						// others were waiting: barging.
+						selfRetakes[i]++
+					case prev >= 0 && prev != int64(i) && t0 <= us:
+						// A waiter that was already waiting when the
+						// release began: a hand-off. (A contender that
+						// came to a free lock is not one.)
+						handoffs[i] = append(handoffs[i], time.Duration(t1-us))
+					}
+				}
+				protected++ // the critical section
+				lastHolder.Store(int64(i))
+				inSection.Add(-1)
+				waitersAtUnlock.Store(waiting.Load())
+				unlockStart.Store(now())
+				uctx, ucancel := context.WithTimeout(context.Background(), 10*time.Second)
+				if err := c.Unlock(uctx); err != nil {
+					if errCount.Add(1) == 1 {
+						firstErr.Store("unlock: " + err.Error())
+					}
+				}
+				ucancel()
+				if think {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		})
+	}
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(time.Duration(end-now()) + 5*time.Second):
+		// Waiters that cannot be cancelled (go-zookeeper) and are stuck:
+		// closing their connections ends them.
+		for _, c := range cs {
+			c.Close()
+		}
+		select {
+		case <-finished:
+		case <-time.After(10 * time.Second):
+		}
+		r.Stuck = -1
+	}
+	<-snapDone
+	if snapErr == nil {
+		r.Delta = after.sub(before)
+	} else if r.FirstErr == "" {
+		r.FirstErr = "server counters: " + snapErr.Error()
+	}
+	var all []time.Duration
+	r.MinGrants = -1
+	for i := range n {
+		g := int(grants[i].Load())
+		r.Grants += g
+		all = append(all, handoffs[i]...)
+		r.SelfRetakes += selfRetakes[i]
+		if r.MinGrants < 0 || g < r.MinGrants {
+			r.MinGrants = g
+		}
+		r.MaxGrants = max(r.MaxGrants, g)
+	}
+	r.Handoffs = len(all)
+	r.HandoffP50, r.HandoffP99 = percentile(all, 50), percentile(all, 99)
+	r.GrantsPerS = float64(r.Grants) / window.Seconds()
+	r.Overlaps = overlaps.Load()
+	r.Errors = int(errCount.Load())
+	if v := firstErr.Load(); v != nil && r.FirstErr == "" {
+		r.FirstErr = v.(string)
+	}
+	_ = protected
+	return r
+}
+
+// ---- scale: many waiters on one key ----
+
+type queueResult struct {
+	Lib        string
+	Waiters    int
+	Clients    int
+	Enqueue    time.Duration // until every waiter was queued (or trying)
+	Drain      time.Duration // from the holder's release until every waiter had the lock once
+	Drained    int
+	MemPerWait float64 // server memory per queued waiter, bytes
+	MemWhat    string
+	Overlaps   int64
+	Note       string
+	Err        string
+}
+
+// queueLen reports how many waiters the server has queued on key, for the
+// libraries that queue on the server; ok is false for the others.
+func queueLen(ctx context.Context, lib *library, m multi, key string) (n int, ok bool, err error) {
+	switch mm := m.(type) {
+	case *dlockMulti:
+		info, err := mm.c.Inspect(ctx, key)
+		if err != nil {
+			return 0, true, err
+		}
+		return len(info.Waiters), true, nil
+	case *zkMulti:
+		ch, _, err := mm.conn.Children("/zk-bench/" + key)
+		if err != nil && err != zk.ErrNoNode {
+			return 0, true, err
+		}
+		return max(len(ch)-1, 0), true, nil
+	case *etcdMulti:
+		resp, err := mm.cli.Get(ctx, "/etcd-bench/"+key+"/", clientv3WithPrefixCount()...)
+		if err != nil {
+			return 0, true, err
+		}
+		return max(int(resp.Count)-1, 0), true, nil
+	}
+	return 0, false, nil
+}
+
+func runQueue(s *servers, lib *library, waiters, clients int, limit time.Duration) queueResult {
+	r := queueResult{Lib: lib.Name, Waiters: waiters, Clients: clients}
+	key := "queue"
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	ms := make([]multi, clients)
+	for i := range ms {
+		m, err := lib.newMulti(ctx, s.env, 10*time.Second, true)
+		if err != nil {
+			r.Err = err.Error()
+			for _, m := range ms[:i] {
+				m.Close()
+			}
+			return r
+		}
+		ms[i] = m
+	}
+	defer func() {
+		for _, m := range ms {
+			m.Close()
+		}
+	}()
+	release, err := ms[0].Lock(ctx, key)
+	if err != nil {
+		r.Err = "holder: " + err.Error()
+		return r
+	}
+	mem0, what := s.memory(lib.Backend)
+	r.MemWhat = what
+
+	var inSection, overlaps atomic.Int64
+	var drained atomic.Int64
+	allDone := make(chan struct{})
+	var wg sync.WaitGroup
+	var errOnce sync.Once
+	t0 := time.Now()
+	for i := range waiters {
+		wg.Go(func() {
+			rel, err := ms[i%clients].Lock(ctx, key)
+			if err != nil {
+				errOnce.Do(func() { r.Err = err.Error() })
+				return
+			}
+			if inSection.Add(1) != 1 {
+				overlaps.Add(1)
+			}
+			inSection.Add(-1)
+			rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_ = rel(rctx)
+			rcancel()
+			drained.Add(1)
+		})
+	}
+	go func() { wg.Wait(); close(allDone) }()
+	// Wait until every waiter is queued on the server, or give the
+	// libraries without a server-side queue a second to start trying. A
+	// client of its own counts them, so as not to queue behind the waiters'
+	// requests.
+	inspector, err := lib.newMulti(ctx, s.env, 10*time.Second, true)
+	if err != nil {
+		r.Err = err.Error()
+		return r
+	}
+	defer inspector.Close()
+	for {
+		qctx, qcancel := context.WithTimeout(ctx, 10*time.Second)
+		n, ok, err := queueLen(qctx, lib, inspector, key)
+		qcancel()
+		if !ok {
+			time.Sleep(time.Second)
+			r.Note = "no server-side queue: waiters given 1 s to start trying"
+			break
+		}
+		if err != nil {
+			r.Err = "queue length: " + err.Error()
+			break
+		}
+		if n >= waiters {
+			break
+		}
+		if os.Getenv("BENCH_DEBUG_QUEUE") != "" {
+			log.Printf("queued %d after %v", n, time.Since(t0))
+		}
+		if ctx.Err() != nil {
+			r.Err = fmt.Sprintf("only %d of %d waiters queued before the time limit", n, waiters)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.Enqueue = time.Since(t0)
+	memQ, _ := s.memory(lib.Backend)
+	r.MemPerWait = float64(memQ-mem0) / float64(waiters)
+	t1 := time.Now()
+	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	_ = release(rctx)
+	rcancel()
+	select {
+	case <-allDone:
+	case <-ctx.Done():
+	}
+	r.Drain = time.Since(t1)
+	r.Drained = int(drained.Load())
+	r.Overlaps = overlaps.Load()
+	if r.Drained < waiters && r.Err == "" {
+		r.Err = fmt.Sprintf("only %d of %d waiters got the lock within the time limit", r.Drained, waiters)
+	}
+	cancel()
+	// Waiters that ignore ctx (go-zookeeper) end when their connections close.
+	for _, m := range ms {
+		m.Close()
+	}
+	ms = nil
+	waitTimeout(allDone, 30*time.Second)
+	return r
+}
+
+func waitTimeout(ch <-chan struct{}, d time.Duration) bool {
+	select {
+	case <-ch:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// ---- scale: many keys held at once ----
+
+type keysResult struct {
+	Lib       string
+	Keys      int
+	Held      int
+	Acquire   time.Duration
+	Release   time.Duration
+	MemPerKey float64
+	MemWhat   string
+	Err       string
+}
+
+func runKeys(s *servers, lib *library, keys, clients, workers int, limit time.Duration) keysResult {
+	r := keysResult{Lib: lib.Name, Keys: keys}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	ms := make([]multi, clients)
+	for i := range ms {
+		m, err := lib.newMulti(ctx, s.env, 10*time.Minute, false)
+		if err != nil {
+			r.Err = err.Error()
+			for _, m := range ms[:i] {
+				m.Close()
+			}
+			return r
+		}
+		ms[i] = m
+	}
+	defer func() {
+		for _, m := range ms {
+			m.Close()
+		}
+	}()
+	mem0, what := s.memory(lib.Backend)
+	r.MemWhat = what
+	releases := make([]func(context.Context) error, keys)
+	var next atomic.Int64
+	var held atomic.Int64
+	var errOnce sync.Once
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for w := range workers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= keys {
+					return
+				}
+				// Lock, not TryLock: every key is free, so it is granted
+				// at once; the same call for every library.
+				rel, err := ms[w%clients].Lock(ctx, fmt.Sprintf("k%d", i))
+				if err != nil {
+					errOnce.Do(func() { r.Err = err.Error() })
+					return
+				}
+				releases[i] = rel
+				held.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	r.Acquire = time.Since(t0)
+	r.Held = int(held.Load())
+	memK, _ := s.memory(lib.Backend)
+	if r.Held > 0 {
+		r.MemPerKey = float64(memK-mem0) / float64(r.Held)
+	}
+	next.Store(0)
+	t1 := time.Now()
+	rctx, rcancel := context.WithTimeout(context.Background(), limit)
+	defer rcancel()
+	for range workers {
+		wg.Go(func() {
+			for rctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= keys {
+					return
+				}
+				if rel := releases[i]; rel != nil {
+					_ = rel(rctx)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	r.Release = time.Since(t1)
+	if r.Held < keys && r.Err == "" {
+		r.Err = fmt.Sprintf("only %d of %d keys taken within the time limit", r.Held, keys)
+	}
+	return r
+}
