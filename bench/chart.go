@@ -116,6 +116,7 @@ func writeChart(res *results, path string) error {
 		if drawn {
 			p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
 			p.Y.Tick.Marker = decadeTicks{}
+			p.Y.Min, p.Y.Max = p.Y.Min*0.8, p.Y.Max*1.25 // room for the end ticks
 		}
 		p.Draw(tiles.At(dc, i%2, i/2))
 	}

@@ -463,9 +463,25 @@ type nopLogger struct{}
 
 func (nopLogger) Printf(string, ...any) {}
 
+// zkConnect connects and waits (up to 20 s) until the session is
+// established, so that a contender starts with a working session.
 func zkConnect(e *env, session time.Duration) (*zk.Conn, error) {
-	c, _, err := zk.Connect([]string{e.zkAddr}, session, zk.WithLogger(nopLogger{}))
-	return c, err
+	c, events, err := zk.Connect([]string{e.zkAddr}, session, zk.WithLogger(nopLogger{}))
+	if err != nil {
+		return nil, err
+	}
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if ev.State == zk.StateHasSession {
+				return c, nil
+			}
+		case <-timeout:
+			c.Close()
+			return nil, errors.New("zk: no session within 20 s")
+		}
+	}
 }
 
 type zkContender struct {
