@@ -48,9 +48,8 @@ type Engine struct {
 	validity time.Duration
 	log      *slog.Logger
 
-	stop     chan struct{} // closed by Release to end the loop
-	loopDone chan struct{} // closed when the loop has returned
-	done     chan struct{} // the public Done channel
+	stop chan struct{} // closed by Release to end the loop
+	done chan struct{} // the public Done channel
 
 	mu       sync.Mutex
 	deadline time.Time // local deadline; guarded by mu
@@ -69,7 +68,6 @@ func Start(key string, g driver.Grant, log *slog.Logger) *Engine {
 		validity: g.Validity(),
 		log:      log,
 		stop:     make(chan struct{}),
-		loopDone: make(chan struct{}),
 		done:     make(chan struct{}),
 	}
 	from := countFrom(g.ValidFrom())
@@ -128,9 +126,14 @@ func (e *Engine) endLocked(err error) {
 	close(e.done)
 }
 
+// end is endLocked for the loop, which may still be running after Release
+// started: what it finds then is ignored, since Release decides the outcome.
 func (e *Engine) end(err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.released {
+		return
+	}
 	e.endLocked(err)
 }
 
@@ -142,7 +145,6 @@ type renewResult struct {
 // loop renews the grant about every validity/3 and ends the lease when a
 // renewal is refused, the backend reports the loss, or the deadline passes.
 func (e *Engine) loop(validFrom time.Time) {
-	defer close(e.loopDone)
 	interval := e.validity / 3
 	retry := max(e.validity/20, time.Millisecond)
 
@@ -223,8 +225,11 @@ func (e *Engine) Release(ctx context.Context) error {
 	e.released = true
 	e.mu.Unlock()
 
+	// Stop the loop without waiting for it: the release need not wait for
+	// a goroutine to be scheduled (it is on the hand-off's critical path),
+	// and whatever the loop still does is harmless — a renewal in flight
+	// acts only on this grant, and end ignores its verdict from now on.
 	close(e.stop)
-	<-e.loopDone
 	e.checkDeadline()
 
 	e.mu.Lock()
@@ -236,7 +241,9 @@ func (e *Engine) Release(ctx context.Context) error {
 	// without waiting for expiry. The driver never releases another owner's
 	// grant, so this is safe.
 	err := e.grant.Release(ctx)
-	e.end(ErrReleased)
+	e.mu.Lock()
+	e.endLocked(ErrReleased)
+	e.mu.Unlock()
 	switch {
 	case lostErr != nil:
 		return fmt.Errorf("%w: key %q: %w", driver.ErrNotHeld, e.key, lostErr)
