@@ -21,6 +21,7 @@ type acquireReply struct {
 	token  uint64
 	pttl   time.Duration // holder's time left; negative when unknown
 	head   bool          // first in the queue
+	holder uint64        // queued: the current holder's token
 }
 
 func (d *redisDriver) runAcquire(ctx context.Context, keys []string, req *driver.AcquireRequest) (acquireReply, error) {
@@ -47,9 +48,11 @@ func (d *redisDriver) runAcquire(ctx context.Context, keys []string, req *driver
 	default:
 		p, _ := v[1].(int64)
 		r.pttl = time.Duration(p) * time.Millisecond
-		if len(v) > 2 {
+		if len(v) > 3 {
 			h, _ := v[2].(int64)
 			r.head = h == 1
+			s, _ := v[3].(string)
+			r.holder, _ = strconv.ParseUint(s, 10, 64)
 		}
 	}
 	return r, nil
@@ -72,8 +75,13 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 
 	// notBefore is the send time of the latest request after which the
 	// server had not yet granted us the key: a grant delivered by a notice
-	// happened after it, so it is a safe ValidFrom for that grant.
+	// happened after it, so it is a safe ValidFrom for that grant — provided
+	// the notice is not older than that request. staleUpTo tells: it is the
+	// holder's token that request found, and a notice with a token up to it
+	// announces a grant made before, which we have lost since (we were
+	// paused, say, while it expired and passed on).
 	notBefore := time.Now()
+	var staleUpTo uint64
 	queued := false
 	for {
 		sent := time.Now()
@@ -99,28 +107,52 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 		default:
 			queued = true
 			notBefore = sent
+			staleUpTo = max(staleUpTo, r.holder)
 		}
 
-		// Wait for the hand-off notice, polling now and then. The first in
-		// line also polls when the holder's lease would run out, which is
-		// how a crashed holder's key reaches the queue.
-		next := d.opts.PollInterval
+		// Wait for the hand-off notice, polling now and then: at least every
+		// TTL/3, so that notBefore stays recent. The first in line also
+		// polls when the holder's lease would run out, which is how a
+		// crashed holder's key reaches the queue.
+		next := min(d.opts.PollInterval, req.TTL/3)
 		if r.head && r.pttl >= 0 && r.pttl+time.Millisecond < next {
 			next = r.pttl + time.Millisecond
 		}
-		timer := time.NewTimer(next)
-		select {
-		case token := <-w.granted:
-			timer.Stop()
-			g.token, g.validFrom = token, notBefore
-			return g, nil
-		case <-w.poke:
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
+		token, err := waitTurn(ctx, w, next, staleUpTo)
+		if err != nil {
 			return nil, d.abandon(ctx, g)
 		}
-		timer.Stop()
+		// A notice is trusted only while most of the validity counted from
+		// notBefore remains; otherwise (we were slow to get here) poll,
+		// which extends the grant from now if it is still ours.
+		if token != 0 && time.Since(notBefore) < req.TTL/3 {
+			g.token, g.validFrom = token, notBefore
+			return g, nil
+		}
+	}
+}
+
+// waitTurn waits up to d for a hand-off notice, returning its token, or 0
+// when it is time to poll (the timer ran out, or the subscription was
+// re-established and notices may have been lost). Notices with a token up to
+// staleUpTo are dropped: they announce grants the caller has lost since. It
+// returns ctx's error when ctx ends.
+func waitTurn(ctx context.Context, w *waiter, d time.Duration, staleUpTo uint64) (uint64, error) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case token := <-w.granted:
+			if token > staleUpTo {
+				return token, nil
+			}
+		case <-w.poke:
+			return 0, nil
+		case <-timer.C:
+			return 0, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
 	}
 }
 

@@ -52,10 +52,13 @@ func (n *notifier) run(ch <-chan any) {
 			}
 			n.mu.Lock()
 			if w := n.waiters[owner]; w != nil {
+				// Keep only the newest notice: an older one still
+				// unread announces a grant that has been lost since.
 				select {
-				case w.granted <- token:
+				case <-w.granted:
 				default:
 				}
+				w.granted <- token
 			}
 			n.mu.Unlock()
 		case *redis.Subscription:

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/dlocktest"
 	"github.com/dlockdev/dlock/internal/testserver"
 	"github.com/dlockdev/dlock/redisdlock"
 	"github.com/redis/go-redis/v9"
@@ -295,4 +296,64 @@ func TestAcquire_failedAttemptLeavesNothing(t *testing.T) {
 		t.Fatalf("the failed attempt left the key held: %v", err)
 	}
 	_ = l.Unlock(ctx)
+}
+
+// A waiter cut off when the key is handed to it loses that grant (it cannot
+// renew what it does not know it has); the key expires and passes on. When
+// the waiter's network comes back, the old hand-off notice arrives late:
+// Lock must not return that lost grant, but keep waiting and return a new
+// one (found by the fault-injection suite's paused-waiter scenario).
+func TestLock_lateNoticeOfLostGrantIgnored(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx := testCtx(t)
+	ttl := dlock.WithTTL(time.Second)
+	holder := newTestClient(t, ctx, srv.Addr(), nil)
+	next := newTestClient(t, ctx, srv.Addr(), nil)
+	link := dlocktest.NewProxy(t, srv.Addr())
+	slow := newTestClient(t, ctx, link.Addr(), &redisdlock.Options{WaiterTimeout: time.Hour, PollInterval: 30 * time.Minute})
+
+	lh, err := holder.Lock(ctx, "late", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   *dlock.Lease
+		err error
+	}
+	slowGot, nextGot := make(chan result, 1), make(chan result, 1)
+	go func() { l, err := slow.Lock(ctx, "late", ttl); slowGot <- result{l, err} }()
+	waitWaiters(t, ctx, holder, "late", 1)
+	go func() { l, err := next.Lock(ctx, "late", ttl); nextGot <- result{l, err} }()
+	waitWaiters(t, ctx, holder, "late", 2)
+
+	link.Blackhole()
+	if err := lh.Unlock(ctx); err != nil { // hands the key to slow, which never hears of it
+		t.Fatal(err)
+	}
+	var ln *dlock.Lease
+	select {
+	case r := <-nextGot: // slow's grant expired and passed on
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		ln = r.l
+	case <-ctx.Done():
+		t.Fatal("the next waiter never got the key of a waiter that was cut off (watchdog)")
+	}
+	link.Restore()
+	if err := ln.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-slowGot:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.l.Token() <= ln.Token() {
+			t.Fatalf("Lock returned the lost grant (token %d) announced before the next holder's (token %d)", r.l.Token(), ln.Token())
+		}
+		_ = r.l.Unlock(ctx)
+	case <-ctx.Done():
+		t.Fatal("the cut-off waiter never got the key after the next holder released it (watchdog)")
+	}
 }

@@ -4,7 +4,9 @@
 -- ARGV[1] owner id, ARGV[2] ttl ms, ARGV[3] metadata, ARGV[4] "1" to wait,
 -- ARGV[5] waiter timeout ms, ARGV[6] notification channel.
 -- Returns {1, token} granted; {0, pttl} held by another (not waiting);
--- {2, pttl, head} queued (head = 1 when first in line).
+-- {2, pttl, head, token} queued (head = 1 when first in line; token is the
+-- current holder's: a hand-off notice with a token up to it announces a
+-- grant the caller has already lost).
 local owner, ttl, meta = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local wait, waiter_timeout, channel = ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6]
 
@@ -52,4 +54,4 @@ local head = 0
 if redis.call('LINDEX', queue, 0) == owner then
   head = 1
 end
-return {2, pttl, head}
+return {2, pttl, head, redis.call('HGET', lock, 'token') or '0'}
