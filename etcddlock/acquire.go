@@ -109,7 +109,8 @@ func (a *attempt) try(ctx context.Context) error {
 			Then(clientv3.OpPut(a.key, string(a.req.Metadata), clientv3.WithLease(a.l.id))).
 			Else(clientv3.OpGet(a.key)).
 			Commit()
-		if err != nil {
+		if err != nil && !rejected(err) {
+			// Unknown outcome: the Put may yet be applied.
 			a.dirty = true
 		}
 		return err
@@ -146,7 +147,8 @@ func (a *attempt) join(ctx context.Context) error {
 					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))).
 			Else(clientv3.OpGet(a.key)).
 			Commit()
-		if err != nil {
+		if err != nil && !rejected(err) {
+			// Unknown outcome: the Put may yet be applied.
 			a.dirty = true
 		}
 		return err
@@ -334,16 +336,19 @@ func (a *attempt) renewIn() time.Duration {
 
 // renewWhileWaiting keeps a waiter's lease, and so its place, alive.
 func (a *attempt) renewWhileWaiting(ctx context.Context) error {
-	// Renewing after the lease may have lapsed proves nothing: stop there.
+	// A busy or leaderless etcd ("too many requests", "no leader", "timed
+	// out") may still keep the lease: retry, with backoff, as long as it
+	// certainly does. Renewing after the lease may have lapsed proves
+	// nothing: stop there.
 	kctx, cancel := context.WithDeadline(ctx, a.l.safeUntil())
 	defer cancel()
-	err := a.l.keepAlive(kctx, a.d.lc)
+	err := retry(kctx, func(kctx context.Context) error { return a.l.keepAlive(kctx, a.d.lc) })
 	switch {
 	case err == nil:
 		return nil
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case errors.Is(err, driver.ErrNotHeld), kctx.Err() != nil, transient(err):
+	case errors.Is(err, driver.ErrNotHeld), kctx.Err() != nil:
 		// The lease is gone, or may be: so is our entry. etcd drops it
 		// (if it has not) since nobody renews it.
 		a.l, a.dirty = nil, false

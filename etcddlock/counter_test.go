@@ -27,6 +27,56 @@ type counter struct {
 	created  int // watch-created responses received
 	deletes  []deleteEvent
 	dropNext func(*pb.TxnRequest) bool // drop the reply of the next Txn it matches, once
+
+	// refuse[m] is how many more calls of gRPC method m to answer with
+	// refuseErr without sending them, as a server refusing them would.
+	// Each is counted under m and under "refused "+m.
+	refuse    map[string]int
+	refuseErr error
+}
+
+// refuseNext makes the next n calls of method fail with err, unsent.
+func (c *counter) refuseNext(method string, n int, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refuse == nil {
+		c.refuse = map[string]int{}
+	}
+	c.refuse[method] = n
+	c.refuseErr = err
+}
+
+// refused reports whether to refuse a call of method, counting it if so.
+func (c *counter) refused(method string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refuse[method] == 0 {
+		return nil
+	}
+	c.refuse[method]--
+	c.sent["refused "+method]++
+	c.changed.Broadcast()
+	return c.refuseErr
+}
+
+// waitSent waits until the client has sent n requests of what since the
+// last take.
+func (c *counter) waitSent(t testing.TB, ctx context.Context, what string, n int) {
+	t.Helper()
+	stop := context.AfterFunc(ctx, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.changed.Broadcast()
+	})
+	defer stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.sent[what] < n && ctx.Err() == nil {
+		c.changed.Wait()
+	}
+	if c.sent[what] < n {
+		t.Fatalf("%d %q sent, want %d (watchdog)", c.sent[what], what, n)
+	}
 }
 
 // deleteEvent is a delete notice received on a watch.
@@ -127,6 +177,9 @@ func total(sent map[string]int) int {
 
 func (c *counter) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	c.add(method)
+	if err := c.refused(method); err != nil {
+		return err
+	}
 	err := invoker(ctx, method, req, reply, cc, opts...)
 	if txn, ok := req.(*pb.TxnRequest); ok && err == nil {
 		c.mu.Lock()
@@ -143,6 +196,11 @@ func (c *counter) unary(ctx context.Context, method string, req, reply any, cc *
 }
 
 func (c *counter) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	// etcd's client opens a stream for each KeepAliveOnce: refusing the
+	// stream refuses that keep-alive.
+	if err := c.refused(method); err != nil {
+		return nil, err
+	}
 	cs, err := streamer(ctx, desc, cc, method, opts...)
 	if err != nil {
 		return nil, err

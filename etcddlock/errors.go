@@ -27,9 +27,12 @@ func code(err error) codes.Code {
 }
 
 // transient reports whether a request that failed with err may succeed if
-// sent again: etcd has no leader or is electing one, a request timed out
-// inside the cluster, or the connection dropped. The outcome of a write that
-// failed this way is unknown.
+// sent again: etcd is overloaded ("too many requests": its apply lags its
+// commit), has no leader or is electing one ("no leader", "leader changed",
+// "not leader"), a request timed out inside the cluster ("request timed
+// out", also while waiting for the applied index), or the connection
+// dropped. The outcome of a write that failed this way is unknown, except
+// when rejected says otherwise.
 func transient(err error) bool {
 	switch code(err) {
 	case codes.Unavailable, codes.Aborted:
@@ -37,12 +40,29 @@ func transient(err error) bool {
 	case codes.ResourceExhausted:
 		// "too many requests", but not "database space exceeded", which
 		// needs an operator.
-		return rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(rpctypes.ErrGRPCRequestTooManyRequests)
+		return rejected(err)
+	case codes.FailedPrecondition:
+		// "not leader": the member lost its leadership under the request.
+		return rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(rpctypes.ErrGRPCNotLeader)
 	case codes.DeadlineExceeded:
 		// A timeout inside the server; callers check their own context.
 		return true
 	}
-	return false
+	// A keep-alive reaching a leader that cannot confirm its leadership:
+	// etcd sends lease.ErrNotPrimary as an unknown error.
+	return rpctypes.ErrorDesc(err) == errNotPrimaryDesc
+}
+
+// errNotPrimaryDesc is the text of etcd's lease.ErrNotPrimary.
+const errNotPrimaryDesc = "not a primary lessor"
+
+// rejected reports an error with which etcd refused a write before proposing
+// it to Raft: "too many requests", sent when its applied index lags its
+// committed index by too much. Such a write certainly was not applied, and
+// never will be.
+func rejected(err error) bool {
+	return code(err) == codes.ResourceExhausted &&
+		rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(rpctypes.ErrGRPCRequestTooManyRequests)
 }
 
 // isLeaseNotFound reports an error saying that a lease expired or was revoked.

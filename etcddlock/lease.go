@@ -107,8 +107,11 @@ func (d *etcdDriver) takeLease(ctx context.Context, secs int64) (*etcdLease, err
 			return l, nil
 		case time.Now().Before(l.safeUntil()):
 			// Old but alive: renew it before use rather than hand the
-			// caller a lease about to lapse.
-			err := l.keepAlive(ctx, d.lc)
+			// caller a lease about to lapse; retry a busy etcd while the
+			// lease certainly lives.
+			kctx, cancel := context.WithDeadline(ctx, l.safeUntil())
+			err := retry(kctx, func(kctx context.Context) error { return l.keepAlive(kctx, d.lc) })
+			cancel()
 			if err == nil {
 				return l, nil
 			}

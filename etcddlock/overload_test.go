@@ -1,0 +1,132 @@
+package etcddlock_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/internal/testserver"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+)
+
+const (
+	txnMethod       = "/etcdserverpb.KV/Txn"
+	keepAliveMethod = "/etcdserverpb.Lease/LeaseKeepAlive"
+	grantMethod     = "/etcdserverpb.Lease/LeaseGrant"
+)
+
+// A busy etcd refuses writes with "too many requests" (its apply lags its
+// commit). Lock, TryLock and Unlock retry until etcd takes the write: the
+// call succeeds, having sent each refused Txn once more. etcd refuses before
+// proposing, so the refused writes certainly did nothing, and the lease goes
+// back to the idle pool after Unlock instead of being revoked as after a
+// write of unknown outcome.
+func TestLock_tooManyRequests_retried(t *testing.T) {
+	srv := testserver.SharedEtcd(t)
+	ctx := testCtx(t)
+	admin := adminClient(t, srv.Addr())
+	const refusals = 3
+	for _, wait := range []bool{false, true} {
+		t.Run(fmt.Sprintf("wait=%v", wait), func(t *testing.T) {
+			key := "too-many-requests/" + t.Name()
+			c := newCounter()
+			client := c.client(t, ctx, srv.Addr(), longTTL)
+			lock := client.TryLock
+			if wait {
+				lock = client.Lock
+			}
+			c.refuseNext(txnMethod, refusals, rpctypes.ErrGRPCRequestTooManyRequests)
+			l, err := lock(ctx, key)
+			if err != nil {
+				t.Fatalf("lock with %d refusals: %v", refusals, err)
+			}
+			sent, _ := c.take()
+			if sent[txnMethod] != refusals+1 || sent["refused "+txnMethod] != refusals || sent[grantMethod] != 1 {
+				t.Errorf("lock sent %v, want %d Txn of which %d refused, and 1 LeaseGrant", sent, refusals+1, refusals)
+			}
+			_, rev, lease := entry(t, ctx, admin, key) // exactly one entry
+			if l.Token() != uint64(rev) {
+				t.Errorf("token %d, want the entry's create revision %d", l.Token(), rev)
+			}
+
+			c.refuseNext(txnMethod, refusals, rpctypes.ErrGRPCRequestTooManyRequests)
+			if err := l.Unlock(ctx); err != nil {
+				t.Fatalf("unlock with %d refusals: %v", refusals, err)
+			}
+			sent, _ = c.take()
+			if sent[txnMethod] != refusals+1 || sent["refused "+txnMethod] != refusals {
+				t.Errorf("unlock sent %v, want %d Txn of which %d refused", sent, refusals+1, refusals)
+			}
+			if left, err := (&harness{admin: admin}).Leftovers(ctx, key); err != nil || len(left) != 0 {
+				t.Errorf("after Unlock: entries %v, %v; want none", left, err)
+			}
+			if !leaseAlive(t, ctx, admin, lease) {
+				t.Error("lease revoked after refusals: a refused write did nothing, the lease should be kept for reuse")
+			}
+		})
+	}
+}
+
+// A waiter's keep-alive that etcd refuses because it is busy or between
+// leaders does not cost the waiter its place: it retries while its lease
+// certainly lives, and is granted the key from the same entry, with the
+// same lease (one LeaseGrant, one join Txn).
+func TestLock_waiterKeepAliveRefused_keepsPlace(t *testing.T) {
+	srv := testserver.SharedEtcd(t)
+	ctx := testCtx(t)
+	const refusals = 3
+	for _, e := range []error{
+		rpctypes.ErrGRPCRequestTooManyRequests,
+		rpctypes.ErrGRPCTimeoutWaitAppliedIndex,
+		rpctypes.ErrGRPCLeaderChanged,
+		rpctypes.ErrGRPCNotLeader,
+		rpctypes.ErrGRPCNoLeader,
+	} {
+		t.Run(rpctypes.ErrorDesc(e), func(t *testing.T) {
+			key := "keepalive-refused/" + t.Name()
+			holder := newCounter().client(t, ctx, srv.Addr(), longTTL)
+			lh, err := holder.Lock(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := newCounter()
+			// The shortest TTL: the waiter renews within a third of it.
+			waiter := c.client(t, ctx, srv.Addr(), dlock.WithTTL(time.Second))
+			c.refuseNext(keepAliveMethod, refusals, e)
+			got := make(chan error, 1)
+			var token uint64
+			go func() {
+				l, err := waiter.Lock(ctx, key)
+				if err == nil {
+					token = l.Token()
+					err = l.Unlock(ctx)
+				}
+				got <- err
+			}()
+			// Every refusal, then one keep-alive that etcd answered.
+			c.waitSent(t, ctx, "keep-alive", 1)
+			info, err := holder.Inspect(ctx, key)
+			if err != nil || len(info.Waiters) != 1 {
+				t.Fatalf("Inspect = %+v, %v; want one waiter", info, err)
+			}
+			if err := lh.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				t.Fatalf("waiter: %v", err)
+			}
+			sent, _ := c.take()
+			if sent["refused "+keepAliveMethod] != refusals {
+				t.Errorf("sent %v, want %d refused keep-alives", sent, refusals)
+			}
+			// Queued once: one lease, one join, one release.
+			if sent[grantMethod] != 1 || sent[txnMethod] != 2 {
+				t.Errorf("waiter sent %v, want 1 LeaseGrant and 2 Txn: it queued again instead of keeping its place", sent)
+			}
+			if token <= lh.Token() {
+				t.Errorf("waiter's token %d not above the holder's %d", token, lh.Token())
+			}
+		})
+	}
+}
