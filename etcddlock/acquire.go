@@ -335,12 +335,25 @@ func (a *attempt) renewIn() time.Duration {
 }
 
 // renewWhileWaiting keeps a waiter's lease, and so its place, alive.
+//
+// A busy or leaderless etcd ("too many requests", "no leader", "timed out")
+// may still keep the lease: the renewal is retried, with backoff, until the
+// lease may have lapsed (or for a third of its TTL if that moment has passed
+// already). If etcd has not answered by then, the waiter keeps its place
+// and tries again at once: etcd never renews a lease it expired (it answers
+// "not found" once the expiry is applied, and we queue again then), so a
+// renewal that succeeds late proves that our lease, and our entry with it,
+// were never dropped. Giving up the place on a slow answer instead would
+// turn a busy etcd into a storm: every waiter queueing again at once, each
+// with a new lease and a new join, while the old entries wait to expire.
+// Nothing is granted on a lease of unknown state: the read when woken checks
+// that our entry exists, and freshen renews an old lease before the grant.
 func (a *attempt) renewWhileWaiting(ctx context.Context) error {
-	// A busy or leaderless etcd ("too many requests", "no leader", "timed
-	// out") may still keep the lease: retry, with backoff, as long as it
-	// certainly does. Renewing after the lease may have lapsed proves
-	// nothing: stop there.
-	kctx, cancel := context.WithDeadline(ctx, a.l.safeUntil())
+	until := a.l.safeUntil()
+	if soon := time.Now().Add(a.l.ttl / 3); until.Before(soon) {
+		until = soon
+	}
+	kctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
 	err := retry(kctx, func(kctx context.Context) error { return a.l.keepAlive(kctx, a.d.lc) })
 	switch {
@@ -348,11 +361,12 @@ func (a *attempt) renewWhileWaiting(ctx context.Context) error {
 		return nil
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case errors.Is(err, driver.ErrNotHeld), kctx.Err() != nil:
-		// The lease is gone, or may be: so is our entry. etcd drops it
-		// (if it has not) since nobody renews it.
+	case errors.Is(err, driver.ErrNotHeld):
+		// The lease is gone: so is our entry.
 		a.l, a.dirty = nil, false
 		return errRequeue
+	case kctx.Err() != nil:
+		return nil // overdue: renewIn is past, so the caller tries again at once
 	}
 	return a.d.wrapErr("renew the lease", err)
 }

@@ -1,7 +1,10 @@
 package etcddlock_test
 
 import (
+	"context"
 	"fmt"
+	"github.com/dlockdev/dlock/etcddlock"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"testing"
 	"time"
 
@@ -128,5 +131,75 @@ func TestLock_waiterKeepAliveRefused_keepsPlace(t *testing.T) {
 				t.Errorf("waiter's token %d not above the holder's %d", token, lh.Token())
 			}
 		})
+	}
+}
+
+// A waiter whose keep-alives go unanswered for longer than its lease is
+// certainly alive does not give up its place as long as etcd kept the
+// lease: a late renewal that succeeds proves that etcd never dropped it.
+// Here another client keeps the waiter's lease alive while the waiter's own
+// keep-alives are refused; the waiter is granted the key from its first
+// entry (one LeaseGrant, one join).
+func TestLock_waiterRenewalOverdue_keepsPlace(t *testing.T) {
+	srv := testserver.SharedEtcd(t)
+	ctx := testCtx(t)
+	admin := adminClient(t, srv.Addr())
+	key := "renewal-overdue/" + t.Name()
+	holder := newCounter().client(t, ctx, srv.Addr(), longTTL)
+	lh, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, holderLease := entry(t, ctx, admin, key)
+	c := newCounter()
+	waiter := c.client(t, ctx, srv.Addr(), dlock.WithTTL(time.Second))
+	// The waiter starts renewing at a third of its 1 s TTL, and retries
+	// with backoff: waits of at least 2.5, 5, 10, … ms (half of 5 ms
+	// doubling), so its 10th attempt comes at least 1.27 s after its
+	// first, later than the moment its lease may have lapsed (≈ 0.66 s
+	// after the first attempt). 16 refusals outlast that moment.
+	const refusals = 16
+	c.refuseNext(keepAliveMethod, refusals, rpctypes.ErrGRPCRequestTooManyRequests)
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Lock(ctx, key)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitWaiters(t, ctx, holder, key, 1)
+	resp, err := admin.Get(ctx, etcddlock.QueueDirForTest(etcddlock.DefaultPrefix, key), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var waiterLease clientv3.LeaseID
+	for _, kv := range resp.Kvs {
+		if id := clientv3.LeaseID(kv.Lease); id != holderLease {
+			waiterLease = id
+		}
+	}
+	// Keep the waiter's lease alive on its behalf.
+	kctx, stop := context.WithCancel(ctx)
+	defer stop()
+	kch, err := admin.KeepAlive(kctx, waiterLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for range kch {
+		}
+	}()
+	c.waitSent(t, ctx, "refused "+keepAliveMethod, refusals)
+	c.waitSent(t, ctx, "keep-alive", 1) // the first one let through
+	if err := lh.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	sent, _ := c.take()
+	if sent[grantMethod] != 1 || sent[txnMethod] != 2 {
+		t.Errorf("waiter sent %v, want 1 LeaseGrant and 2 Txn: it queued again instead of keeping its place", sent)
 	}
 }
