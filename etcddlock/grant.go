@@ -134,6 +134,7 @@ func (g *grant) watchFrom(ctx context.Context, rev *int64) bool {
 func (g *grant) Release(ctx context.Context) error {
 	g.stopWatch()
 	var resp *clientv3.TxnResponse
+	uncertain := false // a try failed after etcd may have applied it
 	err := retry(ctx, func(ctx context.Context) (err error) {
 		// Txn: delete our entry if it is still the one we created. This
 		// delete is the hand-off: the watch of the next waiter, and only
@@ -142,6 +143,9 @@ func (g *grant) Release(ctx context.Context) error {
 			If(clientv3.Compare(clientv3.CreateRevision(g.key), "=", g.token)).
 			Then(clientv3.OpDelete(g.key)).
 			Commit()
+		if err != nil && !rejected(err) {
+			uncertain = true
+		}
 		return err
 	})
 	if err != nil {
@@ -150,6 +154,14 @@ func (g *grant) Release(ctx context.Context) error {
 		return g.d.wrapErr("release", err)
 	}
 	if !resp.Succeeded {
+		if uncertain && g.leaseAlive(ctx) {
+			// An earlier try, whose reply was lost ("timed out",
+			// "leader changed", a broken connection), deleted our
+			// entry: the release happened. Had the entry gone with an
+			// expired lease, the lease would be gone too.
+			g.d.revoke(ctx, g.l)
+			return nil
+		}
 		g.d.revoke(ctx, g.l)
 		return fmt.Errorf("%w: its etcd key %q was gone already (lease expired or key deleted)", driver.ErrNotHeld, g.key)
 	}
@@ -161,4 +173,12 @@ func (g *grant) Release(ctx context.Context) error {
 		g.d.revoke(ctx, g.l)
 	}
 	return nil
+}
+
+// leaseAlive reports whether etcd still keeps our lease, by renewing it
+// (LeaseKeepAlive, once): etcd never renews a lease it has expired.
+func (g *grant) leaseAlive(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(g.l.ttl, revokeTimeout))
+	defer cancel()
+	return retry(ctx, func(ctx context.Context) error { return g.l.keepAlive(ctx, g.d.lc) }) == nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/dlockdev/dlock/etcddlock"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"testing"
 	"time"
@@ -201,5 +202,38 @@ func TestLock_waiterRenewalOverdue_keepsPlace(t *testing.T) {
 	sent, _ := c.take()
 	if sent[grantMethod] != 1 || sent[txnMethod] != 2 {
 		t.Errorf("waiter sent %v, want 1 LeaseGrant and 2 Txn: it queued again instead of keeping its place", sent)
+	}
+}
+
+// A release whose reply is lost after etcd applied it ("timed out", "leader
+// changed", a broken connection) is retried; the retry finds the entry
+// gone, and Unlock reports success, not ErrNotHeld: the lease is still
+// alive, so the entry did not go with an expired lease.
+func TestUnlock_lostReleaseReply(t *testing.T) {
+	srv := testserver.SharedEtcd(t)
+	ctx := testCtx(t)
+	admin := adminClient(t, srv.Addr())
+	key := "lost-release-reply/" + t.Name()
+	c := newCounter()
+	client := c.client(t, ctx, srv.Addr(), longTTL)
+	l, err := client.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.take()
+	c.mu.Lock()
+	c.dropNext = func(txn *pb.TxnRequest) bool {
+		return len(txn.Success) == 1 && txn.Success[0].GetRequestDeleteRange() != nil
+	}
+	c.mu.Unlock()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock after a lost reply: %v", err)
+	}
+	sent, _ := c.take()
+	if sent[txnMethod] != 2 {
+		t.Errorf("sent %v, want 2 Txn: the release whose reply was lost and its retry", sent)
+	}
+	if left, err := (&harness{admin: admin}).Leftovers(ctx, key); err != nil || len(left) != 0 {
+		t.Errorf("after Unlock: entries %v, %v; want none", left, err)
 	}
 }
