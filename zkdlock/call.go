@@ -23,7 +23,7 @@ type result[T any] struct {
 
 // call runs one go-zookeeper request, which cannot be cancelled, in a
 // goroutine, and returns its result; or ctx.Err() when ctx ends first; or
-// errNoAnswer after timeout. A request given up on this way still completes
+// errNoAnswer after timeout (if timeout > 0). A request given up on this way still completes
 // in the background: it may yet act on the server, so a caller that gives up
 // on a Create must find out later what it did (see attempt.cleanup). When
 // inflight is not nil, it counts the request until it completes.
@@ -47,14 +47,18 @@ func call[T any](ctx context.Context, inflight *sync.WaitGroup, timeout time.Dur
 		v, err := f()
 		ch <- result[T]{v, err}
 	}()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
+	var expired <-chan time.Time
+	if timeout > 0 {
+		timer := time.NewTimer(timeout)
+		defer timer.Stop()
+		expired = timer.C
+	}
 	select {
 	case r := <-ch:
 		return r.v, r.err
 	case <-ctx.Done():
 		return zero, ctx.Err()
-	case <-timer.C:
+	case <-expired:
 		return zero, errNoAnswer
 	}
 }

@@ -53,8 +53,9 @@ func newGrant(d *zkDriver, key, path string, sid, czxid int64, validFrom time.Ti
 // sequence numbers start again from zero.
 func (g *grant) Token() uint64 { return g.token }
 
-// ValidFrom is when the request that found the node at the head of the
-// queue was sent: the server answered it, so the session was alive after
+// ValidFrom is when a request of the session that the server answered was
+// sent (the listing that found the node at the head of the queue, or the
+// latest answered request of the session): the session was alive after
 // that moment, and ZooKeeper keeps a live session for at least its timeout
 // after the last request it received.
 func (g *grant) ValidFrom() time.Time { return g.validFrom }
@@ -72,11 +73,14 @@ func (g *grant) report(err error) {
 	}
 }
 
-// watch follows the getData watch on the lock node: it fires when the node is
-// deleted (by an operator or a bug: we never delete it while held), and
-// go-zookeeper ends it with ErrSessionExpired when the session expires and
-// with ErrClosing when the Conn is closed. Other events (someone changed the
-// node's data) only need the watch set again.
+// watch follows the watch on the lock node (an exists watch on it, or a
+// child watch on the key node): it fires when the node is deleted (by an
+// operator or a bug: we never delete it while held), and go-zookeeper ends
+// it with ErrSessionExpired when the session expires and with ErrClosing
+// when the Conn is closed. A key node deleted (the child watch) had no
+// children left, ours included. Other events (someone changed the node's
+// data, another child of the key node came or went) only need a watch on
+// the lock node set again.
 func (g *grant) watch(ch <-chan zk.Event) {
 	for {
 		select {
@@ -146,6 +150,7 @@ func (g *grant) Renew(ctx context.Context) error {
 	if d.conn.SessionID() != g.sid {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.sessionGone())
 	}
+	sent := time.Now()
 	// sync: a round trip through the leader, which checks the session. A
 	// follower cut off from the leader answers reads from its stale copy
 	// for a while, but cannot answer this.
@@ -171,6 +176,7 @@ func (g *grant) Renew(ctx context.Context) error {
 	if stat.EphemeralOwner != g.sid || d.conn.SessionID() != g.sid {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.sessionGone())
 	}
+	d.noteAlive(g.sid, sent)
 	return nil
 }
 
@@ -211,4 +217,9 @@ func (g *grant) Release(ctx context.Context) error {
 		}
 	})
 	return d.wrapErr("release "+g.path, err)
+}
+
+type getW struct {
+	stat *zk.Stat
+	ch   <-chan zk.Event
 }

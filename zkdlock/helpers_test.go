@@ -148,9 +148,13 @@ func waitDone(t *testing.T, ctx context.Context, l *dlock.Lease, why string) {
 // flaky network or a badly timed release would.
 type hookConn struct {
 	zkdlock.Conn
-	lists   atomic.Int64 // getChildren calls
-	creates atomic.Int64 // create calls that reached the server
-	getWs   atomic.Int64 // getData-with-watch calls that returned
+	lists    atomic.Int64 // getChildren calls
+	creates  atomic.Int64 // create calls that made a node on the server
+	getWs    atomic.Int64 // getData-with-watch calls that returned
+	requests atomic.Int64 // every request sent, of any kind
+	// containers counts createContainer calls: each follows a create that
+	// failed because the server had reaped the empty key node.
+	containers atomic.Int64
 
 	// dropCreateReplies makes that many creates succeed on the server and
 	// then fail with zk.ErrConnectionClosed, as when the connection breaks
@@ -168,13 +172,84 @@ type hookConn struct {
 }
 
 func (h *hookConn) Children(path string) ([]string, *zk.Stat, error) {
+	h.requests.Add(1)
 	h.lists.Add(1)
 	return h.Conn.Children(path)
 }
 
+func (h *hookConn) ChildrenW(path string) ([]string, *zk.Stat, <-chan zk.Event, error) {
+	h.requests.Add(1)
+	h.lists.Add(1)
+	return h.Conn.ChildrenW(path)
+}
+
+// Multi is how zkdlock creates its lock nodes (with a setData on the key
+// node, for the creation zxid): the create hooks apply to it.
+func (h *hookConn) Multi(ops ...any) ([]zk.MultiResponse, error) {
+	h.requests.Add(1)
+	if len(ops) == 0 {
+		return h.Conn.Multi(ops...)
+	}
+	if _, ok := ops[0].(*zk.CreateRequest); !ok {
+		return h.Conn.Multi(ops...)
+	}
+	rs, err := h.Conn.Multi(ops...)
+	p := ""
+	if err == nil {
+		h.creates.Add(1)
+		p = rs[0].String
+	}
+	if h.onCreate != nil {
+		h.onCreate(p, err)
+	}
+	if err == nil && h.dropCreateReplies.Add(-1) >= 0 {
+		return nil, zk.ErrConnectionClosed
+	}
+	return rs, err
+}
+
+func (h *hookConn) CreateContainer(path string, data []byte, flags int32, acl []zk.ACL) (string, error) {
+	h.requests.Add(1)
+	h.containers.Add(1)
+	return h.Conn.CreateContainer(path, data, flags, acl)
+}
+
+func (h *hookConn) Delete(path string, version int32) error {
+	h.requests.Add(1)
+	return h.Conn.Delete(path, version)
+}
+
+func (h *hookConn) Exists(path string) (bool, *zk.Stat, error) {
+	h.requests.Add(1)
+	return h.Conn.Exists(path)
+}
+
+func (h *hookConn) ExistsW(path string) (bool, *zk.Stat, <-chan zk.Event, error) {
+	h.requests.Add(1)
+	return h.Conn.ExistsW(path)
+}
+
+func (h *hookConn) Get(path string) ([]byte, *zk.Stat, error) {
+	h.requests.Add(1)
+	return h.Conn.Get(path)
+}
+
+func (h *hookConn) GetACL(path string) ([]zk.ACL, *zk.Stat, error) {
+	h.requests.Add(1)
+	return h.Conn.GetACL(path)
+}
+
+func (h *hookConn) Sync(path string) (string, error) {
+	h.requests.Add(1)
+	return h.Conn.Sync(path)
+}
+
 func (h *hookConn) Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error) {
+	h.requests.Add(1)
 	p, err := h.Conn.Create(path, data, flags, acl)
-	h.creates.Add(1)
+	if err == nil {
+		h.creates.Add(1)
+	}
 	if h.onCreate != nil {
 		h.onCreate(p, err)
 	}
@@ -185,6 +260,7 @@ func (h *hookConn) Create(path string, data []byte, flags int32, acl []zk.ACL) (
 }
 
 func (h *hookConn) GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error) {
+	h.requests.Add(1)
 	if h.beforeGetW != nil {
 		h.beforeGetW(path)
 	}

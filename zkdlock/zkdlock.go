@@ -56,14 +56,17 @@ import (
 // it to inject faults.
 type Conn interface {
 	Children(path string) ([]string, *zk.Stat, error)
+	ChildrenW(path string) ([]string, *zk.Stat, <-chan zk.Event, error)
 	Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
 	CreateContainer(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
 	Delete(path string, version int32) error
 	Exists(path string) (bool, *zk.Stat, error)
+	ExistsW(path string) (bool, *zk.Stat, <-chan zk.Event, error)
 	Get(path string) ([]byte, *zk.Stat, error)
 	GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error)
 	GetACL(path string) ([]zk.ACL, *zk.Stat, error)
 	Sync(path string) (string, error)
+	Multi(ops ...any) ([]zk.MultiResponse, error)
 	SessionID() int64
 }
 
@@ -115,6 +118,70 @@ type zkDriver struct {
 	mu       sync.Mutex
 	closed   bool // guarded by mu
 	janitors sync.WaitGroup
+
+	// alive is the moment the latest request that the server answered was
+	// sent, and the session it was sent on: the server heard from that
+	// session after that moment.
+	aliveMu  sync.Mutex
+	aliveSID int64     // guarded by aliveMu
+	aliveAt  time.Time // guarded by aliveMu
+
+	// free holds the key nodes that the last attempt of this Client found
+	// free (its node alone in the queue): the next attempt on such a key
+	// sets a child watch with its listing, instead of an exists watch on
+	// its node, which saves a request when the key is still free. A hint
+	// only: a wrong guess costs a request or a spurious notification.
+	freeMu sync.Mutex
+	free   map[string]struct{} // guarded by freeMu
+}
+
+// maxFree bounds the free hints.
+const maxFree = 1024
+
+func (d *zkDriver) setFree(keyPath string, free bool) {
+	d.freeMu.Lock()
+	defer d.freeMu.Unlock()
+	if !free {
+		delete(d.free, keyPath)
+		return
+	}
+	if d.free == nil || len(d.free) >= maxFree {
+		d.free = make(map[string]struct{})
+	}
+	d.free[keyPath] = struct{}{}
+}
+
+func (d *zkDriver) wasFree(keyPath string) bool {
+	d.freeMu.Lock()
+	defer d.freeMu.Unlock()
+	_, ok := d.free[keyPath]
+	return ok
+}
+
+// noteAlive records that a request sent at sent on session sid was
+// answered. sid is the session read before sending; the caller checks
+// nothing else: a session id never comes back, so a reply on a later
+// session only makes the record older than it could be.
+func (d *zkDriver) noteAlive(sid int64, sent time.Time) {
+	if sid == 0 || sid != d.conn.SessionID() {
+		return
+	}
+	d.aliveMu.Lock()
+	defer d.aliveMu.Unlock()
+	if sid != d.aliveSID || sent.After(d.aliveAt) {
+		d.aliveSID, d.aliveAt = sid, sent
+	}
+}
+
+// aliveSince returns the moment the latest answered request of session sid
+// was sent.
+func (d *zkDriver) aliveSince(sid int64) (time.Time, bool) {
+	d.aliveMu.Lock()
+	defer d.aliveMu.Unlock()
+	if sid == 0 || sid != d.aliveSID {
+		return time.Time{}, false
+	}
+	return d.aliveAt, true
 }
 
 func newDriver(conn Conn, o Options, addr string, timeout func() time.Duration) *zkDriver {

@@ -1,0 +1,290 @@
+package zkdlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/zkdlock"
+	"github.com/go-zookeeper/zk"
+)
+
+// longSession is the session timeout of the clients that count requests:
+// long enough that no lease renewal (every third of it) falls inside a
+// counted cycle.
+const longSession = 30 * time.Second
+
+// TestLock_uncontendedCycle_threeRequests: acquiring and releasing a free
+// key costs three requests — the create (a multi that also returns the
+// creation zxid), the listing (which sets the lease's watch), the delete —
+// once the Client has seen the key free; the first cycle on a key sets an
+// exists watch on its node instead, one request more.
+func TestLock_uncontendedCycle_threeRequests(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
+	hook := &hookConn{Conn: dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession})}
+	c := newClient(t, ctx, hook, opts)
+	for _, tc := range []struct {
+		name string
+		call func(ctx context.Context, key string, opts ...dlock.LockOption) (*dlock.Lease, error)
+	}{{"Lock", c.Lock}, {"TryLock", c.TryLock}} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "free-" + tc.name
+			var last uint64
+			for i := range 20 {
+				before, containers := hook.requests.Load(), hook.containers.Load()
+				l, err := tc.call(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if l.Token() <= last {
+					t.Fatalf("cycle %d: token %d after %d", i, l.Token(), last)
+				}
+				last = l.Token()
+				info, err := c.Inspect(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if info.Holder == nil || info.Holder.Token != l.Token() {
+					t.Fatalf("cycle %d: Inspect shows holder %+v, want token %d (the node's creation zxid)", i, info.Holder, l.Token())
+				}
+				afterInspect := hook.requests.Load()
+				if err := l.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+				n := hook.requests.Load() - afterInspect + (afterInspect - before - int64(1+len(info.Waiters)+1))
+				// The server reaps the empty key node between cycles now
+				// and then (every 100 ms in the tests): the create fails,
+				// the key node is created, and the create is sent again.
+				n -= 2 * (hook.containers.Load() - containers)
+				if i > 0 && n != 3 {
+					t.Errorf("cycle %d: %d requests, want 3 (create, list, delete)", i, n)
+				}
+			}
+		})
+	}
+}
+
+// TestLock_handOff_noRequestWhenSecond: a waiter that was second in line
+// when it queued takes the key, when the holder releases, without sending
+// a request; a whole contended grant costs it five requests (create, list,
+// watch on its node, watch on its predecessor, delete).
+func TestLock_handOff_noRequestWhenSecond(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
+	holder := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
+	hook := &hookConn{Conn: dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession})}
+	w := newClient(t, ctx, hook, opts)
+	const key = "hand-off"
+	for round := range 5 {
+		lh, err := holder.Lock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, getWs := hook.requests.Load(), hook.getWs.Load()
+		got := make(chan error, 1)
+		var lw *dlock.Lease
+		go func() {
+			var err error
+			lw, err = w.Lock(ctx, key)
+			got <- err
+		}()
+		waitWaiters(t, ctx, holder, key, 1)
+		// Wait until the waiter's watch on the holder's node is set (its
+		// reply has come back).
+		for hook.getWs.Load() == getWs {
+			select {
+			case err := <-got:
+				t.Fatalf("Lock returned while the key was held: %v", err)
+			case <-ctx.Done():
+				t.Fatal("the waiter never watched (watchdog)")
+			default:
+			}
+			waitWaiters(t, ctx, holder, key, 1) // a round trip, as a pause
+		}
+		queued := hook.requests.Load()
+		if err := lh.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			t.Fatal("no hand-off (watchdog)")
+		}
+		if d := hook.requests.Load() - queued; d != 0 {
+			t.Errorf("round %d: the waiter sent %d requests between the release and its grant, want 0", round, d)
+		}
+		if lw.Token() <= lh.Token() {
+			t.Errorf("round %d: token %d after %d", round, lw.Token(), lh.Token())
+		}
+		if err := lw.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if d := hook.requests.Load() - before; d != 5 {
+			t.Errorf("round %d: a contended grant cost the waiter %d requests, want 5", round, d)
+		}
+	}
+}
+
+// TestLock_manyWaiters_servedInOrder queues 500 waiters on one key (on 8
+// Clients) behind a holder, then lets them drain: every one is served,
+// in arrival order (the fencing token, the node's creation zxid, goes up
+// from grant to grant exactly when the grants follow creation order), and
+// no waiter lists the queue more than twice (once when it queues, once at
+// most when it is woken).
+func TestLock_manyWaiters_servedInOrder(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	admin := dialZK(t, ctx, srv.Addr(), connOpts{})
+	opts := zkdlock.Options{Root: testRoot(t)}
+	holder := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{}), opts)
+	const key, n, clients = "long-queue", 500, 8
+	path := zkdlock.KeyPathForTest(opts.Root, key)
+	lh, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooks := make([]*hookConn, clients)
+	cs := make([]*dlock.Client, clients)
+	for i := range cs {
+		hooks[i] = &hookConn{Conn: dialZK(t, ctx, srv.Addr(), connOpts{})}
+		cs[i] = newClient(t, ctx, hooks[i], opts)
+	}
+	var (
+		mu     sync.Mutex
+		tokens []uint64
+	)
+	errc := make(chan error, n)
+	for i := range n {
+		go func() {
+			l, err := cs[i%clients].Lock(ctx, key)
+			if err != nil {
+				errc <- fmt.Errorf("waiter %d: %w", i, err)
+				return
+			}
+			mu.Lock()
+			tokens = append(tokens, l.Token())
+			mu.Unlock()
+			errc <- l.Unlock(ctx)
+		}()
+	}
+	for len(children(t, admin, path)) != n+1 {
+		select {
+		case err := <-errc:
+			t.Fatalf("before the release: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("%d nodes, want %d (watchdog)", len(children(t, admin, path)), n+1)
+		default:
+		}
+	}
+	if err := lh.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		select {
+		case err := <-errc:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			mu.Lock()
+			t.Fatalf("%d of %d waiters served (watchdog)", len(tokens), n)
+		}
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("grant %d has token %d after %d: not in arrival order", i, tokens[i], tokens[i-1])
+		}
+	}
+	var lists int64
+	for _, h := range hooks {
+		lists += h.lists.Load()
+	}
+	if lists > 2*n {
+		t.Errorf("%d listings for %d waiters, want at most 2 each", lists, n)
+	}
+}
+
+// slowLists delays the reply to listings, as a server too busy to answer
+// within the session timeout would, while the session stays alive.
+type slowLists struct {
+	*hookConn
+	delay time.Duration
+	slow  chan struct{} // one token per listing to delay
+	done  atomic.Int32  // delayed listings answered
+}
+
+func (s *slowLists) Children(path string) ([]string, *zk.Stat, error) {
+	r, st, err := s.hookConn.Children(path)
+	select {
+	case <-s.slow:
+		t := time.NewTimer(s.delay) // the fault: a late reply
+		<-t.C
+		s.done.Add(1)
+	default:
+	}
+	return r, st, err
+}
+
+// TestLock_slowServer_waitsInsteadOfFailing: replies that come later than
+// the session timeout, on a session that stays alive, only make a waiting
+// Lock slower: it must not fail with ErrUnavailable.
+func TestLock_slowServer_waitsInsteadOfFailing(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	opts := zkdlock.Options{Root: testRoot(t)}
+	holder := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{}), opts)
+	const key = "slow"
+	lh, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := &slowLists{hookConn: &hookConn{Conn: dialZK(t, ctx, srv.Addr(), connOpts{})}, delay: 2 * testTTL, slow: make(chan struct{}, 2)}
+	c := newClient(t, ctx, slow, opts)
+	slow.slow <- struct{}{}
+	slow.slow <- struct{}{}
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Lock(ctx, key)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitWaiters(t, ctx, holder, key, 1)
+	// Release only once the waiter's listing has been answered, late (a
+	// Lock that gives up on a slow answer tries again, and meets the
+	// second slow listing).
+	for slow.done.Load() < 1 {
+		select {
+		case err := <-got:
+			t.Fatalf("Lock returned while the key was held: %v", err)
+		case <-ctx.Done():
+			t.Fatal("watchdog")
+		default:
+		}
+		waitWaiters(t, ctx, holder, key, 1) // a round trip, as a pause
+	}
+	if err := lh.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if errors.Is(err, dlock.ErrUnavailable) || err != nil {
+			t.Fatalf("Lock on a slow server: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("no grant (watchdog)")
+	}
+}
