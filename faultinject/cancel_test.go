@@ -14,18 +14,19 @@ import (
 // while the holder still holds. Afterwards the server must keep no waiter
 // entry, and the next waiter must get the free key at once instead of
 // waiting for a ghost entry to expire (a waiter timeout on Redis, a session
-// timeout on ZooKeeper).
+// timeout on ZooKeeper, a lease on etcd).
 //
 // Negative control: a waiter that goes away without cancelling (SIGKILL: no
 // cleanup runs) must be caught as a leftover entry that stalls the next
 // waiter.
 func TestScenario6_CancelledWaits(t *testing.T) {
-	for _, kind := range []string{"redis", "zk"} {
+	t.Parallel()
+	for _, kind := range []string{"redis", "zk", "etcd"} {
 		t.Run(kind, func(t *testing.T) {
 			r := newKindRig(t, kind, "dlock")
 			ghostLife := redisWaiterTimeout
-			if kind == "zk" {
-				ghostLife = r.ttl
+			if kind != "redis" {
+				ghostLife = r.ttl // the session, or the waiter's lease
 			}
 			stuck := ghostLife / 2
 			t.Run("dlock", func(t *testing.T) {

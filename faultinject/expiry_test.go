@@ -11,16 +11,18 @@ import (
 // Scenario 4. The server ends a holder's grant while the holder is healthy
 // and connected: on Redis the lock's keys are deleted (as a lapsed TTL would
 // remove them), on ZooKeeper the holder's session is closed from outside
-// (Curator's KillSession). The holder's Done must close within a TTL, and the
+// (Curator's KillSession), on etcd the holder's lease is revoked. The holder's Done must close within a TTL, and the
 // holder must not silently take the key again: a contender gets it, and the
 // holder's new session owns nothing.
 //
 // Negative controls: the weak build's Redis renew (a plain PEXPIRE that
 // reports success on a missing key) must be caught with Done still open; the
 // naive ZooKeeper recipe, which re-creates its node on a new session and
-// renews by checking that a node exists, must be caught likewise.
+// renews by checking that a node exists, and the naive etcd recipe, which
+// puts its key again when its lease is gone, must be caught likewise.
 func TestScenario4_ForcedExpiry(t *testing.T) {
-	for _, kind := range []string{"redis", "zk"} {
+	t.Parallel()
+	for _, kind := range []string{"redis", "zk", "etcd"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Run("dlock", func(t *testing.T) {
 				s := runForcedExpiry(t, newKindRig(t, kind, "dlock"), false, 2)
@@ -33,8 +35,11 @@ func TestScenario4_ForcedExpiry(t *testing.T) {
 				}
 			})
 			variant, recipe, weak := "dlock_weak: renew by PEXPIRE", "dlock", true
-			if kind == "zk" {
+			switch kind {
+			case "zk":
 				variant, recipe, weak = "naive recipe: re-create on a new session", "naive", false
+			case "etcd":
+				variant, recipe, weak = "naive recipe: renew puts the key again", "naive", false
 			}
 			t.Run(variant, func(t *testing.T) {
 				s := runForcedExpiry(t, newKindRig(t, kind, recipe), weak, 1)
@@ -93,6 +98,8 @@ func runForcedExpiry(t *testing.T, r *rig, weak bool, trials int) expiryStats {
 			if err != nil {
 				t.Fatal(err)
 			}
+		case "etcd":
+			r.revokeHolder(key)
 		case "zk":
 			latest()
 			// Hold A's traffic meanwhile: reopening the session closes A's

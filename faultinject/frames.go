@@ -70,6 +70,7 @@ const (
 	ZKOpSync            = 9
 	ZKOpPing            = 11
 	ZKOpGetChildren2    = 12
+	ZKOpMulti           = 14
 	ZKOpCreate2         = 15
 	ZKOpCreateContainer = 19
 	ZKOpClose           = -11
@@ -227,6 +228,20 @@ func decode(p Protocol, f *Frame, index int) {
 			f.Err = int32(binary.BigEndian.Uint32(body[12:]))
 		}
 	}
+}
+
+// ZKFirstOp returns the opcode a ZooKeeper request acts with: its own, or
+// for a multi the opcode of its first operation.
+func (f *Frame) ZKFirstOp() int32 {
+	if f.Op != ZKOpMulti {
+		return f.Op
+	}
+	// multi: header (xid, type), then per operation a MultiHeader
+	// (type int32, done bool, err int32) and the operation's request.
+	if len(f.Data) < 4+8+4 {
+		return 0
+	}
+	return int32(binary.BigEndian.Uint32(f.Data[12:]))
 }
 
 // answers reports whether reply answers req on the same connection. For

@@ -75,10 +75,14 @@ func startHolder(t *testing.T, cfg faultinject.HolderConfig, weak bool) *proc {
 		_ = p.cmd.Process.Kill() // works on a stopped process too
 		<-p.exited
 		p.mu.Lock()
-		if s := p.stderr.String(); s != "" && t.Failed() {
-			t.Logf("holder %s stderr:\n%s", p.name, s)
-		}
+		stderr := p.stderr.String()
 		p.mu.Unlock()
+		switch {
+		case strings.Contains(stderr, "DATA RACE"):
+			t.Errorf("holder %s: the race detector fired:\n%s", p.name, stderr)
+		case stderr != "" && t.Failed():
+			t.Logf("holder %s stderr:\n%s", p.name, stderr)
+		}
 	})
 	select {
 	case ev := <-ready:
@@ -253,6 +257,9 @@ func (p *proc) closeEv(quick bool) faultinject.Event {
 	case <-time.After(30 * time.Second):
 		p.t.Fatalf("holder %s did not exit after close", p.name)
 	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		p.t.Errorf("holder %s exited with status %d after close:\n%s", p.name, code, p.stderrText())
+	}
 	if ev.Lingered != "" {
 		p.t.Logf("holder %s: goroutines outlived Close by %v: %s", p.name, ev.LingerFor.Round(time.Millisecond), ev.Lingered)
 	}
@@ -285,9 +292,11 @@ func weakBinary(t *testing.T) string {
 			args = append(args, "-race")
 		}
 		args = append(args, "./weakholder")
-		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(gobin); err != nil {
-			gobin = "go"
+		// The go command that runs these tests: on PATH, or next to the
+		// standard library this binary was built from.
+		gobin, err := exec.LookPath("go")
+		if err != nil {
+			gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
 		}
 		cmd := exec.Command(gobin, args...)
 		out, err := cmd.CombinedOutput()

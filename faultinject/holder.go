@@ -49,7 +49,7 @@ type HolderConfig struct {
 // holder's stdin.
 type Command struct {
 	ID  int    `json:"id"`
-	Op  string `json:"op"` // lock, cancel, write, state, unlock, inspect, contend, loop, close
+	Op  string `json:"op"` // lock, cancel, write, state, unlock, inspect, contend, loop, drop_reply, restore, close
 	Key string `json:"key,omitempty"`
 
 	Wait        bool          `json:"wait,omitempty"`         // lock: Lock rather than TryLock
@@ -67,6 +67,8 @@ type Command struct {
 	Duration  time.Duration `json:"duration,omitempty"`   // loop
 	Writes    int           `json:"writes,omitempty"`     // loop: writes per lease
 	Quick     bool          `json:"quick,omitempty"`      // close: do not wait for lingering goroutines
+	Method    string        `json:"method,omitempty"`     // drop_reply (etcd): the gRPC method, e.g. KV/Txn
+	HoldAfter bool          `json:"hold_after,omitempty"` // drop_reply: hold the retries until restore
 }
 
 // Event is a line a holder prints on stdout: the reply to a command (ID
@@ -172,6 +174,8 @@ type holder struct {
 
 	outMu sync.Mutex
 	out   *bufio.Writer
+
+	grpc *grpcFaults // etcd: the fault interceptor
 
 	mu         sync.Mutex
 	lease      *dlock.Lease       // the lease of the last lock command; guarded by mu
@@ -288,8 +292,10 @@ func (h *holder) open(ctx context.Context) error {
 			return err
 		}
 		h.client = c
+	case "etcd", "naive-etcd":
+		return h.openEtcd(ctx, cfg)
 	default:
-		return openOther(ctx, h, cfg)
+		return fmt.Errorf("holder: unknown backend %q", cfg.Backend)
 	}
 	return nil
 }
@@ -363,6 +369,16 @@ func (h *holder) do(c Command) Event {
 			<-l.Done()
 			h.emit(Event{Ev: "done", At: Mono(), Token: l.Token(), Err: errText(l.Err()), Kind: errKind(l.Err())})
 		}()
+	case "drop_reply":
+		if h.grpc == nil {
+			ev.Err = "drop_reply: not an etcd holder"
+			return ev
+		}
+		h.grpc.arm(c.Method, c.HoldAfter)
+	case "restore":
+		if h.grpc != nil {
+			h.grpc.restore()
+		}
 	case "cancel":
 		h.mu.Lock()
 		if h.cancelLock != nil {

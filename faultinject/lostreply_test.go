@@ -18,7 +18,8 @@ import (
 // Negative control: the naive recipes (SET NX; create of a fixed node, both
 // retried blindly) must be caught with orphans and self-blocked calls.
 func TestScenario2_LostAcquireReply(t *testing.T) {
-	for _, kind := range []string{"redis", "zk"} {
+	t.Parallel()
+	for _, kind := range []string{"redis", "zk", "etcd"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Run("dlock", func(t *testing.T) {
 				s := runLostAcquire(t, newKindRig(t, kind, "dlock"), 3, 2)
@@ -53,6 +54,18 @@ func newKindRig(t *testing.T, kind, recipe string) *rig {
 	return newOtherRig(t, kind, recipe)
 }
 
+// newKindRigTTL makes a rig of a backend with leases of ttl.
+func newKindRigTTL(t *testing.T, kind, recipe string, ttl time.Duration) *rig {
+	t.Helper()
+	switch kind {
+	case "redis":
+		return newRedisRig(t, recipe, ttl)
+	case "zk":
+		return newZKRig(t, recipe, ttl)
+	}
+	return newEtcdRig(t, recipe, ttl)
+}
+
 type lostAcquireStats struct{ trials, orphans, selfBlocked int }
 
 func runLostAcquire(t *testing.T, r *rig, free, behind int) lostAcquireStats {
@@ -62,9 +75,9 @@ func runLostAcquire(t *testing.T, r *rig, free, behind int) lostAcquireStats {
 	var s lostAcquireStats
 	for i := range free {
 		key := r.key("s2")
-		d := pa.DropReply(r.isAcquire, false)
+		d := r.arm(a, pa, "acquire", false)
 		ev := a.call(faultinject.Command{Op: "lock", Key: key, Timeout: 15 * time.Second}, time.Minute)
-		awaitFired(t, d, time.Second, "A's acquire")
+		d.fired(time.Second, "A's acquire")
 		s.trials++
 		if ev.Held {
 			a.call(faultinject.Command{Op: "unlock", Timeout: 10 * time.Second}, time.Minute)
@@ -82,9 +95,9 @@ func runLostAcquire(t *testing.T, r *rig, free, behind int) lostAcquireStats {
 		if ev := b.call(faultinject.Command{Op: "lock", Key: key, Timeout: 15 * time.Second}, time.Minute); !ev.Held {
 			t.Fatalf("B could not take a free key: %s", ev.Err)
 		}
-		d := pa.DropReply(r.isAcquire, false)
+		d := r.arm(a, pa, "acquire", false)
 		locked := a.send(faultinject.Command{Op: "lock", Key: key, Wait: true, Timeout: 20 * time.Second})
-		awaitFired(t, d, 15*time.Second, "A's queueing")
+		d.fired(15*time.Second, "A's queueing")
 		r.waitQueued(key, 2)
 		b.call(faultinject.Command{Op: "unlock", Timeout: 10 * time.Second}, time.Minute)
 		ev := a.await(locked, time.Minute, "A waits behind B")

@@ -31,6 +31,8 @@ type rig struct {
 
 	redis *testserver.Redis
 	zk    *testserver.ZooKeeper
+	etcd  *etcdCluster
+	ens   *zkEnsemble // a ZooKeeper of the test's own
 	rdb   *redis.Client
 	zkc   *zk.Conn
 
@@ -186,7 +188,9 @@ func (r *rig) isAcquire(f *faultinject.Frame) bool {
 	case r.kind == "redis":
 		return f.Command() == "SET"
 	case r.kind == "zk" && r.recipe == "dlock":
-		return (f.Op == faultinject.ZKOpCreate || f.Op == faultinject.ZKOpCreate2) && strings.Contains(f.Path, "/lock-")
+		// A create of a lock node, alone or in a multi.
+		op := f.ZKFirstOp()
+		return (op == faultinject.ZKOpCreate || op == faultinject.ZKOpCreate2) && strings.Contains(string(f.Data), "/lock-")
 	case r.kind == "zk":
 		return f.Op == faultinject.ZKOpCreate && strings.HasSuffix(f.Path, "/lock")
 	}
@@ -200,7 +204,7 @@ func (r *rig) isRelease(f *faultinject.Frame) bool {
 	case r.kind == "redis":
 		return f.Command() == "DEL"
 	case r.kind == "zk" && r.recipe == "dlock":
-		return f.Op == faultinject.ZKOpDelete && strings.Contains(f.Path, "/lock-")
+		return f.ZKFirstOp() == faultinject.ZKOpDelete && strings.Contains(string(f.Data), "/lock-")
 	case r.kind == "zk":
 		return f.Op == faultinject.ZKOpDelete && strings.HasSuffix(f.Path, "/lock")
 	}
@@ -366,4 +370,91 @@ func awaitAnswered(t *testing.T, obs *faultinject.Observer, proto faultinject.Pr
 		}
 	}
 	return answered
+}
+
+// armed is a dropped-reply fault on one holder's path: in the proxy for
+// Redis and ZooKeeper, in the holder's gRPC interceptor for etcd.
+type armed struct {
+	t    *testing.T
+	r    *rig
+	h    *proc
+	p    *faultinject.Proxy
+	d    *faultinject.Drop
+	obs  *faultinject.Observer
+	pred func(*faultinject.Frame) bool
+	from int   // etcd: notices before arming
+	at   int64 // Mono time of the drop
+}
+
+// arm drops the reply to h's next request of kind what (acquire, release or
+// renew) on proxy p; with hold, h's retries wait until restore.
+func (r *rig) arm(h *proc, p *faultinject.Proxy, what string, hold bool) *armed {
+	r.t.Helper()
+	a := &armed{t: r.t, r: r, h: h, p: p}
+	if r.kind == "etcd" {
+		h.mu.Lock()
+		a.from = len(h.notices)
+		h.mu.Unlock()
+		// Every etcddlock operation that acquires or releases is a Txn;
+		// the naive recipe releases with a DeleteRange.
+		method := "/etcdserverpb.KV/Txn"
+		if what == "release" && r.recipe == "naive" {
+			method = "/etcdserverpb.KV/DeleteRange"
+		}
+		h.call(faultinject.Command{Op: "drop_reply", Method: method, HoldAfter: hold}, time.Minute)
+		return a
+	}
+	switch what {
+	case "acquire":
+		a.pred = r.isAcquire
+	case "release":
+		a.pred = r.isRelease
+	case "renew":
+		a.pred = r.isRenew
+	}
+	if hold {
+		a.obs = p.Observe(func(f *faultinject.Frame) bool { return !f.Up || a.pred(f) })
+	}
+	a.d = p.DropReply(a.pred, hold)
+	return a
+}
+
+// fired waits until the reply has been dropped.
+func (a *armed) fired(timeout time.Duration, what string) {
+	a.t.Helper()
+	if a.r.kind == "etcd" {
+		ev, _, ok := a.h.notice(a.from, timeout, what, func(e faultinject.Event) bool { return e.Ev == "dropped" })
+		if !ok {
+			a.t.Fatalf("the reply to %s was never dropped within %v", what, timeout)
+		}
+		a.at = ev.At
+		return
+	}
+	a.at = awaitFired(a.t, a.d, timeout, what).Request.At
+}
+
+// restore lets the held retries go.
+func (a *armed) restore() {
+	a.t.Helper()
+	if a.r.kind == "etcd" {
+		a.h.call(faultinject.Command{Op: "restore"}, time.Minute)
+		return
+	}
+	a.p.Restore()
+}
+
+// answered waits until the held retries have been answered and returns how
+// many were.
+func (a *armed) answered(timeout time.Duration) int {
+	a.t.Helper()
+	if a.r.kind == "etcd" {
+		if _, _, ok := a.h.notice(a.from, timeout, "retry", func(e faultinject.Event) bool { return e.Ev == "answered" }); !ok {
+			a.h.mu.Lock()
+			defer a.h.mu.Unlock()
+			a.t.Fatalf("no held retry was answered within %v; notices: %+v", timeout, a.h.notices[a.from:])
+		}
+		return 1
+	}
+	defer a.obs.Stop()
+	return awaitAnswered(a.t, a.obs, a.r.proto, a.at, a.pred, timeout)
 }

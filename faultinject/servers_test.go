@@ -16,8 +16,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// zkEnsemble is three ZooKeeper servers on loopback ports, one JVM each,
-// that a test can kill (SIGKILL) and restart one by one.
+// zkEnsemble is ZooKeeper servers on loopback ports, one JVM each, that a
+// test can kill (SIGKILL) and restart one by one: three for an ensemble,
+// or one standalone server that a test may restart without disturbing the
+// tests that share testserver.SharedZooKeeper.
 type zkEnsemble struct {
 	t       *testing.T
 	java    string
@@ -27,9 +29,24 @@ type zkEnsemble struct {
 	procs   []*testserver.Process
 }
 
-func startZKEnsemble(t *testing.T) *zkEnsemble {
+func startZKEnsemble(t *testing.T, n int) *zkEnsemble {
 	t.Helper()
 	testserver.SkipIfShort(t)
+	// A port found free can be taken before the server binds it: start
+	// again on new ports then.
+	for attempt := 1; ; attempt++ {
+		e, err := tryZKEnsemble(t, n)
+		if err == nil {
+			return e
+		}
+		if attempt == 3 {
+			t.Fatalf("zookeeper: %v", err)
+		}
+		t.Logf("zookeeper, attempt %d: %v; again on new ports", attempt, err)
+	}
+}
+
+func tryZKEnsemble(t *testing.T, n int) (*zkEnsemble, error) {
 	e := &zkEnsemble{t: t}
 	e.java = testserver.LookBinary(t, "ZOOKEEPER_JAVA", "java", "apt-get install -y zookeeper", "/usr/bin/java")
 	e.cp = os.Getenv("ZOOKEEPER_CLASSPATH")
@@ -43,10 +60,12 @@ func startZKEnsemble(t *testing.T) *zkEnsemble {
 		}
 	}
 	var servers []string
-	for i := range 3 {
+	for i := range n {
 		e.dirs = append(e.dirs, t.TempDir())
 		e.clients = append(e.clients, testserver.Addr(testserver.FreePort(t)))
-		servers = append(servers, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", i+1, testserver.FreePort(t), testserver.FreePort(t)))
+		if n > 1 {
+			servers = append(servers, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", i+1, testserver.FreePort(t), testserver.FreePort(t)))
+		}
 	}
 	for i, dir := range e.dirs {
 		_, port, _ := net.SplitHostPort(e.clients[i])
@@ -69,8 +88,15 @@ func startZKEnsemble(t *testing.T) *zkEnsemble {
 		e.procs = append(e.procs, nil)
 		e.start(i)
 	}
-	e.waitQuorum(3)
-	return e
+	if err := e.awaitQuorum(n, 90*time.Second); err != nil {
+		for i, p := range e.procs {
+			if p != nil {
+				e.kill(i)
+			}
+		}
+		return nil, err
+	}
+	return e, nil
 }
 
 func (e *zkEnsemble) start(i int) {
@@ -117,26 +143,40 @@ func fourLetterWord(addr, cmd string) (string, error) {
 // leader returns the index of the leader, or -1.
 func (e *zkEnsemble) leader() int {
 	for i := range e.clients {
-		if e.procs[i] != nil && e.mode(i) == "leader" {
+		if m := e.mode(i); e.procs[i] != nil && (m == "leader" || m == "standalone") {
 			return i
 		}
 	}
 	return -1
 }
 
-// waitQuorum waits until n servers serve, one of them as leader. It polls
-// the servers' srvr command: there is nothing else to wait on.
+// waitQuorum waits until n servers serve, one of them as leader, failing
+// the test after 90 s.
 func (e *zkEnsemble) waitQuorum(n int) {
 	e.t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
+	if err := e.awaitQuorum(n, 90*time.Second); err != nil {
+		e.t.Fatalf("zookeeper: %v", err)
+	}
+}
+
+// awaitQuorum waits until n servers serve, one of them as leader. It polls
+// the servers' srvr command: there is nothing else to wait on. It gives up
+// early when a server process exits (a port taken, say).
+func (e *zkEnsemble) awaitQuorum(n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
 	for {
 		serving, leaders := 0, 0
 		for i := range e.clients {
 			if e.procs[i] == nil {
 				continue
 			}
+			select {
+			case <-e.procs[i].Exited():
+				return fmt.Errorf("server %d exited", i+1)
+			default:
+			}
 			switch e.mode(i) {
-			case "leader":
+			case "leader", "standalone":
 				leaders++
 				serving++
 			case "follower":
@@ -144,10 +184,10 @@ func (e *zkEnsemble) waitQuorum(n int) {
 			}
 		}
 		if serving >= n && leaders == 1 {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("zookeeper ensemble: %d serving, %d leaders after 90s", serving, leaders)
+			return fmt.Errorf("%d serving, %d leaders after %v", serving, leaders, timeout)
 		}
 		time.Sleep(50 * time.Millisecond) // polling srvr
 	}

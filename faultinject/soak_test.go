@@ -39,24 +39,40 @@ func soakDuration(t *testing.T) time.Duration {
 // Negative control: the naive recipes, whose tokens are per-client sequence
 // numbers, running the same loop without faults, must be Illegal.
 func TestScenario8_Soak(t *testing.T) {
+	t.Parallel()
 	dur := soakDuration(t)
-	for _, kind := range []string{"redis", "zk"} {
+	for _, kind := range []string{"redis", "zk", "etcd"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Run("dlock", func(t *testing.T) {
 				r := newSoakRig(t, kind, "dlock")
 				c := startChurn(t, r, 3, dur, 40*time.Millisecond, false, true)
 				faults := injectFaults(t, r, c)
-				a := analyse(t, c.wait(t), c.checked, c.unchkd, true)
+				leases := c.wait(t)
+				a := analyse(t, leases, c.checked, c.unchkd, true)
 				ok := a.linear == porcupine.Ok && a.overlaps == 0 && a.regressions == 0 && a.staleOK == 0
-				record(t, "8 soak + linearizability", kind, "dlock", verdict(ok),
-					"%v, %d leases, faults: %s; porcupine: %s; double grants %d, token regressions %d, stale writes accepted %d (unchecked resource: %d)",
-					dur, a.leases, faults, resultName(a.linear), a.overlaps, a.regressions, a.staleOK, a.stale)
-				if !ok {
+				v, known := verdict(ok), ""
+				if !ok && knownBugs[kind] != "" && a.staleOK == 0 {
+					// Is the known bug the whole story? Without the grants
+					// it delivers late, the history must be clean.
+					rest, late := withoutLateGrants(leases)
+					b := analyse(t, rest, c.checked, c.unchkd, true)
+					if late > 0 && b.linear == porcupine.Ok && b.overlaps == 0 && b.regressions == 0 {
+						v = "KNOWN BUG"
+						known = fmt.Sprintf(" — all of it from %d grant(s) delivered late (the known bug); without them porcupine says Ok", late)
+					}
+				}
+				record(t, "8 soak + linearizability", kind, "dlock", v,
+					"%v, %d leases, faults: %s; porcupine: %s; double grants %d, token regressions %d, stale writes accepted %d (unchecked resource: %d)%s",
+					dur, a.leases, faults, resultName(a.linear), a.overlaps, a.regressions, a.staleOK, a.stale, known)
+				switch {
+				case v == "KNOWN BUG":
+					knownBug(t, kind, "soak history %s, double grants %d", resultName(a.linear), a.overlaps)
+				case !ok:
 					t.Errorf("scenario 8 failed: %+v", a)
 				}
 			})
 			t.Run("naive", func(t *testing.T) {
-				r := newSoakRig(t, kind, "naive")
+				r := newKindRig(t, kind, "naive")
 				c := startChurn(t, r, 3, 3*time.Second, 20*time.Millisecond, false, false)
 				a := analyse(t, c.wait(t), c.checked, c.unchkd, true)
 				record(t, "8 soak + linearizability", kind, "naive recipe: sequence number as token", caught(a.linear == porcupine.Illegal),
@@ -85,9 +101,14 @@ func newSoakRig(t *testing.T, kind, recipe string) *rig {
 	case "redis":
 		return newRedisRig(t, recipe, time.Second, "--appendonly", "yes", "--appendfsync", "always")
 	case "zk":
-		return newZKRig(t, recipe, 1500*time.Millisecond)
+		// A server of its own, which the soak restarts.
+		e := startZKEnsemble(t, 1)
+		r := newRig(t, "zk", recipe, 1500*time.Millisecond)
+		r.ens, r.addrs, r.proto = e, e.clients, faultinject.ZooKeeper
+		r.zkc = dialZK(t, e.clients, 10*time.Second)
+		return r
 	}
-	return newOtherRig(t, kind, recipe)
+	return newEtcdRig(t, recipe, etcdTTL)
 }
 
 // injectFaults applies random faults, one after another, while the churn
@@ -99,14 +120,21 @@ func injectFaults(t *testing.T, r *rig, c *churn) string {
 	counts := map[string]int{}
 	lastRestart := time.Now()
 	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo))) }
+	// Every kind of fault once per round, in a random order.
+	var order []int
 	for c.running() {
-		time.Sleep(between(200*time.Millisecond, 600*time.Millisecond))
+		if len(order) == 0 {
+			order = rng.Perm(6)
+		}
+		fault := order[0]
+		order = order[1:]
+		time.Sleep(between(100*time.Millisecond, 400*time.Millisecond))
 		if !c.running() {
 			break
 		}
 		i := rng.IntN(len(c.holders))
 		proxies := c.proxies[i]
-		switch rng.IntN(6) {
+		switch fault {
 		case 0:
 			for _, p := range proxies {
 				p.SetLatency(0, between(50*time.Millisecond, 250*time.Millisecond))
@@ -122,6 +150,9 @@ func injectFaults(t *testing.T, r *rig, c *churn) string {
 			}
 			counts["reset"]++
 		case 2:
+			if r.kind == "etcd" {
+				continue // the proxy cannot cut gRPC into requests
+			}
 			preds := []func(*faultinject.Frame) bool{r.isAcquire, r.isRelease}
 			if r.kind == "redis" {
 				preds = append(preds, r.isRenew)
@@ -173,7 +204,9 @@ func (r *rig) restartServer() {
 	case "redis":
 		r.redis.Restart()
 	case "zk":
-		r.zk.Restart(r.t)
+		r.ens.kill(0)
+		r.ens.start(0)
+		r.ens.waitQuorum(1)
 	default:
 		r.otherRestart()
 	}
