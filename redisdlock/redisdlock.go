@@ -26,6 +26,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/dlockdev/dlock"
@@ -45,7 +46,7 @@ import (
 // interrupts a request blocked on a dead connection at once, rather than
 // after the read timeout.
 func New(ctx context.Context, rdb redis.UniversalClient, opts *Options) (*dlock.Client, error) {
-	d, err := newDriver(ctx, rdb, opts, false, "redis")
+	d, err := newDriver(ctx, rdb, opts, false, clientAddr(rdb))
 	if err != nil {
 		return nil, err
 	}
@@ -104,3 +105,14 @@ func ms(d time.Duration) int64 {
 }
 
 var _ driver.Inspector = (*redisDriver)(nil)
+
+// clientAddr names the server(s) of a go-redis client for error messages.
+func clientAddr(rdb redis.UniversalClient) string {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().Addr
+	case *redis.ClusterClient:
+		return strings.Join(c.Options().Addrs, ",")
+	}
+	return fmt.Sprintf("%T", rdb)
+}

@@ -9,7 +9,8 @@ import (
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/internal/testserver"
-	_ "github.com/dlockdev/dlock/redisdlock"
+	"github.com/dlockdev/dlock/redisdlock"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestOpen_badURLs(t *testing.T) {
@@ -73,5 +74,18 @@ func TestOpen_credentials(t *testing.T) {
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestNew_unreachableNamesAddress(t *testing.T) {
+	testserver.SkipIfShort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	addr := testserver.Addr(testserver.FreePort(t))
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer rdb.Close()
+	_, err := redisdlock.New(ctx, rdb, nil)
+	if !errors.Is(err, dlock.ErrUnavailable) || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("New on a closed port: err = %v, want ErrUnavailable naming %s", err, addr)
 	}
 }

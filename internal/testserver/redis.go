@@ -35,8 +35,19 @@ func StartRedis(t testing.TB, extra ...string) *Redis {
 		port:  FreePort(t),
 		extra: extra,
 	}
-	r.start()
-	return r
+	// The free port may be taken by another process between FreePort and
+	// the server's bind: try a few ports.
+	for attempt := 1; ; attempt++ {
+		err := r.start()
+		if err == nil {
+			return r
+		}
+		if attempt == 3 {
+			t.Fatalf("testserver: redis-server on %s: %v", r.Addr(), err)
+		}
+		r.process.Kill()
+		r.port = FreePort(t)
+	}
 }
 
 // Addr returns host:port.
@@ -45,7 +56,7 @@ func (r *Redis) Addr() string { return Addr(r.port) }
 // URL returns redis://host:port/0.
 func (r *Redis) URL() string { return "redis://" + r.Addr() + "/0" }
 
-func (r *Redis) start() {
+func (r *Redis) start() error {
 	r.t.Helper()
 	args := append([]string{
 		"--port", strconv.Itoa(r.port),
@@ -57,9 +68,7 @@ func (r *Redis) start() {
 		"--loglevel", "warning",
 	}, r.extra...)
 	r.process = StartProcess(r.t, "redis-server", r.dir, r.bin, args)
-	if err := r.process.WaitReady(20*time.Second, r.ping); err != nil {
-		r.t.Fatalf("testserver: redis-server on %s: %v", r.Addr(), err)
-	}
+	return r.process.WaitReady(20*time.Second, r.ping)
 }
 
 // ping sends a raw PING; any reply (even NOAUTH) means the server is up.
@@ -92,7 +101,9 @@ func (r *Redis) ping(ctx context.Context) error {
 func (r *Redis) Restart() {
 	r.t.Helper()
 	r.process.Kill()
-	r.start()
+	if err := r.start(); err != nil {
+		r.t.Fatalf("testserver: restart redis-server on %s: %v", r.Addr(), err)
+	}
 }
 
 // Kill stops the server for good.
