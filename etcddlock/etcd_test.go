@@ -26,24 +26,10 @@ func testCtx(t *testing.T) context.Context {
 // counts are exact: renewals start at a third of the TTL.
 var longTTL = dlock.WithTTL(time.Minute)
 
-// waitWaiters waits until key has n waiters queued. Polling is the only way
-// to observe the queue from outside.
+// waitWaiters waits until key has n waiters queued.
 func waitWaiters(t *testing.T, ctx context.Context, c *dlock.Client, key string, n int) {
 	t.Helper()
-	for {
-		info, err := c.Inspect(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(info.Waiters) == n {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%d waiters on %q, want %d (watchdog)", len(info.Waiters), key, n)
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
+	dlocktest.WaitWaiters(t, ctx, c, key, n)
 }
 
 // entry returns the etcd key-value of the only entry of key.

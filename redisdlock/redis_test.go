@@ -61,20 +61,7 @@ func commandStats(t *testing.T, ctx context.Context, admin *redis.Client) map[st
 // waitWaiters waits until key has n waiters queued.
 func waitWaiters(t *testing.T, ctx context.Context, c *dlock.Client, key string, n int) {
 	t.Helper()
-	for {
-		info, err := c.Inspect(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(info.Waiters) == n {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%d waiters on %q, want %d (watchdog)", len(info.Waiters), key, n)
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
+	dlocktest.WaitWaiters(t, ctx, c, key, n)
 }
 
 // A release wakes only the next waiter: with 2 or 20 waiters, every hand-off
