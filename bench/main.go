@@ -206,7 +206,7 @@ func run(cfg config) error {
 					r.Setup = setup
 					log.Printf("contended %-18s n=%-3d think=%-5v grants/s %7.0f handoff p50 %8v p99 %8v barged %4.0f%% fair %d/%d overlaps %d req/grant %.2f errs %d stuck %d %s",
 						l.Name, n, think, r.GrantsPerS, r.HandoffP50, r.HandoffP99, 100*float64(r.SelfRetakes)/float64(max(r.Grants, 1)),
-						r.MinGrants, r.MaxGrants, r.Overlaps, r.Delta.requests/float64(max(r.Grants, 1)), r.Errors, r.Stuck, r.FirstErr)
+						r.MinGrants, r.MaxGrants, r.Overlaps, r.Delta.Requests/float64(max(r.Grants, 1)), r.Errors, r.Stuck, r.FirstErr)
 					res.Contended = append(res.Contended, r)
 					closeAll(cs)
 				}

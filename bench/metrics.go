@@ -14,26 +14,26 @@ import (
 
 // counters is a snapshot of a server's request counters.
 type counters struct {
-	// requests sent to the server: a script call counts once. Redis: as
+	// Requests sent to the server: a script call counts once. Redis: as
 	// counted by the clients' hooks; ZooKeeper: zk_packets_received (which
 	// includes the sessions' pings); etcd: gRPC messages received, unary
 	// calls and stream messages alike.
-	requests float64
+	Requests float64
 	// Redis only: script calls (EVAL, EVALSHA, FCALL…) and every command
 	// the server ran, including those run inside scripts (commandstats).
-	scripts  float64
-	commands float64
-	// byOp is the server's count per command or gRPC method.
-	byOp map[string]float64
-	// cpu is the server process's CPU time (user+system), in seconds.
-	cpu float64
+	Scripts  float64
+	Commands float64
+	// ByOp is the server's count per command or gRPC method.
+	ByOp map[string]float64
+	// CPU is the server process's CPU time (user+system), in seconds.
+	CPU float64
 }
 
 func (c counters) sub(o counters) counters {
-	d := counters{requests: c.requests - o.requests, scripts: c.scripts - o.scripts, commands: c.commands - o.commands, cpu: c.cpu - o.cpu, byOp: map[string]float64{}}
-	for k, v := range c.byOp {
-		if x := v - o.byOp[k]; x != 0 {
-			d.byOp[k] = x
+	d := counters{Requests: c.Requests - o.Requests, Scripts: c.Scripts - o.Scripts, Commands: c.Commands - o.Commands, CPU: c.CPU - o.CPU, ByOp: map[string]float64{}}
+	for k, v := range c.ByOp {
+		if x := v - o.ByOp[k]; x != 0 {
+			d.ByOp[k] = x
 		}
 	}
 	return d
@@ -49,13 +49,13 @@ func (s *servers) counters(backend string) (c counters, err error) {
 	switch backend {
 	case "redis":
 		c, err = s.redisCounters()
-		c.cpu = cpuSeconds(s.redis.pid())
+		c.CPU = cpuSeconds(s.redis.pid())
 	case "zookeeper":
 		c, err = s.zkCounters()
-		c.cpu = cpuSeconds(s.zk.pid())
+		c.CPU = cpuSeconds(s.zk.pid())
 	case "etcd":
 		c, err = s.etcdCounters()
-		c.cpu = cpuSeconds(s.etcd.pid())
+		c.CPU = cpuSeconds(s.etcd.pid())
 	default:
 		err = fmt.Errorf("unknown backend %q", backend)
 	}
@@ -102,8 +102,8 @@ func (s *servers) redisInfo(section string) (map[string]string, error) {
 var scriptCommands = map[string]bool{"eval": true, "evalsha": true, "eval_ro": true, "evalsha_ro": true, "fcall": true, "fcall_ro": true}
 
 func (s *servers) redisCounters() (counters, error) {
-	c := counters{byOp: map[string]float64{}}
-	c.requests = float64(s.env.redisRequests.Load())
+	c := counters{ByOp: map[string]float64{}}
+	c.Requests = float64(s.env.redisRequests.Load())
 	info, err := s.redisInfo("commandstats")
 	if err != nil {
 		return c, err
@@ -114,10 +114,10 @@ func (s *servers) redisCounters() (counters, error) {
 			continue // our own INFO calls
 		}
 		calls, _ := strconv.ParseFloat(strings.TrimPrefix(strings.Split(v, ",")[0], "calls="), 64)
-		c.byOp[name] = calls
-		c.commands += calls
+		c.ByOp[name] = calls
+		c.Commands += calls
 		if scriptCommands[name] {
-			c.scripts += calls
+			c.Scripts += calls
 		}
 	}
 	return c, nil
@@ -168,7 +168,7 @@ func (s *servers) zkCounters() (counters, error) {
 		return counters{}, err
 	}
 	p, _ := strconv.ParseFloat(m["zk_packets_received"], 64)
-	return counters{requests: p, byOp: map[string]float64{"packets_received": p}}, nil
+	return counters{Requests: p, ByOp: map[string]float64{"packets_received": p}}, nil
 }
 
 // zkHeapOnce runs a full GC in the ZooKeeper JVM and returns its used heap
@@ -263,11 +263,11 @@ func (s *servers) etcdCounters() (counters, error) {
 	if err != nil {
 		return counters{}, err
 	}
-	c := counters{byOp: map[string]float64{}}
+	c := counters{ByOp: map[string]float64{}}
 	for k, v := range m {
 		if name, ok := strings.CutPrefix(k, "grpc:"); ok {
-			c.byOp[name] = v
-			c.requests += v
+			c.ByOp[name] = v
+			c.Requests += v
 		}
 	}
 	return c, nil

@@ -164,7 +164,7 @@ func report(res *results) string {
 			fmt.Sprintf("%s / %s (%s RTT)", fmtDur(c32.HandoffP50), fmtDur(c32.HandoffP99), inRTT(c32.HandoffP50, rtt)),
 			fmt.Sprintf("%s / %s (%s RTT)", fmtDur(t32.HandoffP50), fmtDur(t32.HandoffP99), inRTT(t32.HandoffP50, rtt)),
 			fmtFloat(c32.GrantsPerS),
-			fmt.Sprintf("%s / %s", fmtFloat(perGrant(c2.Delta.requests, c2.Grants)), fmtFloat(perGrant(c128.Delta.requests, c128.Grants))),
+			fmt.Sprintf("%s / %s", fmtFloat(perGrant(c2.Delta.Requests, c2.Grants)), fmtFloat(perGrant(c128.Delta.Requests, c128.Grants))),
 			fairness(c32),
 			fmt.Sprint(sumOverlaps(res, l.Name)),
 		})
@@ -227,7 +227,9 @@ func report(res *results) string {
 		m.p("")
 		m.p("Each contender has its own client and connection; the critical section is one increment. Window %v", windowOf(res))
 		m.p("after a warm-up. \"Barged\" is the share of grants that went back to the contender that had just released")
-		m.p("although others were waiting (a FIFO queue gives none). Hand-offs are grants to a contender that was")
+		m.p("although another had been inside `Lock` for 1 ms or more when the release began — long enough to be queued on")
+		m.p("the server, so a FIFO queue gives none (a contender that called `Lock` just before the release may still have")
+		m.p("its request in flight on this busy machine; the releaser winning that race is not counted). Hand-offs are grants to a contender that was")
 		m.p("already waiting when the release began (so neither barging nor an idle lock counts). Server CPU is the server")
 		m.p("process's user+system time over the window (10 ms resolution) divided by the grants.")
 		m.p("")
@@ -237,13 +239,13 @@ func report(res *results) string {
 				if r.Lib != l.Name || r.Think != think {
 					continue
 				}
-				req := fmtFloat(perGrant(r.Delta.requests, r.Grants))
+				req := fmtFloat(perGrant(r.Delta.Requests, r.Grants))
 				if l.Backend == "redis" {
-					req = fmt.Sprintf("%s (%s scripts; %s cmds)", req, fmtFloat(perGrant(r.Delta.scripts, r.Grants)), fmtFloat(perGrant(r.Delta.commands, r.Grants)))
+					req = fmt.Sprintf("%s (%s scripts; %s cmds)", req, fmtFloat(perGrant(r.Delta.Scripts, r.Grants)), fmtFloat(perGrant(r.Delta.Commands, r.Grants)))
 				}
 				cpu := "–"
 				if r.Grants > 0 {
-					cpu = fmt.Sprintf("%.0f", r.Delta.cpu*1e6/float64(r.Grants))
+					cpu = fmt.Sprintf("%.0f", r.Delta.CPU*1e6/float64(r.Grants))
 				}
 				rows = append(rows, []string{r.Lib, fmt.Sprint(r.N), fmtFloat(r.GrantsPerS), fmtDur(r.HandoffP50), fmtDur(r.HandoffP99),
 					inRTT(r.HandoffP50, res.rtt(r.Lib)), selfPct(r), fairness(r), fmt.Sprint(r.Overlaps), req, cpu, errText(r)})
@@ -268,11 +270,11 @@ func report(res *results) string {
 		row := []string{l.Name}
 		for _, n := range ns {
 			r, _ := res.contended(l.Name, n, false)
-			row = append(row, fmtFloat(perGrant(r.Delta.requests, r.Grants)))
+			row = append(row, fmtFloat(perGrant(r.Delta.Requests, r.Grants)))
 		}
 		for _, n := range ns {
 			r, _ := res.contended(l.Name, n, true)
-			row = append(row, fmtFloat(perGrant(r.Delta.requests, r.Grants)))
+			row = append(row, fmtFloat(perGrant(r.Delta.Requests, r.Grants)))
 		}
 		rows = append(rows, row)
 	}
@@ -298,7 +300,7 @@ func report(res *results) string {
 			v float64
 		}
 		var ops []kv
-		for k, v := range r.Delta.byOp {
+		for k, v := range r.Delta.ByOp {
 			if v/float64(r.Grants) >= 0.005 {
 				ops = append(ops, kv{k, v / float64(r.Grants)})
 			}
@@ -522,7 +524,7 @@ func targets(res *results) [][]string {
 		worst := 0.0
 		for _, n := range contenderCounts(res) {
 			r, _ := res.contended(name, n, false)
-			v := perGrant(r.Delta.requests, r.Grants)
+			v := perGrant(r.Delta.Requests, r.Grants)
 			worst = math.Max(worst, v)
 			parts = append(parts, fmt.Sprintf("%d: %s", n, fmtFloat(v)))
 		}

@@ -262,7 +262,7 @@ func runUncontended(s *servers, lib *library, n int, limit time.Duration) uncont
 	}
 	r.N, r.P50, r.P99 = len(ds), percentile(ds, 50), percentile(ds, 99)
 	if r.N > 0 {
-		r.RequestsPerGrnt = after.sub(before).requests / float64(r.N)
+		r.RequestsPerGrnt = after.sub(before).Requests / float64(r.N)
 	}
 	return r
 }
@@ -282,7 +282,8 @@ type contendedResult struct {
 	HandoffP50 time.Duration
 	HandoffP99 time.Duration
 	// SelfRetakes counts grants to the contender that released last while
-	// others were waiting (barging).
+	// others had been waiting for queuedAfter when its release began
+	// (barging).
 	SelfRetakes          int
 	MinGrants, MaxGrants int
 	Overlaps             int64
@@ -329,6 +330,22 @@ func newContenders(s *servers, lib *library, n int, key string) ([]contender, er
 	return cs, nil
 }
 
+// queuedAfter is how long a contender must have been in Lock when a
+// release begins for the releaser taking the lock back to count as barging.
+const queuedAfter = time.Millisecond
+
+// waitedThrough counts the contenders other than i that entered Lock
+// before since.
+func waitedThrough(waitingSince []atomic.Int64, i int, since int64) int64 {
+	var n int64
+	for j := range waitingSince {
+		if t := waitingSince[j].Load(); j != i && t != 0 && t < since {
+			n++
+		}
+	}
+	return n
+}
+
 // runContended runs the contenders against one key for warm-up+window.
 // Each loops Lock, a tiny critical section, Unlock, and with think time
 // sleeps 1 ms before the next Lock.
@@ -347,9 +364,15 @@ func runContended(s *servers, lib *library, cs []contender, think bool, warmup, 
 		overlaps    atomic.Int64
 		lastHolder  atomic.Int64
 		unlockStart atomic.Int64
-		// waiting counts contenders inside Lock; waitersAtUnlock is that
-		// count when the last release began.
-		waiting         atomic.Int64
+		// waitingSince[i] is when contender i entered Lock (0: it is not
+		// in Lock); waitersAtUnlock counts, when the last release began,
+		// the other contenders that had then been in Lock for at least
+		// queuedAfter. Their requests have long reached the server, so a
+		// FIFO lock must serve them before the releaser's next Lock. (One
+		// that called Lock just before the release may still have its
+		// request in flight, delayed by the scheduler of a busy machine:
+		// the releaser winning that race is not barging.)
+		waitingSince    = make([]atomic.Int64, n)
 		waitersAtUnlock atomic.Int64
 		protected       int64 // written only under the lock: the race detector would see overlaps
 		errCount        atomic.Int64
@@ -379,9 +402,9 @@ func runContended(s *servers, lib *library, cs []contender, think bool, warmup, 
 		wg.Go(func() {
 			for now() < end {
 				t0 := now()
-				waiting.Add(1)
+				waitingSince[i].Store(max(t0, 1))
 				err := c.Lock(runCtx)
-				waiting.Add(-1)
+				waitingSince[i].Store(0)
 				t1 := now()
 				if err != nil {
 					if runCtx.Err() != nil {
@@ -414,8 +437,9 @@ func runContended(s *servers, lib *library, cs []contender, think bool, warmup, 
 				protected++ // the critical section
 				lastHolder.Store(int64(i))
 				inSection.Add(-1)
-				waitersAtUnlock.Store(waiting.Load())
-				unlockStart.Store(now())
+				released := now()
+				waitersAtUnlock.Store(waitedThrough(waitingSince, i, released-int64(queuedAfter)))
+				unlockStart.Store(released)
 				uctx, ucancel := context.WithTimeout(context.Background(), 10*time.Second)
 				if err := c.Unlock(uctx); err != nil {
 					if errCount.Add(1) == 1 {
