@@ -70,7 +70,7 @@ func main() {
 	testing.Init() // for testing.Benchmark (client cost)
 	var cfg config
 	var only, sections string
-	flag.StringVar(&cfg.out, "out", "../docs", "directory for benchmarks.md and benchmarks.png")
+	flag.StringVar(&cfg.out, "out", defaultOut, "directory for benchmarks.md and benchmarks.png")
 	flag.BoolVar(&cfg.quick, "quick", false, "smoke test: short windows and small scale tests (does not write the report unless -out is given)")
 	flag.DurationVar(&cfg.window, "window", 2*time.Second, "measuring window of each contended run")
 	flag.DurationVar(&cfg.warmup, "warmup", 300*time.Millisecond, "warm-up before each contended window")
@@ -269,15 +269,24 @@ func run(cfg config) error {
 	return writeOutputs(res, cfg.out, true)
 }
 
+// defaultOut is where the committed report goes.
+const defaultOut = "../docs"
+
 // writeOutputs writes the chart and the report into dir, and the raw
-// results to results.json (in the current directory, bench/ under run.sh).
+// results to results.json: in the current directory (bench/ under run.sh)
+// for the committed report in ../docs, beside the report for any other
+// -out, so that trial runs leave the committed results alone.
 func writeOutputs(res *results, dir string, saveJSON bool) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	if saveJSON {
 		b, _ := json.MarshalIndent(res, "", "  ")
-		if err := os.WriteFile("results.json", b, 0o644); err != nil {
+		path := "results.json"
+		if filepath.Clean(dir) != filepath.Clean(defaultOut) {
+			path = filepath.Join(dir, "results.json")
+		}
+		if err := os.WriteFile(path, b, 0o644); err != nil {
 			return err
 		}
 	}
