@@ -85,10 +85,12 @@ type attempt struct {
 //  4. Otherwise TryLock deletes its node and gives up (so it never barges
 //     past a waiter); Lock watches the node just before ours (only that
 //     one: a release wakes one waiter, not the herd) and waits.
-//  5. When that node is deleted and it was first in our listing, our node
-//     is first now (sequence numbers only grow, and our own watch has not
-//     fired): the key is ours without another request. Any other event
-//     goes back to 2.
+//  5. When that node was a holder that released (its data was written:
+//     only a release does that, see grant.Release), or it is deleted and
+//     it was first in our listing, our node is first now (sequence numbers
+//     only grow, and our own watch has not fired): the key is ours without
+//     another request. Any other event (a waiter ahead of us left) goes
+//     back to 2.
 //
 // A lost create reply or a session expiry is recovered by listing: the
 // listing finds the node by its owner, or finds none and queues again.
@@ -486,11 +488,12 @@ func (a *attempt) grantFrom(ctx context.Context, validFrom time.Time) (*grant, e
 }
 
 // waitFor watches pred, the node just before ours, and waits until it
-// changes or goes away, our own node's watch fires, or ctx ends. When pred
-// was first in the queue and is deleted, our node is first now, and
-// waitFor returns the grant. Otherwise it returns nil, nil, and run lists
-// again. If our node is not watched yet, it sets that watch too, in the
-// same round trip.
+// changes or goes away, our own node's watch fires, or ctx ends. When the
+// event proves that our node is first now (predReleased: pred was a holder
+// that released, or the head of the queue and is gone), waitFor returns
+// the grant without another request. Otherwise it returns nil, nil, and
+// run lists again. If our node is not watched yet, it sets that watch too,
+// in the same round trip.
 func (a *attempt) waitFor(ctx context.Context, pred lockNode, predFirst bool) (*grant, error) {
 	d := a.d
 	path := a.keyPath + "/" + pred.name
@@ -526,17 +529,15 @@ func (a *attempt) waitFor(ctx context.Context, pred lockNode, predFirst bool) (*
 	d.noteAlive(sid, sent)
 	select {
 	case ev := <-ch:
-		if ev.Type != zk.EventNodeDeleted || !predFirst {
-			// Changed, or the session ended, or a waiter ahead of us
-			// left: the listing says what to do next.
+		if !predReleased(ev, predFirst) {
+			// A waiter ahead of us left, or the session ended: the
+			// listing says what to do next.
 			return nil, nil
 		}
-		// The holder's node is gone. Every node before ours was in the
-		// listing (sequence numbers only grow), and only pred was, so
-		// ours is first — if it still exists: ZooKeeper sends a session
-		// its notifications in order, and go-zookeeper hands them out in
-		// that order, so had our node been deleted before pred, its
-		// watch would have fired already.
+		// Ours is first now — if it still exists: ZooKeeper sends a
+		// session its notifications in order, and go-zookeeper hands
+		// them out in that order, so had our node been deleted before
+		// pred, its watch would have fired already.
 		if a.ownFired() {
 			return nil, nil
 		}
@@ -549,8 +550,41 @@ func (a *attempt) waitFor(ctx context.Context, pred lockNode, predFirst bool) (*
 	}
 }
 
-// handOff makes the grant of a waiter whose predecessor, the holder, was
-// deleted, without listing again (see grantFrom for its ValidFrom).
+// predReleased reports whether an event of the watch on pred, the node
+// just before ours in a listing made after our create, proves that our
+// node is first now:
+//
+//   - EventNodeDataChanged: only a releasing holder writes to a lock node
+//     (see grant.Release: a setData and the delete in one transaction), so
+//     pred held the key. When it was granted, every node before it was
+//     gone; none with a lower sequence can appear later (sequence numbers
+//     only grow, and the key node cannot be reaped and recreated while our
+//     node is in it); and none between pred and ours was left at our
+//     listing. So nothing is before ours. A reconnect cannot fake it:
+//     go-zookeeper sets the watch again with the last zxid it saw, which
+//     is at least pred's creation (the listing showed pred), and the
+//     server reports a data change only for a later write, and a deletion
+//     for a node that is gone.
+//   - EventNodeDeleted when pred was first in that listing: every node
+//     before ours was in the listing, and only pred was.
+//
+// EventNodeDeleted of a node further back (a waiter that gave up, an
+// expired session, an operator, or a holder that released with a plain
+// delete, as older versions and Release without write permission do) says
+// nothing about the nodes before it: the listing must look.
+func predReleased(ev zk.Event, predFirst bool) bool {
+	switch ev.Type {
+	case zk.EventNodeDataChanged:
+		return true
+	case zk.EventNodeDeleted:
+		return predFirst
+	}
+	return false
+}
+
+// handOff makes the grant of a waiter whose predecessor released the key
+// or, being the head of the queue, was deleted, without listing again (see
+// grantFrom for its ValidFrom).
 func (a *attempt) handOff(ctx context.Context) (*grant, error) {
 	if a.d.conn.SessionID() != a.sid {
 		return nil, nil

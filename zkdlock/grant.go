@@ -78,9 +78,10 @@ func (g *grant) report(err error) {
 // operator or a bug: we never delete it while held), and go-zookeeper ends
 // it with ErrSessionExpired when the session expires and with ErrClosing
 // when the Conn is closed. A key node deleted (the child watch) had no
-// children left, ours included. Other events (someone changed the node's
-// data, another child of the key node came or went) only need a watch on
-// the lock node set again.
+// children left, ours included. A write to the node's data is a loss too:
+// the waiter behind takes any write to its predecessor for a release (see
+// Release), so it is taking the key. Other events (another child of the
+// key node came or went) only need a watch on the lock node set again.
 func (g *grant) watch(ch <-chan zk.Event) {
 	for {
 		select {
@@ -90,6 +91,9 @@ func (g *grant) watch(ch <-chan zk.Event) {
 			switch {
 			case ev.Type == zk.EventNodeDeleted:
 				g.report(fmt.Errorf("lock node %s was deleted by somebody else", g.path))
+				return
+			case ev.Type == zk.EventNodeDataChanged:
+				g.report(g.overwritten())
 				return
 			case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrSessionExpired):
 				g.report(g.sessionGone())
@@ -113,8 +117,11 @@ func (g *grant) rearm() <-chan zk.Event {
 			return getW{stat, ch}, err
 		})
 		switch {
-		case err == nil && r.stat.EphemeralOwner == g.sid:
+		case err == nil && r.stat.EphemeralOwner == g.sid && r.stat.Version == 0:
 			return r.ch
+		case err == nil && r.stat.EphemeralOwner == g.sid:
+			g.report(g.overwritten())
+			return nil
 		case err == nil:
 			g.report(g.sessionGone())
 			return nil
@@ -132,6 +139,13 @@ func (g *grant) rearm() <-chan zk.Event {
 			return nil
 		}
 	}
+}
+
+// overwritten is the error for a grant whose lock node's data was written
+// after its create (its data version is no longer 0): only a release does
+// that, so the waiter behind has taken the key.
+func (g *grant) overwritten() error {
+	return fmt.Errorf("lock node %s was written by somebody else, which hands the key to the next waiter", g.path)
 }
 
 // sessionGone is the error for a grant whose session has expired: the
@@ -176,6 +190,9 @@ func (g *grant) Renew(ctx context.Context) error {
 	if stat.EphemeralOwner != g.sid || d.conn.SessionID() != g.sid {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.sessionGone())
 	}
+	if stat.Version != 0 {
+		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.overwritten())
+	}
 	d.noteAlive(g.sid, sent)
 	return nil
 }
@@ -185,38 +202,6 @@ func (g *grant) renewErr(err error) error {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.sessionGone())
 	}
 	return g.d.wrapErr("renew "+g.path, err)
-}
-
-// Release deletes the lock node, which wakes the next waiter (the only one
-// watching it). The node's name carries this grant's owner, so the delete
-// can never remove anybody else's node, even when retried. When the delete
-// cannot be confirmed, a janitor keeps trying: otherwise the node would block
-// the key for as long as the session lives.
-func (g *grant) Release(ctx context.Context) error {
-	g.cancel()
-	d := g.d
-	del := func(ctx context.Context) error {
-		return call0(ctx, nil, g.validity, func() error { return d.conn.Delete(g.path, -1) })
-	}
-	err := del(ctx)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, zk.ErrNoNode):
-		return fmt.Errorf("%w: lock node %s was already gone (session expired or node deleted)", driver.ErrNotHeld, g.path)
-	}
-	d.goJanitor(func(ctx context.Context) {
-		for i := 0; ; i++ {
-			err := del(ctx)
-			if err == nil || errors.Is(err, zk.ErrNoNode) || isCtxErr(err) {
-				return
-			}
-			if backoff(ctx, i, g.validity/2) != nil {
-				return
-			}
-		}
-	})
-	return d.wrapErr("release "+g.path, err)
 }
 
 type getW struct {

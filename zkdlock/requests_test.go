@@ -22,7 +22,8 @@ const longSession = 30 * time.Second
 
 // TestLock_uncontendedCycle_threeRequests: acquiring and releasing a free
 // key costs three requests — the create (a multi that also returns the
-// creation zxid), the listing (which sets the lease's watch), the delete —
+// creation zxid), the listing (which sets the lease's watch), the release
+// (a multi: setData and delete of the lock node) —
 // once the Client has seen the key free; the first cycle on a key sets an
 // exists watch on its node instead, one request more.
 func TestLock_uncontendedCycle_threeRequests(t *testing.T) {
@@ -65,7 +66,7 @@ func TestLock_uncontendedCycle_threeRequests(t *testing.T) {
 				// the key node is created, and the create is sent again.
 				n -= 2 * (hook.containers.Load() - containers)
 				if i > 0 && n != 3 {
-					t.Errorf("cycle %d: %d requests, want 3 (create, list, delete)", i, n)
+					t.Errorf("cycle %d: %d requests, want 3 (create, list, release)", i, n)
 				}
 			}
 		})
@@ -75,7 +76,7 @@ func TestLock_uncontendedCycle_threeRequests(t *testing.T) {
 // TestLock_handOff_noRequestWhenSecond: a waiter that was second in line
 // when it queued takes the key, when the holder releases, without sending
 // a request; a whole contended grant costs it five requests (create, list,
-// watch on its node, watch on its predecessor, delete).
+// watch on its node, watch on its predecessor, release).
 func TestLock_handOff_noRequestWhenSecond(t *testing.T) {
 	ctx := testCtx(t)
 	srv := testserver.SharedZooKeeper(t)

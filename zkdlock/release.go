@@ -1,0 +1,69 @@
+package zkdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/dlockdev/dlock/driver"
+	"github.com/go-zookeeper/zk"
+)
+
+// Release removes the lock node with one transaction: a setData on the node
+// (no data, any version), then its delete. The waiter behind the node holds
+// a one-shot data watch on it, so it is notified once, of the setData —
+// EventNodeDataChanged, not EventNodeDeleted — and the delete is part of the
+// same committed transaction. Only a releasing holder ever writes to a lock
+// node (its metadata is set by the create), so that event tells the waiter
+// that its predecessor was the holder and that the key is its own now,
+// without listing the queue again; a plain delete (a waiter giving up, an
+// expired session, an operator) says nothing of the kind, and the waiter
+// looks. See attempt.waitFor.
+//
+// The node's name carries this grant's owner, so the release can never
+// remove anybody else's node, even when retried: a retry after a lost reply
+// finds no node and does nothing. When the release cannot be confirmed, a
+// janitor keeps trying: otherwise the node would block the key for as long
+// as the session lives.
+func (g *grant) Release(ctx context.Context) error {
+	g.cancel()
+	d := g.d
+	err := g.remove(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, zk.ErrNoNode):
+		return fmt.Errorf("%w: lock node %s was already gone (session expired or node deleted)", driver.ErrNotHeld, g.path)
+	}
+	d.goJanitor(func(ctx context.Context) {
+		for i := 0; ; i++ {
+			err := g.remove(ctx)
+			if err == nil || errors.Is(err, zk.ErrNoNode) || isCtxErr(err) {
+				return
+			}
+			if backoff(ctx, i, g.validity/2) != nil {
+				return
+			}
+		}
+	})
+	return d.wrapErr("release "+g.path, err)
+}
+
+// remove sends the release transaction. A multi is all or nothing, so when
+// it fails nothing was written: if the node is gone, ErrNoNode; if the
+// node's ACL (Options.ACL) does not let us write to it, a plain delete,
+// which only costs the waiter behind a listing.
+func (g *grant) remove(ctx context.Context) error {
+	d := g.d
+	err := call0(ctx, nil, g.validity, func() error {
+		_, err := d.conn.Multi(
+			&zk.SetDataRequest{Path: g.path, Data: nil, Version: -1},
+			&zk.DeleteRequest{Path: g.path, Version: -1},
+		)
+		return err
+	})
+	if errors.Is(err, zk.ErrNoAuth) {
+		err = call0(ctx, nil, g.validity, func() error { return d.conn.Delete(g.path, -1) })
+	}
+	return err
+}
