@@ -65,10 +65,13 @@ func waitWaiters(t *testing.T, ctx context.Context, c *dlock.Client, key string,
 }
 
 // A release wakes only the next waiter: with 2 or 20 waiters, every hand-off
-// costs exactly one script call (the release) and one PUBLISH, and waiting
+// costs exactly one script call (the release) and one PUBLISH, the script
+// runs no more commands than it must (server time is latency), and waiting
 // costs nothing once queued — polling is set to an hour so that only
 // notifications can drive the hand-offs.
 func TestHandOff_costDoesNotGrowWithWaiters(t *testing.T) {
+	const handOffCommands, releaseCommands = 8, 4
+
 	srv := testserver.StartRedis(t)
 	ctx := testCtx(t)
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
@@ -119,6 +122,21 @@ func TestHandOff_costDoesNotGrowWithWaiters(t *testing.T) {
 		if scripts != n+1 || stats["publish"] != n {
 			t.Errorf("%d waiters: %d script calls and %d PUBLISH for %d hand-offs, want %d and %d (one release each, one waiter woken each)",
 				n, scripts, stats["publish"], n, n+1, n)
+		}
+		// The server work inside the scripts: a hand-off runs HMGET, LPOP,
+		// HGET, TIME, HDEL, HSET, PEXPIRE, PUBLISH; the last release, with
+		// nobody waiting, HMGET, LPOP, TIME, DEL.
+		inner := 0
+		for cmd, calls := range stats {
+			switch cmd {
+			case "evalsha", "eval", "config|resetstat", "ping":
+			default:
+				inner += calls
+			}
+		}
+		if want := handOffCommands*n + releaseCommands; inner > want {
+			t.Errorf("%d waiters: %d commands inside the scripts, want at most %d (%d per hand-off, %d for the last release): %v",
+				n, inner, want, handOffCommands, releaseCommands, stats)
 		}
 		for i, got := range order {
 			if got != i {

@@ -4,54 +4,68 @@
 -- ARGV[1] owner id, ARGV[2] ttl ms, ARGV[3] metadata, ARGV[4] "1" to wait,
 -- ARGV[5] waiter timeout ms, ARGV[6] notification channel.
 -- Returns {1, token} granted; {0, pttl} held by another (not waiting);
--- {2, pttl, head, token} queued (head = 1 when first in line; token is the
--- current holder's: a hand-off notice with a token up to it announces a
--- grant the caller has already lost).
+-- {2, pttl, head, token} queued (head = 1 when first in line, and pttl -1
+-- unless head: only the first in line uses it; token is the current
+-- holder's: a hand-off notice with a token up to it announces a grant the
+-- caller has already lost).
 local owner, ttl, meta = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local wait, waiter_timeout, channel = ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6]
 
-local holder = redis.call('HGET', lock, 'owner')
+local h = redis.call('HMGET', lock, 'owner', 'token')
+local holder, token = h[1], h[2]
 if holder == owner then
   -- Ours already: a retried request whose first reply was lost, or a waiter
   -- that missed its hand-off notice. Extend from now, which is later than
   -- when this request was sent, so the caller's deadline stays safe.
   redis.call('PEXPIRE', lock, ttl)
-  return {1, redis.call('HGET', lock, 'token')}
+  return {1, token}
 end
 
 if not holder then
-  -- Free. A fair lock serves its queue first.
-  local head = first_live_waiter()
+  -- Free. The previous token is in the fence key if anywhere (a free lock
+  -- has no hash); it exists only for a moment after a release in the
+  -- microsecond of its grant.
+  token = redis.call('GET', fence)
+  if token then
+    redis.call('DEL', fence)
+  end
+  -- A fair lock serves its queue first.
+  local head, rec = pop_live_waiter()
   if head == nil or head == owner then
-    remove_waiter(owner)
-    return {1, fmt(grant(owner, ttl, meta, ''))}
+    return {1, fmt(grant(owner, ttl, meta, '', token))}
   end
   -- The holder expired without releasing (it crashed), so nobody has woken
-  -- the first waiter yet: hand the lock to it now.
-  hand_off('')
+  -- the first waiter yet: hand the lock to it now (it is popped already).
+  token = fmt(serve(head, rec, '', token))
 end
 
-local pttl = redis.call('PTTL', lock)
 if not wait then
-  return {0, pttl}
+  return {0, redis.call('PTTL', lock)}
 end
+local _, ms = now()
 local rec = redis.call('HGET', waiters, owner)
-local since = now_ms
+local since, head = ms, 0
 if rec then
+  -- A poll: keep the place in line, refresh the deadline.
   local _, _, s = parse_waiter(rec)
   since = s
-else
-  redis.call('RPUSH', queue, owner)
-end
-redis.call('HSET', waiters, owner, table.concat({fmt(now_ms + waiter_timeout), fmt(ttl), fmt(since), channel, meta}, '|'))
--- The queue vanishes by itself once every waiter has stopped polling. Only
--- ever extend it: waiters may use different timeouts.
-if redis.call('PTTL', queue) < waiter_timeout or redis.call('PTTL', waiters) < waiter_timeout then
-  redis.call('PEXPIRE', queue, waiter_timeout)
-  redis.call('PEXPIRE', waiters, waiter_timeout)
-end
-local head = 0
-if redis.call('LINDEX', queue, 0) == owner then
+  if redis.call('LINDEX', queue, 0) == owner then
+    head = 1
+  end
+elseif redis.call('RPUSH', queue, owner) == 1 then
   head = 1
 end
-return {2, pttl, head, redis.call('HGET', lock, 'token') or '0'}
+redis.call('HSET', waiters, owner, table.concat({fmt(ms + waiter_timeout), fmt(ttl), fmt(since), channel, meta}, '|'))
+-- The queue vanishes by itself once every waiter has stopped polling. It is
+-- given twice the waiter timeout and extended only when less than one is
+-- left, so that most calls need no PEXPIRE; and only ever extended, since
+-- waiters may use different timeouts. Both keys always get the same expiry.
+if redis.call('PTTL', queue) < waiter_timeout then
+  redis.call('PEXPIRE', queue, 2 * waiter_timeout)
+  redis.call('PEXPIRE', waiters, 2 * waiter_timeout)
+end
+local pttl = -1
+if head == 1 then
+  pttl = redis.call('PTTL', lock)
+end
+return {2, pttl, head, token or '0'}

@@ -1,17 +1,30 @@
 -- common.lua is prepended to every dlock script. All keys of one lock share a
 -- Redis Cluster hash slot through the hash tag {<escaped key>}:
---   KEYS[1] lock    hash: owner, token, meta, since (ms), ttl (ms), prev
---                   (the owner before a hand-off). PEXPIRE = lease TTL.
+--   KEYS[1] lock    hash: owner, token, meta, since (ms), prev (the owner
+--                   before a hand-off). PEXPIRE = lease TTL.
 --   KEYS[2] queue   list of waiting owner ids, arrival order.
 --   KEYS[3] waiters hash: owner id -> "deadline_ms|ttl_ms|since_ms|channel|meta"
---   KEYS[4] fence   string: the last token, kept only in the rare case that
---                   the server clock alone could not keep tokens increasing.
--- Times come from the server's clock (TIME), never from a client's.
+--   KEYS[4] fence   string: the last token of a free lock, kept only in the
+--                   rare case that the server clock alone could not keep
+--                   tokens increasing (release.lua).
+-- The queue and the waiters hash always hold the same owner ids: every script
+-- adds or removes an id in both, and both get the same expiry.
+-- Times come from the server's clock (TIME), never from a client's. Every
+-- redis.call is server time on the path of a grant, so the scripts read each
+-- thing once (HMGET) and only what the path taken needs.
 local lock, queue, waiters, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
-local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local now_ms = math.floor(now_us / 1000)
+-- now returns the server time in µs and ms, reading it on first use only:
+-- renew and the retried-request paths never need it.
+local now_us, now_ms
+local function now()
+  if not now_us then
+    local t = redis.call('TIME')
+    now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now_ms = math.floor(now_us / 1000)
+  end
+  return now_us, now_ms
+end
 
 local function fmt(n)
   return string.format('%.0f', n)
@@ -30,55 +43,59 @@ local function remove_waiter(owner)
   end
 end
 
--- first_live_waiter returns the id and record of the first waiter whose
--- deadline has not passed, dropping dead ones from the head of the queue.
--- Every dead entry is dropped once, so the cost is amortised O(1).
-local function first_live_waiter()
+-- pop_live_waiter removes the first waiter whose deadline has not passed
+-- from the queue and returns its id and record, dropping dead ones before
+-- it; nil when nobody live waits. Every caller serves the waiter it gets
+-- (grants it the lock), so popping at once saves a LINDEX. Every dead entry
+-- is dropped once, so the cost is amortised O(1).
+local function pop_live_waiter()
   while true do
-    local head = redis.call('LINDEX', queue, 0)
+    local head = redis.call('LPOP', queue)
     if not head then
       return nil
     end
     local rec = redis.call('HGET', waiters, head)
-    if rec and parse_waiter(rec) >= now_ms then
-      return head, rec
-    end
-    redis.call('LPOP', queue)
     redis.call('HDEL', waiters, head)
+    if rec then
+      local _, ms = now()
+      if parse_waiter(rec) >= ms then
+        return head, rec
+      end
+    end
   end
 end
 
 -- grant makes owner the holder with a fresh fencing token and returns it.
--- The token is above the previous holder's (still in the lock hash on a
--- hand-off), above the fence (if any), and at least the server clock in
--- microseconds, so that it keeps increasing even after the server lost all
--- data in a restart without persistence.
-local function grant(owner, ttl, meta, prev)
-  local last = tonumber(redis.call('HGET', lock, 'token') or '0')
-  local f = tonumber(redis.call('GET', fence) or '0')
-  if f > last then
-    last = f
-  end
-  local token = math.max(last + 1, now_us)
-  redis.call('DEL', lock, fence)
+-- last is the previous token: the lock hash's on a hand-off, the fence's (or
+-- nil) when the lock was free. The token is above it and at least the server
+-- clock in microseconds, so that it keeps increasing even after the server
+-- lost all data in a restart without persistence. HSET overwrites every
+-- field, so no DEL is needed first.
+local function grant(owner, ttl, meta, prev, last)
+  local us, ms = now()
+  local token = math.max(tonumber(last or '0') + 1, us)
   redis.call('HSET', lock, 'owner', owner, 'token', fmt(token), 'meta', meta,
-    'since', fmt(now_ms), 'ttl', fmt(ttl), 'prev', prev)
+    'since', fmt(ms), 'prev', prev)
   redis.call('PEXPIRE', lock, ttl)
   return token
 end
 
--- hand_off grants the lock to the first live waiter and tells it on its
--- client's channel ("owner:token"): exactly one waiter is woken. Returns the
--- new holder, or nil when nobody waits.
-local function hand_off(prev)
-  local head, rec = first_live_waiter()
-  if not head then
-    return nil
-  end
-  redis.call('LPOP', queue)
-  redis.call('HDEL', waiters, head)
+-- serve grants the lock to the waiter popped with its record rec and tells
+-- it on its client's channel ("owner:token"): exactly one waiter is woken.
+-- Returns the new token.
+local function serve(head, rec, prev, last)
   local _, ttl, _, channel, meta = parse_waiter(rec)
-  local token = grant(head, ttl, meta, prev)
+  local token = grant(head, ttl, meta, prev, last)
   redis.call('PUBLISH', channel, head .. ':' .. fmt(token))
+  return token
+end
+
+-- hand_off grants the lock to the first live waiter (serve). last is the
+-- token in the lock hash. Returns the new holder, or nil when nobody waits.
+local function hand_off(prev, last)
+  local head, rec = pop_live_waiter()
+  if head then
+    serve(head, rec, prev, last)
+  end
   return head
 end

@@ -1,7 +1,8 @@
 -- inspect.lua: a consistent snapshot of one lock.
 -- Returns {now_ms, token, meta, since, pttl, w1_meta, w1_since, w1_deadline, ...}
 -- with token "" when nobody holds the lock; only live waiters, in order.
-local out = {fmt(now_ms)}
+local _, ms = now()
+local out = {fmt(ms)}
 local h = redis.call('HMGET', lock, 'token', 'meta', 'since')
 if h[1] then
   table.insert(out, h[1])
@@ -18,7 +19,7 @@ for _, id in ipairs(redis.call('LRANGE', queue, 0, -1)) do
   local rec = redis.call('HGET', waiters, id)
   if rec then
     local deadline, _, since, _, meta = parse_waiter(rec)
-    if deadline >= now_ms then
+    if deadline >= ms then
       table.insert(out, meta)
       table.insert(out, fmt(since))
       table.insert(out, fmt(deadline))
