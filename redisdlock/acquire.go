@@ -24,13 +24,19 @@ type acquireReply struct {
 	holder uint64        // queued: the current holder's token
 }
 
-func (d *redisDriver) runAcquire(ctx context.Context, keys []string, req *driver.AcquireRequest) (acquireReply, error) {
+// acquireArgs are acquire.lua's arguments, boxed once per Lock call: a
+// waiter sends the same ones with every poll.
+// An array, so that it can live on the caller's stack.
+func (d *redisDriver) acquireArgs(req *driver.AcquireRequest, owner any) [6]any {
 	wait := "0"
 	if req.Wait {
 		wait = "1"
 	}
-	v, err := acquireScript.Run(ctx, d.rdb, keys,
-		req.Owner, ms(req.TTL), req.Metadata, wait, ms(d.opts.WaiterTimeout), d.notify.channel).Slice()
+	return [6]any{owner, ms(req.TTL), req.Metadata, wait, d.waiterTimeoutArg, d.channelArg}
+}
+
+func (d *redisDriver) runAcquire(ctx context.Context, keys, args []any) (acquireReply, error) {
+	v, err := acquireScript.run(ctx, d.rdb, keys, args...).Slice()
 	if err != nil {
 		return acquireReply{}, err
 	}
@@ -64,14 +70,15 @@ func (d *redisDriver) runAcquire(ctx context.Context, keys []string, req *driver
 // already the owner's, so retrying after a lost reply (go-redis retries by
 // itself on network errors) never blocks the caller on its own grant.
 func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (driver.Grant, error) {
-	keys := d.lockKeys(req.Key)
-	var w *waiter
+	var w waiter
 	if req.Wait {
 		// Register before the first request: the notice may beat its reply.
 		w = d.notify.register(req.Owner)
 		defer d.notify.unregister(req.Owner)
 	}
-	g := &grant{d: d, keys: keys, owner: req.Owner, ttl: req.TTL}
+	var owner any = req.Owner
+	g := &grant{d: d, keys: d.lockKeys(req.Key), owner: owner, ttl: req.TTL}
+	args := d.acquireArgs(req, owner)
 
 	// notBefore is the send time of the latest request after which the
 	// server had not yet granted us the key: a grant delivered by a notice
@@ -85,7 +92,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 	queued := false
 	for {
 		sent := time.Now()
-		r, err := d.runAcquire(ctx, keys, req)
+		r, err := d.runAcquire(ctx, g.keys, args[:])
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, d.abandon(ctx, g)
@@ -125,29 +132,27 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 		// A notice is trusted only while most of the validity counted from
 		// notBefore remains; otherwise (we were slow to get here) poll,
 		// which extends the grant from now if it is still ours.
-		if token != 0 && time.Since(notBefore) < req.TTL/3 {
+		if token != pollNow && time.Since(notBefore) < req.TTL/3 {
 			g.token, g.validFrom = token, notBefore
 			return g, nil
 		}
 	}
 }
 
-// waitTurn waits up to d for a hand-off notice, returning its token, or 0
+// waitTurn waits up to d for a hand-off notice, returning its token, or pollNow
 // when it is time to poll (the timer ran out, or the subscription was
 // re-established and notices may have been lost). Notices with a token up to
 // staleUpTo are dropped: they announce grants the caller has lost since. It
 // returns ctx's error when ctx ends.
-func waitTurn(ctx context.Context, w *waiter, d time.Duration, staleUpTo uint64) (uint64, error) {
+func waitTurn(ctx context.Context, w waiter, d time.Duration, staleUpTo uint64) (uint64, error) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for {
 		select {
-		case token := <-w.granted:
-			if token > staleUpTo {
+		case token := <-w:
+			if token == pollNow || token > staleUpTo {
 				return token, nil
 			}
-		case <-w.poke:
-			return 0, nil
 		case <-timer.C:
 			return 0, nil
 		case <-ctx.Done():
@@ -163,7 +168,7 @@ func (d *redisDriver) abandon(ctx context.Context, g *grant) error {
 	// ctx may be over; cleaning up must not be, but it must not hang either.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.opts.WaiterTimeout)
 	defer cancel()
-	_ = releaseScript.Run(cctx, d.rdb, g.keys, g.owner).Err()
+	_ = releaseScript.run(cctx, d.rdb, g.keys, g.owner).Err()
 	// If that failed too, the queue entry expires after WaiterTimeout and a
 	// grant after its TTL.
 	return ctx.Err()

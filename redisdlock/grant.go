@@ -9,8 +9,8 @@ import (
 // grant is a lock held on Redis. It implements driver.Grant.
 type grant struct {
 	d         *redisDriver
-	keys      []string
-	owner     string
+	keys      []any // lockKeys
+	owner     any   // the owner id (a string), boxed once
 	ttl       time.Duration
 	token     uint64
 	validFrom time.Time
@@ -27,7 +27,7 @@ func (g *grant) Lost() <-chan error { return nil }
 // counts from when the server runs the script, which is after this call
 // started, as the lease engine assumes.
 func (g *grant) Renew(ctx context.Context) error {
-	n, err := renewScript.Run(ctx, g.d.rdb, g.keys, g.owner, ms(g.ttl)).Int()
+	n, err := renewScript.run(ctx, g.d.rdb, g.keys, g.owner, ms(g.ttl)).Int()
 	if err != nil {
 		return wrapErr(fmt.Sprintf("redis at %s: renew", g.d.addr), err)
 	}
@@ -39,7 +39,7 @@ func (g *grant) Renew(ctx context.Context) error {
 
 // Release gives the key up and hands it to the next waiter (release.lua).
 func (g *grant) Release(ctx context.Context) error {
-	n, err := releaseScript.Run(ctx, g.d.rdb, g.keys, g.owner).Int()
+	n, err := releaseScript.run(ctx, g.d.rdb, g.keys, g.owner).Int()
 	if err != nil {
 		return wrapErr(fmt.Sprintf("redis at %s: release", g.d.addr), err)
 	}

@@ -15,7 +15,7 @@ import (
 
 // Inspect implements driver.Inspector with one atomic script (inspect.lua).
 func (d *redisDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo, error) {
-	v, err := inspectScript.Run(ctx, d.rdb, d.lockKeys(key)).Slice()
+	v, err := inspectScript.run(ctx, d.rdb, d.lockKeys(key)).Slice()
 	if err != nil {
 		return nil, wrapErr(fmt.Sprintf("redis at %s: inspect", d.addr), err)
 	}

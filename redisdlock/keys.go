@@ -2,12 +2,16 @@ package redisdlock
 
 import "strings"
 
-// lockKeys are the Redis keys of one lock, in the order the scripts take them.
-// All share the hash tag {<escaped key>}, so they live in one Redis Cluster
-// slot and every script touches one slot only.
-func (d *redisDriver) lockKeys(key string) []string {
-	base := d.prefix + "{" + escapeKey(key) + "}"
-	return []string{base, base + ":q", base + ":w", base + ":f"}
+// lockKeys are the Redis keys of one lock, in the order the scripts take them
+// (lock, queue, waiters, fence), boxed for script.run. All share the hash tag
+// {<escaped key>}, so they live in one Redis Cluster slot and every script
+// touches one slot only. They are cut from one string: one allocation
+// instead of four.
+func (d *redisDriver) lockKeys(key string) []any {
+	k, p := escapeKey(key), d.prefix
+	n := len(p) + len(k) + 2 // the lock key, p{k}
+	s := p + "{" + k + "}:q" + p + "{" + k + "}:w" + p + "{" + k + "}:f"
+	return []any{s[:n], s[:n+2], s[n+2 : 2*n+4], s[2*n+4:]}
 }
 
 // escapeKey makes a user key safe inside a hash tag, reversibly: a '}' would

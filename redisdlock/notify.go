@@ -2,30 +2,49 @@ package redisdlock
 
 import (
 	"context"
+	"errors"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
+// healthCheck is how long the subscription may stay silent before the
+// notifier pings the server, and how long it then waits for any reply before
+// it drops the connection and subscribes again. (go-redis' own channel pings
+// too, but never notices a ping that goes unanswered.)
+const healthCheck = 3 * time.Second
+
 // notifier receives hand-off notices on the client's own Pub/Sub channel and
 // passes each to the waiting Lock call it names. One subscription serves
 // every waiter of the client, so waiting costs no command per Lock call.
+//
+// Its goroutine reads the subscription itself (PubSub.ReceiveTimeout) rather
+// than through go-redis' ChannelWithSubscriptions, which adds a goroutine and
+// a channel between the socket and the waiter: one cross-thread wake-up less
+// on every hand-off. The health check that channel did is done here.
 type notifier struct {
 	ps      *redis.PubSub
 	channel string
-	done    chan struct{}
+	stop    chan struct{} // closed by close
+	done    chan struct{} // closed when run returns
+	once    sync.Once
 
 	mu      sync.Mutex
-	waiters map[string]*waiter // by owner id; guarded by mu
+	waiters map[string]waiter // by owner id; guarded by mu
 }
 
-// waiter is one waiting Lock call.
-type waiter struct {
-	granted chan uint64   // the token, from a hand-off notice
-	poke    chan struct{} // poll now: notices may have been lost
-}
+// waiter is one waiting Lock call. It receives the token of a hand-off
+// notice, or pollNow when notices may have been lost. Only the newest event
+// is kept: an older token still unread announces a grant that has been lost
+// since, and a poll finds out everything a lost notice would have said.
+type waiter chan uint64
+
+// pollNow asks a waiter to poll; no token is 0.
+const pollNow = 0
 
 func newNotifier(ctx context.Context, rdb redis.UniversalClient, channel string) (*notifier, error) {
 	ps := rdb.Subscribe(ctx, channel)
@@ -35,49 +54,108 @@ func newNotifier(ctx context.Context, rdb redis.UniversalClient, channel string)
 		_ = ps.Close()
 		return nil, err
 	}
-	n := &notifier{ps: ps, channel: channel, done: make(chan struct{}), waiters: map[string]*waiter{}}
-	go n.run(ps.ChannelWithSubscriptions(redis.WithChannelSize(1024)))
+	n := &notifier{ps: ps, channel: channel, stop: make(chan struct{}), done: make(chan struct{}), waiters: map[string]waiter{}}
+	go n.run()
 	return n, nil
 }
 
-func (n *notifier) run(ch <-chan any) {
+func (n *notifier) run() {
 	defer close(n.done)
-	for msg := range ch {
-		switch m := msg.(type) {
-		case *redis.Message:
-			owner, tok, ok := strings.Cut(m.Payload, ":")
-			token, err := strconv.ParseUint(tok, 10, 64)
-			if !ok || err != nil {
-				continue
-			}
-			n.mu.Lock()
-			if w := n.waiters[owner]; w != nil {
-				// Keep only the newest notice: an older one still
-				// unread announces a grant that has been lost since.
-				select {
-				case <-w.granted:
-				default:
-				}
-				w.granted <- token
-			}
-			n.mu.Unlock()
-		case *redis.Subscription:
-			// go-redis resubscribed after a reconnect: notices sent while
-			// the connection was down are lost, so every waiter polls now.
-			n.mu.Lock()
-			for _, w := range n.waiters {
-				select {
-				case w.poke <- struct{}{}:
-				default:
-				}
-			}
-			n.mu.Unlock()
+	ctx := context.Background()
+	pinged := false // a ping is out and nothing has come since
+	failures := 0
+	for {
+		msg, err := n.receive(ctx, pinged)
+		if err == nil {
+			pinged, failures = false, 0
+			n.deliver(msg)
+			continue
+		}
+		select {
+		case <-n.stop:
+			return
+		default:
+		}
+		var ne net.Error
+		if !pinged && errors.As(err, &ne) && ne.Timeout() {
+			// Silent for healthCheck: ask for a sign of life. If the ping
+			// cannot even be sent, go-redis has dropped the connection.
+			pinged = n.ps.Ping(ctx) == nil
+			continue
+		}
+		// The connection broke, or the ping went unanswered: go-redis has
+		// dropped the connection, and the next receive dials and
+		// subscribes again (a *redis.Subscription tells the waiters to
+		// poll). Back off while the server stays unreachable.
+		pinged = false
+		failures++
+		if failures > 1 && !n.pause(100*time.Millisecond) {
+			return
 		}
 	}
 }
 
-func (n *notifier) register(owner string) *waiter {
-	w := &waiter{granted: make(chan uint64, 1), poke: make(chan struct{}, 1)}
+// receive reads the next message. Once a ping is out, a silent connection
+// is dead: the read then has a context deadline, whose expiry go-redis
+// treats as a broken connection (a plain read timeout it keeps).
+func (n *notifier) receive(ctx context.Context, pinged bool) (any, error) {
+	if !pinged {
+		return n.ps.ReceiveTimeout(ctx, healthCheck)
+	}
+	ctx, cancel := context.WithTimeout(ctx, healthCheck)
+	defer cancel()
+	return n.ps.Receive(ctx)
+}
+
+// pause waits d, or returns false at once when the notifier is closed.
+func (n *notifier) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-n.stop:
+		return false
+	}
+}
+
+func (n *notifier) deliver(msg any) {
+	switch m := msg.(type) {
+	case *redis.Message:
+		owner, tok, ok := strings.Cut(m.Payload, ":")
+		token, err := strconv.ParseUint(tok, 10, 64)
+		if !ok || err != nil || token == pollNow {
+			return
+		}
+		n.mu.Lock()
+		if w := n.waiters[owner]; w != nil {
+			w.set(token)
+		}
+		n.mu.Unlock()
+	case *redis.Subscription:
+		// go-redis subscribed again after a reconnect: notices sent while
+		// the connection was down are lost, so every waiter polls now.
+		n.mu.Lock()
+		for _, w := range n.waiters {
+			w.set(pollNow)
+		}
+		n.mu.Unlock()
+	}
+	// *redis.Pong: a sign of life, nothing to do.
+}
+
+// set replaces the waiter's unread event, if any, by v. Only deliver sends,
+// under n.mu, so the send never blocks.
+func (w waiter) set(v uint64) {
+	select {
+	case <-w:
+	default:
+	}
+	w <- v
+}
+
+func (n *notifier) register(owner string) waiter {
+	w := make(waiter, 1)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.waiters[owner] = w
@@ -91,7 +169,11 @@ func (n *notifier) unregister(owner string) {
 }
 
 func (n *notifier) close() error {
-	err := n.ps.Close()
+	err := redis.ErrClosed
+	n.once.Do(func() {
+		close(n.stop)
+		err = n.ps.Close()
+	})
 	<-n.done
 	return err
 }

@@ -66,6 +66,9 @@ type redisDriver struct {
 	opts    Options
 	prefix  string
 	notify  *notifier
+
+	// Script arguments that never change, boxed once.
+	waiterTimeoutArg, channelArg any
 }
 
 func newDriver(ctx context.Context, rdb redis.UniversalClient, opts *Options, owns bool, addr string) (*redisDriver, error) {
@@ -83,7 +86,8 @@ func newDriver(ctx context.Context, rdb redis.UniversalClient, opts *Options, ow
 	if err != nil {
 		return nil, wrapErr(fmt.Sprintf("redis at %s: subscribe", addr), err)
 	}
-	return &redisDriver{rdb: rdb, ownsRDB: owns, addr: addr, opts: o, prefix: o.Prefix, notify: n}, nil
+	return &redisDriver{rdb: rdb, ownsRDB: owns, addr: addr, opts: o, prefix: o.Prefix, notify: n,
+		waiterTimeoutArg: ms(o.WaiterTimeout), channelArg: channel}, nil
 }
 
 // Close stops the notification subscription, and closes the Redis client

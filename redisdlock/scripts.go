@@ -1,6 +1,7 @@
 package redisdlock
 
 import (
+	"context"
 	_ "embed"
 
 	"github.com/redis/go-redis/v9"
@@ -20,8 +21,39 @@ var (
 	//go:embed scripts/inspect.lua
 	inspectLua string
 
-	acquireScript = redis.NewScript(commonLua + acquireLua)
-	releaseScript = redis.NewScript(commonLua + releaseLua)
-	renewScript   = redis.NewScript(commonLua + renewLua)
-	inspectScript = redis.NewScript(commonLua + inspectLua)
+	acquireScript = newScript(commonLua + acquireLua)
+	releaseScript = newScript(commonLua + releaseLua)
+	renewScript   = newScript(commonLua + renewLua)
+	inspectScript = newScript(commonLua + inspectLua)
 )
+
+// script runs one Lua script by EVALSHA, falling back to EVAL when the
+// server does not have it cached, as redis.Script.Run does. It exists
+// because Script.Run takes the keys as []string and boxes each into an
+// interface on every call: here the caller passes keys (and the owner id)
+// already boxed, once per Lock call rather than once per request, and the
+// digest and source are boxed once per process. The command sent is the same.
+type script struct {
+	*redis.Script
+	sha, src any
+}
+
+func newScript(src string) *script {
+	s := redis.NewScript(src)
+	return &script{Script: s, sha: s.Hash(), src: src}
+}
+
+// run sends EVALSHA sha len(keys) keys... args... through rdb (so go-redis
+// routes it by its first key on a Cluster, and retries and hooks apply).
+func (s *script) run(ctx context.Context, rdb redis.UniversalClient, keys []any, args ...any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, "evalsha", s.sha, len(keys))
+	a = append(a, keys...)
+	a = append(a, args...)
+	cmd := rdb.Do(ctx, a...)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		a[0], a[1] = "eval", s.src
+		cmd = rdb.Do(ctx, a...)
+	}
+	return cmd
+}

@@ -2,8 +2,6 @@
 
 package redisdlock
 
-import "github.com/redis/go-redis/v9"
-
 // In the dlock_weak build only, release and renew act on the key whatever
 // owner holds it: release is a plain DEL (after leaving the queue) and
 // renew a plain PEXPIRE. These are the flaws the fault-injection suite
@@ -11,12 +9,12 @@ import "github.com/redis/go-redis/v9"
 // reply was lost frees or extends the next holder's grant. Never use this
 // build for anything else.
 func init() {
-	releaseScript = redis.NewScript(commonLua + `
+	releaseScript = newScript(commonLua + `
 remove_waiter(ARGV[1])
 redis.call('DEL', lock)
 return 1
 `)
-	renewScript = redis.NewScript(commonLua + `
+	renewScript = newScript(commonLua + `
 redis.call('PEXPIRE', lock, tonumber(ARGV[2]))
 return 1
 `)
