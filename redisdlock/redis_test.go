@@ -126,15 +126,7 @@ func TestHandOff_costDoesNotGrowWithWaiters(t *testing.T) {
 		// The server work inside the scripts: a hand-off runs HMGET, LPOP,
 		// HGET, TIME, HDEL, HSET, PEXPIRE, PUBLISH; the last release, with
 		// nobody waiting, HMGET, LPOP, TIME, DEL.
-		inner := 0
-		for cmd, calls := range stats {
-			switch cmd {
-			case "evalsha", "eval", "config|resetstat", "ping":
-			default:
-				inner += calls
-			}
-		}
-		if want := handOffCommands*n + releaseCommands; inner > want {
+		if inner, want := innerCommands(stats), handOffCommands*n+releaseCommands; inner > want {
 			t.Errorf("%d waiters: %d commands inside the scripts, want at most %d (%d per hand-off, %d for the last release): %v",
 				n, inner, want, handOffCommands, releaseCommands, stats)
 		}
@@ -143,6 +135,95 @@ func TestHandOff_costDoesNotGrowWithWaiters(t *testing.T) {
 				t.Fatalf("%d waiters: served in order %v, want arrival order", n, order)
 			}
 		}
+	}
+}
+
+// innerCommands sums the commands run inside scripts in stats: everything
+// but the script calls themselves and the test's own commands.
+func innerCommands(stats map[string]int) int {
+	n := 0
+	for cmd, calls := range stats {
+		switch cmd {
+		case "evalsha", "eval", "config|resetstat", "ping", "info", "llen":
+		default:
+			n += calls
+		}
+	}
+	return n
+}
+
+// The scripts' other paths run no more commands than docs/redis.md lists:
+// an uncontended Lock and Unlock, the first waiter joining a queue (which
+// creates it), and a second one.
+func TestScripts_commandsPerPath(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx := testCtx(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer admin.Close()
+	opts := &redisdlock.Options{WaiterTimeout: 2 * time.Hour, PollInterval: time.Hour}
+	holder := newTestClient(t, ctx, srv.Addr(), opts)
+	if l, err := holder.Lock(ctx, "warm-up"); err != nil { // loads the scripts
+		t.Fatal(err)
+	} else if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	measure := func(what string, want int, f func()) {
+		t.Helper()
+		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		f()
+		stats := commandStats(t, ctx, admin)
+		if got := innerCommands(stats); got > want {
+			t.Errorf("%s: %d commands inside the scripts, want at most %d: %v", what, got, want, stats)
+		}
+	}
+	// HMGET GET LPOP TIME HSET PEXPIRE, then HMGET LPOP TIME DEL.
+	measure("uncontended Lock and Unlock", 10, func() {
+		l, err := holder.Lock(ctx, "cycle")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	lh, err := holder.Lock(ctx, "queue", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	// Clients made up front: their connection set-up is not counted.
+	first, second := newTestClient(t, ctx, srv.Addr(), opts), newTestClient(t, ctx, srv.Addr(), opts)
+	join := func(c *dlock.Client) {
+		wg.Go(func() {
+			if l, err := c.Lock(ctx, "queue", dlock.WithTTL(time.Minute)); err != nil {
+				t.Error(err)
+			} else {
+				_ = l.Unlock(ctx)
+			}
+		})
+	}
+	// Wait with LLEN (not counted), not Inspect, which runs a script.
+	queued := func(n int64) {
+		t.Helper()
+		q := redisdlock.RedisKeyForTest(redisdlock.DefaultPrefix, "queue") + ":q"
+		for admin.LLen(ctx, q).Val() != n {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%d waiters never queued (watchdog)", n)
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+	}
+	// HMGET TIME HGET RPUSH HSET PTTL, PEXPIRE ×2 for the new queue, and
+	// the holder's PTTL for the first in line.
+	measure("first waiter", 9, func() { join(first); queued(1) })
+	// HMGET TIME HGET RPUSH HSET PTTL.
+	measure("second waiter", 6, func() { join(second); queued(2) })
+	if err := lh.Unlock(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -30,13 +30,13 @@ if not holder then
     redis.call('DEL', fence)
   end
   -- A fair lock serves its queue first.
-  local head, rec = pop_live_waiter()
+  local head, wttl, wchannel, wmeta = pop_live_waiter()
   if head == nil or head == owner then
-    return {1, fmt(grant(owner, ttl, meta, '', token))}
+    return {1, grant(owner, ARGV[2], meta, '', token)}
   end
   -- The holder expired without releasing (it crashed), so nobody has woken
   -- the first waiter yet: hand the lock to it now (it is popped already).
-  token = fmt(serve(head, rec, '', token))
+  token = serve(head, wttl, wchannel, wmeta, '', token)
 end
 
 if not wait then
@@ -44,18 +44,20 @@ if not wait then
 end
 local _, ms = now()
 local rec = redis.call('HGET', waiters, owner)
-local since, head = ms, 0
+local since, head
 if rec then
   -- A poll: keep the place in line, refresh the deadline.
-  local _, _, s = parse_waiter(rec)
-  since = s
+  _, _, since = parse_waiter(rec)
+  head = 0
   if redis.call('LINDEX', queue, 0) == owner then
     head = 1
   end
-elseif redis.call('RPUSH', queue, owner) == 1 then
-  head = 1
+else
+  since = fmt(ms)
+  -- Last in line, and so first only in an empty queue.
+  head = redis.call('RPUSH', queue, owner) == 1 and 1 or 0
 end
-redis.call('HSET', waiters, owner, table.concat({fmt(ms + waiter_timeout), fmt(ttl), fmt(since), channel, meta}, '|'))
+redis.call('HSET', waiters, owner, fmt(ms + waiter_timeout) .. '|' .. ARGV[2] .. '|' .. since .. '|' .. channel .. '|' .. meta)
 -- The queue vanishes by itself once every waiter has stopped polling. It is
 -- given twice the waiter timeout and extended only when less than one is
 -- left, so that most calls need no PEXPIRE; and only ever extended, since

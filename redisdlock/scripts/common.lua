@@ -30,9 +30,11 @@ local function fmt(n)
   return string.format('%.0f', n)
 end
 
+-- parse_waiter splits a waiter record. Only the deadline becomes a number:
+-- the rest goes back into commands as the strings they are.
 local function parse_waiter(rec)
   local deadline, ttl, since, channel, meta = string.match(rec, '^(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
-  return tonumber(deadline), tonumber(ttl), tonumber(since), channel, meta
+  return tonumber(deadline), ttl, since, channel, meta
 end
 
 -- Removes the owner's queue entry, if any. LREM is O(queue length), but it
@@ -44,10 +46,10 @@ local function remove_waiter(owner)
 end
 
 -- pop_live_waiter removes the first waiter whose deadline has not passed
--- from the queue and returns its id and record, dropping dead ones before
--- it; nil when nobody live waits. Every caller serves the waiter it gets
--- (grants it the lock), so popping at once saves a LINDEX. Every dead entry
--- is dropped once, so the cost is amortised O(1).
+-- from the queue and returns its id, ttl, channel and metadata, dropping
+-- dead ones before it; nil when nobody live waits. Every caller serves the
+-- waiter it gets (grants it the lock), so popping at once saves a LINDEX.
+-- Every dead entry is dropped once, so the cost is amortised O(1).
 local function pop_live_waiter()
   while true do
     local head = redis.call('LPOP', queue)
@@ -58,44 +60,44 @@ local function pop_live_waiter()
     redis.call('HDEL', waiters, head)
     if rec then
       local _, ms = now()
-      if parse_waiter(rec) >= ms then
-        return head, rec
+      local deadline, ttl, _, channel, meta = parse_waiter(rec)
+      if deadline >= ms then
+        return head, ttl, channel, meta
       end
     end
   end
 end
 
--- grant makes owner the holder with a fresh fencing token and returns it.
--- last is the previous token: the lock hash's on a hand-off, the fence's (or
--- nil) when the lock was free. The token is above it and at least the server
--- clock in microseconds, so that it keeps increasing even after the server
--- lost all data in a restart without persistence. HSET overwrites every
--- field, so no DEL is needed first.
+-- grant makes owner the holder with a fresh fencing token and returns it (as
+-- a string). last is the previous token: the lock hash's on a hand-off, the
+-- fence's (or nil) when the lock was free. The token is above it and at
+-- least the server clock in microseconds, so that it keeps increasing even
+-- after the server lost all data in a restart without persistence. HSET
+-- overwrites every field, so no DEL is needed first.
 local function grant(owner, ttl, meta, prev, last)
   local us, ms = now()
-  local token = math.max(tonumber(last or '0') + 1, us)
-  redis.call('HSET', lock, 'owner', owner, 'token', fmt(token), 'meta', meta,
+  local token = fmt(math.max(tonumber(last or '0') + 1, us))
+  redis.call('HSET', lock, 'owner', owner, 'token', token, 'meta', meta,
     'since', fmt(ms), 'prev', prev)
   redis.call('PEXPIRE', lock, ttl)
   return token
 end
 
--- serve grants the lock to the waiter popped with its record rec and tells
--- it on its client's channel ("owner:token"): exactly one waiter is woken.
+-- serve grants the lock to a waiter popped by pop_live_waiter and tells it
+-- on its client's channel ("owner:token"): exactly one waiter is woken.
 -- Returns the new token.
-local function serve(head, rec, prev, last)
-  local _, ttl, _, channel, meta = parse_waiter(rec)
+local function serve(head, ttl, channel, meta, prev, last)
   local token = grant(head, ttl, meta, prev, last)
-  redis.call('PUBLISH', channel, head .. ':' .. fmt(token))
+  redis.call('PUBLISH', channel, head .. ':' .. token)
   return token
 end
 
 -- hand_off grants the lock to the first live waiter (serve). last is the
 -- token in the lock hash. Returns the new holder, or nil when nobody waits.
 local function hand_off(prev, last)
-  local head, rec = pop_live_waiter()
+  local head, ttl, channel, meta = pop_live_waiter()
   if head then
-    serve(head, rec, prev, last)
+    serve(head, ttl, channel, meta, prev, last)
   end
   return head
 end

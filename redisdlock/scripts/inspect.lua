@@ -21,7 +21,7 @@ for _, id in ipairs(redis.call('LRANGE', queue, 0, -1)) do
     local deadline, _, since, _, meta = parse_waiter(rec)
     if deadline >= ms then
       table.insert(out, meta)
-      table.insert(out, fmt(since))
+      table.insert(out, since)
       table.insert(out, fmt(deadline))
     end
   end
