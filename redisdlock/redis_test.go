@@ -64,6 +64,24 @@ func waitWaiters(t *testing.T, ctx context.Context, c *dlock.Client, key string,
 	dlocktest.WaitWaiters(t, ctx, c, key, n)
 }
 
+// costRig starts a server for counting commands, with the scripts loaded
+// (no NOSCRIPT retries in the counts) and options under which only
+// notifications drive hand-offs: polls every hour.
+func costRig(t *testing.T) (*testserver.Redis, context.Context, *redis.Client, *redisdlock.Options) {
+	srv := testserver.StartRedis(t)
+	ctx := testCtx(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = admin.Close() })
+	opts := &redisdlock.Options{WaiterTimeout: 2 * time.Hour, PollInterval: time.Hour}
+	warm := newTestClient(t, ctx, srv.Addr(), opts)
+	if l, err := warm.Lock(ctx, "warm-up"); err != nil {
+		t.Fatal(err)
+	} else if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return srv, ctx, admin, opts
+}
+
 // A release wakes only the next waiter: with 2 or 20 waiters, every hand-off
 // costs exactly one script call (the release) and one PUBLISH, the script
 // runs no more commands than it must (server time is latency), and waiting
@@ -72,17 +90,7 @@ func waitWaiters(t *testing.T, ctx context.Context, c *dlock.Client, key string,
 func TestHandOff_costDoesNotGrowWithWaiters(t *testing.T) {
 	const handOffCommands, releaseCommands = 8, 4
 
-	srv := testserver.StartRedis(t)
-	ctx := testCtx(t)
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer admin.Close()
-	opts := &redisdlock.Options{WaiterTimeout: 2 * time.Hour, PollInterval: time.Hour}
-	warm := newTestClient(t, ctx, srv.Addr(), opts)
-	if l, err := warm.Lock(ctx, "warm-up"); err != nil {
-		t.Fatal(err)
-	} else if err := l.Unlock(ctx); err != nil { // loads the scripts: no NOSCRIPT retries below
-		t.Fatal(err)
-	}
+	srv, ctx, admin, opts := costRig(t)
 	for _, n := range []int{2, 20} {
 		key := fmt.Sprintf("handoff-%d", n)
 		holder := newTestClient(t, ctx, srv.Addr(), opts)
@@ -156,17 +164,8 @@ func innerCommands(stats map[string]int) int {
 // an uncontended Lock and Unlock, the first waiter joining a queue (which
 // creates it), and a second one.
 func TestScripts_commandsPerPath(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	ctx := testCtx(t)
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer admin.Close()
-	opts := &redisdlock.Options{WaiterTimeout: 2 * time.Hour, PollInterval: time.Hour}
+	srv, ctx, admin, opts := costRig(t)
 	holder := newTestClient(t, ctx, srv.Addr(), opts)
-	if l, err := holder.Lock(ctx, "warm-up"); err != nil { // loads the scripts
-		t.Fatal(err)
-	} else if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
 	measure := func(what string, want int, f func()) {
 		t.Helper()
 		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
