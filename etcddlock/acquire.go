@@ -1,13 +1,13 @@
 package etcddlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -56,9 +56,11 @@ type attempt struct {
 	dirty bool       // a request that may have created our entry failed: its outcome is unknown
 
 	// What we wait for: the newest entry older than ours.
-	pred    string // its etcd key; "" when ours is the oldest
-	predRev int64  // its create revision
-	seen    int64  // a revision at which pred and our entry both existed
+	pred     string // its etcd key; "" when ours is the oldest
+	predRev  int64  // its create revision
+	seen     int64  // a revision at which pred and our entry both existed
+	lastPred string // the last entry we waited for: its release marker is ours to delete
+	lostJoin bool   // our join's reply was lost: we may not know what we waited for
 }
 
 func (a *attempt) run(ctx context.Context) (*grant, error) {
@@ -83,12 +85,12 @@ func (a *attempt) run(ctx context.Context) (*grant, error) {
 			err = a.freshen(ctx)
 		}
 		if err == nil {
-			return a.grant(), nil
+			return a.grant(ctx), nil
 		}
 		if !errors.Is(err, errRequeue) {
 			return nil, err
 		}
-		a.rev, a.pred = 0, ""
+		a.rev, a.pred, a.lastPred, a.lostJoin = 0, "", "", false
 		if err := b.wait(ctx); err != nil {
 			return nil, err
 		}
@@ -97,16 +99,29 @@ func (a *attempt) run(ctx context.Context) (*grant, error) {
 
 // try makes the one attempt of TryLock.
 func (a *attempt) try(ctx context.Context) error {
+	tail := tailKey(a.dir)
+	take := append([]clientv3.Op{
+		clientv3.OpPut(a.key, entryValue(a.req.Metadata), clientv3.WithLease(a.l.id)),
+		clientv3.OpPut(tail, a.key, clientv3.WithLease(a.l.id)),
+	}, a.l.dropMarker()...)
 	var resp *clientv3.TxnResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
-		// Txn: create our entry only if the queue is empty (no holder and
-		// no waiter: TryLock never barges ahead of waiters); else read
-		// our entry, which exists only if an earlier try of this call
-		// created it and its reply was lost: its name is our lease's id,
-		// and the lease is ours alone.
+		// Txn: if our entry does not exist, create it (and make the tail
+		// name it) only if the queue is empty: no holder and no waiter,
+		// as TryLock never barges ahead of waiters. Empty means no key in
+		// the directory, or only release markers (empty values; etcd
+		// fails a value comparison over no keys, hence two steps). If our
+		// entry exists, read it: an earlier try of this call created it
+		// and its reply was lost (its name is our lease's id, and the
+		// lease is ours alone).
 		resp, err = a.d.kv.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(a.dir), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(a.key, string(a.req.Metadata), clientv3.WithLease(a.l.id))).
+			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)).
+			Then(clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.dir), "=", 0).WithPrefix()},
+				take,
+				[]clientv3.Op{clientv3.OpTxn(
+					[]clientv3.Cmp{clientv3.Compare(clientv3.Value(a.dir), "=", "").WithPrefix()},
+					take, nil)})).
 			Else(clientv3.OpGet(a.key)).
 			Commit()
 		if err != nil && !rejected(err) {
@@ -118,33 +133,59 @@ func (a *attempt) try(ctx context.Context) error {
 	if err != nil {
 		return a.txnErr("take the lock", err)
 	}
-	if resp.Succeeded {
-		a.rev, a.seen = resp.Header.Revision, resp.Header.Revision
+	if !resp.Succeeded {
+		// Created by this call into an empty queue: the oldest entry.
+		a.rev, a.seen = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision, resp.Header.Revision
 		return nil
 	}
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-		// Created by this call into an empty queue: the oldest entry.
-		a.rev, a.seen = kvs[0].CreateRevision, resp.Header.Revision
+	if in := resp.Responses[0].GetResponseTxn(); in.Succeeded || in.Responses[0].GetResponseTxn().Succeeded {
+		a.rev, a.seen = resp.Header.Revision, resp.Header.Revision
+		a.l.marker = ""
 		return nil
 	}
 	return fmt.Errorf("%w: held by another owner or waited for (etcd keys %s*)", driver.ErrLocked, a.dir)
 }
 
+// queueReadLimit is how many keys a read of the queue returns at first: our
+// entry, the one ahead of it, and room for release markers, which live from
+// a release to the next holder's release.
+const queueReadLimit = 8
+
+// newestFirst are the options of a read of a queue's newest keys, keys only.
+func newestFirst(limit int64) []clientv3.OpOption {
+	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(limit)}
+}
+
 // join puts our entry at the end of the queue and finds the entry to wait for.
 func (a *attempt) join(ctx context.Context) error {
+	tail := tailKey(a.dir)
 	var resp *clientv3.TxnResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
-		// Txn: create our entry unless it exists, and read the two
-		// newest entries of the queue: ours and the one we wait for. A
-		// retry after a lost reply finds our entry instead of queueing
-		// twice: its name is our lease's id, and the lease is ours alone.
-		// The read is keys only, which etcd serves from its in-memory
-		// index.
+		// Txn: unless our entry exists, find the entry to wait for, then
+		// create ours and make the tail name it. A retry after a lost
+		// reply finds our entry instead of queueing twice: its name is
+		// our lease's id, and the lease is ours alone.
+		//
+		// The entry to wait for is the newest one, which the tail names
+		// (read before our writes): one key. A sorted read of the queue
+		// would cost etcd's apply loop a walk of every entry at every
+		// join — quadratic in a burst of waiters, and etcd refuses writes
+		// ("too many requests") while its apply lags. Without a tail (the
+		// newest entry left with nobody behind it: a free key, or the
+		// last waiter gave up), read the newest keys of the queue instead,
+		// keys only: the queue is then usually empty.
+		then := append([]clientv3.Op{
+			clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(tail), ">", 0)},
+				[]clientv3.Op{clientv3.OpGet(tail)},
+				[]clientv3.Op{clientv3.OpGet(a.dir, newestFirst(queueReadLimit)...)}),
+			clientv3.OpPut(a.key, entryValue(a.req.Metadata), clientv3.WithLease(a.l.id)),
+			clientv3.OpPut(tail, a.key, clientv3.WithLease(a.l.id)),
+		}, a.l.dropMarker()...)
 		resp, err = a.d.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)).
-			Then(clientv3.OpPut(a.key, string(a.req.Metadata), clientv3.WithLease(a.l.id)),
-				clientv3.OpGet(a.dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))).
+			Then(then...).
 			Else(clientv3.OpGet(a.key)).
 			Commit()
 		if err != nil && !rejected(err) {
@@ -156,15 +197,36 @@ func (a *attempt) join(ctx context.Context) error {
 	if err != nil {
 		return a.txnErr("queue", err)
 	}
-	if resp.Succeeded {
-		a.rev = resp.Header.Revision
-		return a.setPred(resp.Responses[1].GetResponseRange(), resp.Header.Revision)
+	if !resp.Succeeded {
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+			// Created by an earlier try whose reply was lost.
+			a.rev = kvs[0].CreateRevision
+		}
+		a.lostJoin = true
+		return a.findPred(ctx, resp.Header.Revision)
 	}
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-		// Created by an earlier try whose reply was lost.
-		a.rev = kvs[0].CreateRevision
+	a.rev, a.seen = resp.Header.Revision, resp.Header.Revision
+	a.l.marker = ""
+	ahead := resp.Responses[0].GetResponseTxn()
+	r := ahead.Responses[0].GetResponseRange()
+	if !ahead.Succeeded {
+		if a.pickPred(r.Kvs) || !r.More {
+			return nil
+		}
+		return a.findPred(ctx, a.rev) // only markers among the newest keys
 	}
-	return a.findPred(ctx, resp.Header.Revision)
+	// The tail was written with the newest entry, in the same write and on
+	// the same lease, and is deleted when that entry goes (by its release,
+	// or with its lease): it names an entry that exists, and its mod
+	// revision is that entry's create revision. Only a hand-made change
+	// breaks this; the wait checks the entry at each renewal.
+	if len(r.Kvs) != 1 || !isEntry(a.dir, string(r.Kvs[0].Value)) || string(r.Kvs[0].Value) == a.key {
+		// Not an entry's key, or ours: a tail left by an entry deleted
+		// by hand (ours, before we queued again with the same lease).
+		return a.findPred(ctx, a.rev)
+	}
+	a.pred, a.predRev = string(r.Kvs[0].Value), r.Kvs[0].ModRevision
+	return nil
 }
 
 // txnErr handles an error from the Txn that creates our entry.
@@ -177,18 +239,18 @@ func (a *attempt) txnErr(what string, err error) error {
 	return a.d.wrapErr(what, err)
 }
 
-// setPred records the entry to wait for from a read of the two newest
-// entries not newer than ours, made at revision rev.
-func (a *attempt) setPred(r *pb.RangeResponse, rev int64) error {
-	if len(r.Kvs) == 0 || string(r.Kvs[0].Key) != a.key || r.Kvs[0].CreateRevision != a.rev {
-		return errRequeue // our entry is gone
-	}
-	a.seen = rev
+// pickPred records the entry to wait for: the first entry of kvs, a read
+// of the queue newest first that does not include ours, skipping release
+// markers. It reports whether there was one.
+func (a *attempt) pickPred(kvs []*mvccpb.KeyValue) bool {
 	a.pred, a.predRev = "", 0
-	if len(r.Kvs) > 1 {
-		a.pred, a.predRev = string(r.Kvs[1].Key), r.Kvs[1].CreateRevision
+	for _, kv := range kvs {
+		if isEntry(a.dir, string(kv.Key)) {
+			a.pred, a.predRev = string(kv.Key), kv.CreateRevision
+			return true
+		}
 	}
-	return nil
+	return false
 }
 
 // findPred reads the queue again, at a revision not older than minRev.
@@ -196,48 +258,33 @@ func (a *attempt) findPred(ctx context.Context, minRev int64) error {
 	if a.rev == 0 {
 		return errRequeue
 	}
-	var resp *clientv3.GetResponse
-	err := retry(ctx, func(ctx context.Context) (err error) {
-		// Range over the queue, keys only: our entry and the newest one
-		// older than ours. Serializable (no leader round) when the member
-		// has applied minRev, after which entries older than ours can
-		// only have gone; else linearizable.
-		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(a.rev),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2)}
-		resp, err = a.d.kv.Get(ctx, a.dir, append(opts, clientv3.WithSerializable())...)
-		if err == nil && resp.Header.Revision < minRev {
-			resp, err = a.d.kv.Get(ctx, a.dir, opts...)
-		}
-		return err
-	})
-	if err != nil {
-		return a.d.wrapErr("read the queue", err)
-	}
-	return a.setPred((*pb.RangeResponse)(resp), resp.Header.Revision)
-}
-
-// wait returns once our entry is the oldest in the queue.
-func (a *attempt) wait(ctx context.Context) error {
-	var b backoff
-	for a.pred != "" {
-		rev, err := a.waitGone(ctx)
-		switch {
-		case err == nil:
-			// Read the queue even if the entry ahead was the oldest, so
-			// that nothing older can be left: our own entry may have
-			// been deleted meanwhile.
-			b = backoff{}
-			err = a.findPred(ctx, rev)
-		case errors.Is(err, errWatch):
-			if err = b.wait(ctx); err == nil {
-				err = a.findPred(ctx, a.seen)
+	for limit := int64(queueReadLimit); ; limit *= 8 {
+		var resp *clientv3.GetResponse
+		err := retry(ctx, func(ctx context.Context) (err error) {
+			// Range over the queue, keys only: our entry and the newest
+			// one older than ours. Serializable (no leader round) when
+			// the member has applied minRev, after which entries older
+			// than ours can only have gone; else linearizable.
+			opts := append(newestFirst(limit), clientv3.WithMaxCreateRev(a.rev))
+			resp, err = a.d.kv.Get(ctx, a.dir, append(opts, clientv3.WithSerializable())...)
+			if err == nil && resp.Header.Revision < minRev {
+				resp, err = a.d.kv.Get(ctx, a.dir, opts...)
 			}
-		}
-		if err != nil {
 			return err
+		})
+		if err != nil {
+			return a.d.wrapErr("read the queue", err)
 		}
+		kvs := resp.Kvs
+		if len(kvs) == 0 || string(kvs[0].Key) != a.key || kvs[0].CreateRevision != a.rev {
+			return errRequeue // our entry is gone
+		}
+		a.seen = resp.Header.Revision
+		if a.pickPred(kvs[1:]) || !resp.More {
+			return nil
+		}
+		// Only release markers among the newest keys: read further.
 	}
-	return nil
 }
 
 // freshen renews the lease of a call that has just been granted the key if
@@ -260,122 +307,12 @@ func (a *attempt) freshen(ctx context.Context) error {
 	return nil
 }
 
-// waitGone waits until the entry a.pred is deleted, keeping our lease alive
-// meanwhile, and returns a revision at which it was gone.
-func (a *attempt) waitGone(ctx context.Context) (int64, error) {
-	wctx, cancel := context.WithCancel(watchCtx(ctx))
-	defer cancel()
-	// Watch create: deletes of the entry we wait for, starting now. Not
-	// from a.seen+1: etcd serves a watch that starts in the past
-	// ("unsynced") from a catch-up loop that runs every 100 ms, so a delete
-	// would reach us up to 100 ms late. A watch that starts at the current
-	// revision is synced: etcd hands it each event as the event is applied.
-	wch := a.d.w.Watch(wctx, a.pred, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
-	created, ok := <-wch
-	if !ok || created.Err() != nil || !created.Created {
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
-		if ok && isAuthErr(created.Err()) {
-			return 0, a.d.wrapErr("watch", created.Err())
-		}
-		return 0, errWatch
-	}
-	if start := created.Header.Revision; start > a.seen {
-		// The watch sees what happens after start only: the entry may
-		// have gone in between.
-		var resp *clientv3.GetResponse
-		err := retry(ctx, func(ctx context.Context) (err error) {
-			// Range, that one key: serializable if the member has
-			// applied start, else linearizable.
-			resp, err = a.d.kv.Get(ctx, a.pred, clientv3.WithKeysOnly(), clientv3.WithSerializable())
-			if err == nil && resp.Header.Revision < start {
-				resp, err = a.d.kv.Get(ctx, a.pred, clientv3.WithKeysOnly())
-			}
-			return err
-		})
-		if err != nil {
-			return 0, a.d.wrapErr("read the queue", err)
-		}
-		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != a.predRev {
-			return resp.Header.Revision, nil
-		}
-	}
-	renew := time.NewTimer(a.renewIn())
-	defer renew.Stop()
-	for {
-		select {
-		case wr, ok := <-wch:
-			if !ok || wr.Canceled || wr.Err() != nil {
-				if ctx.Err() != nil {
-					return 0, ctx.Err()
-				}
-				return 0, errWatch
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE {
-					return ev.Kv.ModRevision, nil
-				}
-			}
-		case <-renew.C:
-			if err := a.renewWhileWaiting(ctx); err != nil {
-				return 0, err
-			}
-			renew.Reset(a.renewIn())
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-	}
-}
-
-// renewIn is the time until the lease should be renewed: a third of its TTL
-// after the last renewal, as the lease engine does for holders.
-func (a *attempt) renewIn() time.Duration {
-	return time.Until(a.l.since().Add(a.l.ttl / 3))
-}
-
-// renewWhileWaiting keeps a waiter's lease, and so its place, alive.
-//
-// A busy or leaderless etcd ("too many requests", "no leader", "timed out")
-// may still keep the lease: the renewal is retried, with backoff, until the
-// lease may have lapsed (or for a third of its TTL if that moment has passed
-// already). If etcd has not answered by then, the waiter keeps its place
-// and tries again at once: etcd never renews a lease it expired (it answers
-// "not found" once the expiry is applied, and we queue again then), so a
-// renewal that succeeds late proves that our lease, and our entry with it,
-// were never dropped. Giving up the place on a slow answer instead would
-// turn a busy etcd into a storm: every waiter queueing again at once, each
-// with a new lease and a new join, while the old entries wait to expire.
-// Nothing is granted on a lease of unknown state: the read when woken checks
-// that our entry exists, and freshen renews an old lease before the grant.
-func (a *attempt) renewWhileWaiting(ctx context.Context) error {
-	until := a.l.safeUntil()
-	if soon := time.Now().Add(a.l.ttl / 3); until.Before(soon) {
-		until = soon
-	}
-	kctx, cancel := context.WithDeadline(ctx, until)
-	defer cancel()
-	err := retry(kctx, func(kctx context.Context) error { return a.l.keepAlive(kctx, a.d.lc) })
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil:
-		return ctx.Err()
-	case errors.Is(err, driver.ErrNotHeld):
-		// The lease is gone: so is our entry.
-		a.l, a.dirty = nil, false
-		return errRequeue
-	case kctx.Err() != nil:
-		return nil // overdue: renewIn is past, so the caller tries again at once
-	}
-	return a.d.wrapErr("renew the lease", err)
-}
-
 // grant hands the lease to a new grant.
-func (a *attempt) grant() *grant {
+func (a *attempt) grant(ctx context.Context) *grant {
 	g := &grant{
 		d:         a.d,
 		l:         a.l,
+		dir:       a.dir,
 		key:       a.key,
 		token:     a.rev,
 		seen:      a.seen,
@@ -383,12 +320,50 @@ func (a *attempt) grant() *grant {
 		reusable:  !a.dirty,
 		lost:      make(chan error, 1),
 	}
+	switch {
+	case a.lastPred != "":
+		g.markers = []string{markerKey(a.lastPred)}
+	case a.lostJoin && a.req.Wait:
+		g.markers = a.strayMarkers(ctx)
+	}
 	a.l = nil
 	return g
 }
 
+// strayMarkers returns the release markers in our queue, for a call whose
+// join reply was lost and that holds the key without having waited for
+// anybody: the entry ahead of it when it joined may have been released for
+// it before the retry that found its entry, and that release's marker is
+// ours to delete (it would stay until the releaser's lease is used again
+// or ends). Now that our entry is the oldest, every marker of the queue has
+// served or was left by a waiter that gave up or died: nobody waits for an
+// entry older than ours. Best effort: it reads a few and gives up on error.
+func (a *attempt) strayMarkers(ctx context.Context) []string {
+	var resp *clientv3.GetResponse
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		// Range over the queue, keys only, sorted by value: markers (the
+		// empty values) first.
+		resp, err = a.d.kv.Get(ctx, a.dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+			clientv3.WithSort(clientv3.SortByValue, clientv3.SortAscend), clientv3.WithLimit(queueReadLimit))
+		return err
+	})
+	if err != nil {
+		return nil
+	}
+	var markers []string
+	for _, kv := range resp.Kvs {
+		if k := string(kv.Key); !isEntry(a.dir, k) && k != markerKey(a.key) {
+			markers = append(markers, k)
+		}
+	}
+	return markers
+}
+
 // abandon removes every trace of a failed or cancelled call from etcd.
 func (a *attempt) abandon(ctx context.Context) {
+	// One bound for all of it, even if ctx has ended: see revoke.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeTimeout)
+	defer cancel()
 	switch {
 	case a.l == nil:
 	case a.rev == 0 && !a.dirty:
@@ -400,4 +375,10 @@ func (a *attempt) abandon(ctx context.Context) {
 		a.d.revoke(ctx, a.l)
 	}
 	a.l = nil
+	if p := cmp.Or(a.pred, a.lastPred); p != "" {
+		// The entry ahead may have been released for us just now: its
+		// marker is ours to delete. Left alone, it would stay until the
+		// releaser's lease is used again or ends.
+		a.d.deleteMarker(ctx, markerKey(p))
+	}
 }

@@ -2,6 +2,8 @@ package etcddlock_test
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -26,7 +28,12 @@ type counter struct {
 	sent     map[string]int
 	created  int // watch-created responses received
 	deletes  []deleteEvent
+	puts     []deleteEvent // put events received (release markers)
 	dropNext func(*pb.TxnRequest) bool // drop the reply of the next Txn it matches, once
+	// holdRetry, if set when a reply is dropped, holds the next Txn (the
+	// retry) until it is closed.
+	holdRetry chan struct{}
+	held      chan struct{} // holdRetry, armed by a drop; guarded by mu
 
 	// refuse[m] is how many more calls of gRPC method m to answer with
 	// refuseErr without sending them, as a server refusing them would.
@@ -63,6 +70,14 @@ func (c *counter) refused(method string) error {
 // last take.
 func (c *counter) waitSent(t testing.TB, ctx context.Context, what string, n int) {
 	t.Helper()
+	if got := c.sentAtLeast(ctx, what, n); got < n {
+		t.Fatalf("%d %q sent, want %d (watchdog)", got, what, n)
+	}
+}
+
+// sentAtLeast waits until the client has sent n requests of what since the
+// last take, or ctx ends, and returns how many it sent.
+func (c *counter) sentAtLeast(ctx context.Context, what string, n int) int {
 	stop := context.AfterFunc(ctx, func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -74,12 +89,10 @@ func (c *counter) waitSent(t testing.TB, ctx context.Context, what string, n int
 	for c.sent[what] < n && ctx.Err() == nil {
 		c.changed.Wait()
 	}
-	if c.sent[what] < n {
-		t.Fatalf("%d %q sent, want %d (watchdog)", c.sent[what], what, n)
-	}
+	return c.sent[what]
 }
 
-// deleteEvent is a delete notice received on a watch.
+// deleteEvent is a delete (or put) notice received on a watch.
 type deleteEvent struct {
 	key       string
 	modRev    int64 // revision of the delete
@@ -163,29 +176,74 @@ func (c *counter) take() (map[string]int, []deleteEvent) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	sent, dels := c.sent, c.deletes
-	c.sent, c.deletes = map[string]int{}, nil
+	c.sent, c.deletes, c.puts = map[string]int{}, nil, nil
 	return sent, dels
 }
 
+// putEvents returns the put events received since the last take.
+func (c *counter) putEvents() []deleteEvent {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.puts)
+}
+
+// total is the number of messages sent: not the refused ones (counted
+// twice) nor the count of dropped replies.
 func total(sent map[string]int) int {
 	n := 0
-	for _, v := range sent {
-		n += v
+	for k, v := range sent {
+		if k != "dropped" && !strings.HasPrefix(k, "refused ") {
+			n += v
+		}
 	}
 	return n
 }
 
+// How the counter names a Range over a range of keys (a read of a queue),
+// to tell it from a Range of one key (rangeMethod), and a Txn that only
+// reads (a waiter's check at a renewal), to tell it from one that writes
+// (txnMethod).
+const (
+	rangeMethod = "/etcdserverpb.KV/Range"
+	queueRead   = rangeMethod + " (queue)"
+	readTxn     = "/etcdserverpb.KV/Txn (read)"
+)
+
 func (c *counter) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	c.add(method)
+	label := method
+	switch r := req.(type) {
+	case *pb.RangeRequest:
+		if len(r.RangeEnd) > 0 {
+			label = queueRead
+		}
+	case *pb.TxnRequest:
+		if len(r.Compare) == 0 && !slices.ContainsFunc(r.Success, func(op *pb.RequestOp) bool { return op.GetRequestRange() == nil }) {
+			label = readTxn
+		}
+	}
+	c.add(label)
 	if err := c.refused(method); err != nil {
 		return err
 	}
+	txn, isTxn := req.(*pb.TxnRequest)
+	if isTxn {
+		c.mu.Lock()
+		held := c.held
+		c.held = nil
+		c.mu.Unlock()
+		if held != nil {
+			<-held
+		}
+	}
 	err := invoker(ctx, method, req, reply, cc, opts...)
-	if txn, ok := req.(*pb.TxnRequest); ok && err == nil {
+	if isTxn && err == nil {
 		c.mu.Lock()
 		drop := c.dropNext != nil && c.dropNext(txn)
 		if drop {
 			c.dropNext = nil
+			c.held = c.holdRetry
+			c.sent["dropped"]++
+			c.changed.Broadcast()
 		}
 		c.mu.Unlock()
 		if drop {
@@ -238,8 +296,11 @@ func (s *countedStream) RecvMsg(m any) error {
 			s.c.created++
 		}
 		for _, ev := range wr.Events {
+			e := deleteEvent{string(ev.Kv.Key), ev.Kv.ModRevision, wr.Header.Revision}
 			if ev.Type == mvccpb.DELETE {
-				s.c.deletes = append(s.c.deletes, deleteEvent{string(ev.Kv.Key), ev.Kv.ModRevision, wr.Header.Revision})
+				s.c.deletes = append(s.c.deletes, e)
+			} else {
+				s.c.puts = append(s.c.puts, e)
 			}
 		}
 		s.c.changed.Broadcast()
@@ -248,10 +309,14 @@ func (s *countedStream) RecvMsg(m any) error {
 	return err
 }
 
-// isPutTxn matches a Txn that creates an entry.
+// isPutTxn matches a Txn that creates an entry (or may: TryLock's puts are
+// in nested Txns).
 func isPutTxn(txn *pb.TxnRequest) bool {
 	for _, op := range txn.Success {
 		if op.GetRequestPut() != nil {
+			return true
+		}
+		if in := op.GetRequestTxn(); in != nil && (isPutTxn(in) || isPutTxn(&pb.TxnRequest{Success: in.Failure})) {
 			return true
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/dlockdev/dlock/dlocktest"
 	"github.com/dlockdev/dlock/etcddlock"
 	"github.com/dlockdev/dlock/internal/testserver"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -32,17 +34,19 @@ func waitWaiters(t *testing.T, ctx context.Context, c *dlock.Client, key string,
 	dlocktest.WaitWaiters(t, ctx, c, key, n)
 }
 
-// entry returns the etcd key-value of the only entry of key.
+// entry returns the etcd key-value of the only entry of key (release
+// markers aside).
 func entry(t *testing.T, ctx context.Context, admin *clientv3.Client, key string) (etcdKey string, createRev int64, lease clientv3.LeaseID) {
 	t.Helper()
 	resp, err := admin.Get(ctx, etcddlock.QueueDirForTest(etcddlock.DefaultPrefix, key), clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(resp.Kvs) != 1 {
-		t.Fatalf("%d etcd entries for %q, want 1", len(resp.Kvs), key)
+	kvs := slices.DeleteFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool { return strings.HasSuffix(string(kv.Key), releasedSuffix) })
+	if len(kvs) != 1 {
+		t.Fatalf("%d etcd entries for %q, want 1", len(kvs), key)
 	}
-	kv := resp.Kvs[0]
+	kv := kvs[0]
 	return string(kv.Key), kv.CreateRevision, clientv3.LeaseID(kv.Lease)
 }
 
@@ -58,8 +62,9 @@ func leaseAlive(t *testing.T, ctx context.Context, admin *clientv3.Client, id cl
 
 // A release wakes only the next waiter, and what each waiter costs does not
 // depend on how many wait: per waiter one lease grant (first use of the
-// client), one Txn to queue, one watch, one read when woken, one Txn to
-// release; and exactly one delete notice, that of the entry ahead of it.
+// client), one Txn to queue, one watch, one Txn to release, and no read when
+// woken; and exactly one delete notice, that of the entry ahead of it, with
+// that entry's release marker in the same revision.
 func TestHandOff_wakesOnlyTheNextWaiter(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	for _, n := range []int{2, 8} {
@@ -133,23 +138,27 @@ func TestHandOff_wakesOnlyTheNextWaiter(t *testing.T) {
 			}
 
 			for i, c := range counters {
+				puts := c.putEvents()
 				sent, dels := c.take()
+				dels = slices.DeleteFunc(dels, func(d deleteEvent) bool { return strings.HasSuffix(d.key, releasedSuffix) })
 				if len(dels) != 1 || dels[0].key != order[i] {
-					t.Errorf("waiter %d received delete notices %+v, want one, for %s (the entry ahead of it)", i, dels, order[i])
+					t.Errorf("waiter %d received entry delete notices %+v, want one, for %s (the entry ahead of it)", i, dels, order[i])
+				} else if len(puts) != 1 || puts[0].key != order[i]+releasedSuffix || puts[0].modRev != dels[0].modRev {
+					t.Errorf("waiter %d received put notices %+v, want one: the release marker of %s, at the revision of its delete", i, puts, order[i])
 				}
 				want := map[string]int{
 					"/etcdserverpb.Lease/LeaseGrant": 1,
-					"/etcdserverpb.KV/Txn":           2,
+					"/etcdserverpb.KV/Txn":           2, // join, release
 					"watch create":                   1,
-					"/etcdserverpb.KV/Range":         1, // when woken: is anything older left?
+					// No read when woken: the marker says that the
+					// entry ahead was released by its holder.
 				}
 				delete(sent, "watch cancel") // sent when the watch ends, asynchronously
-				if sent["/etcdserverpb.KV/Range"] == 2 {
-					// etcd sends a watch notice just before its revision
-					// counter passes the write: a serializable read that
-					// arrives in between sees an older revision, and is
-					// made again, linearizable. Rare, and correct.
-					sent["/etcdserverpb.KV/Range"] = 1
+				if sent[rangeMethod] == 1 {
+					// The check that the entry ahead did not go before
+					// the watch started: made only if a revision passed
+					// since the join (an earlier test's lease expiring).
+					delete(sent, rangeMethod)
 				}
 				if !sameCounts(sent, want) {
 					t.Errorf("waiter %d sent %v, want %v", i, sent, want)
@@ -158,6 +167,9 @@ func TestHandOff_wakesOnlyTheNextWaiter(t *testing.T) {
 		})
 	}
 }
+
+// releasedSuffix ends the etcd key of a release marker.
+const releasedSuffix = "/released"
 
 func sameCounts(a, b map[string]int) bool {
 	if len(a) != len(b) {
@@ -345,6 +357,7 @@ func TestLock_lostCreateReplyWhileQueued(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
+	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
 }
 
 // The fencing token is the entry's create revision, which etcd increments
@@ -561,7 +574,8 @@ func TestList_keysStayApart(t *testing.T) {
 }
 
 // A waiter whose entry is deleted by hand does not take the key without
-// one: woken, it finds its entry gone and queues again.
+// one: at its next renewal (a third of its TTL) it finds its entry gone and
+// queues again.
 func TestLock_waiterEntryDeleted_queuesAgain(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)
@@ -572,46 +586,132 @@ func TestLock_waiterEntryDeleted_queuesAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wc := newCounter()
-	waiter := wc.client(t, ctx, srv.Addr(), longTTL)
-	got := make(chan *dlock.Lease, 1)
-	errc := make(chan error, 1)
-	go func() {
-		l, err := waiter.Lock(ctx, key)
-		if err != nil {
-			errc <- err
-			return
-		}
-		got <- l
-	}()
+	waiter := newCounter().client(t, ctx, srv.Addr(), dlock.WithTTL(time.Second))
+	got := goLock(ctx, waiter, key)
 	waitWaiters(t, ctx, holder, key, 1)
-	wc.waitCreated(t, ctx, 2)
-	// Delete the waiter's entry: the newest.
-	resp, err := admin.Get(ctx, etcddlock.QueueDirForTest(etcddlock.DefaultPrefix, key), clientv3.WithPrefix(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1), clientv3.WithKeysOnly())
-	if err != nil {
+	deleted, _ := newestEntry(t, ctx, admin, key)
+	if _, err := admin.Delete(ctx, deleted); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Delete(ctx, string(resp.Kvs[0].Key)); err != nil {
-		t.Fatal(err)
-	}
+	waitWaiters(t, ctx, holder, key, 0)
+	waitWaiters(t, ctx, holder, key, 1) // queued again, with a new entry
 	if err := lh.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case l := <-got:
-		_, rev, _ := entry(t, ctx, admin, key)
-		if l.Token() != uint64(rev) || l.Token() <= lh.Token() {
-			t.Fatalf("token %d, want the create revision %d of its new entry, above %d", l.Token(), rev, lh.Token())
-		}
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-	case err := <-errc:
-		t.Fatal(err)
-	case <-ctx.Done():
-		t.Fatal("waiter not granted after queueing again (watchdog)")
+	l := awaitLock(t, ctx, got)
+	_, rev, _ := entry(t, ctx, admin, key)
+	if l.Token() != uint64(rev) || l.Token() <= lh.Token() {
+		t.Fatalf("token %d, want the create revision %d of its new entry, above %d", l.Token(), rev, lh.Token())
 	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// goLock calls c.Lock(ctx, key) in a goroutine.
+func goLock(ctx context.Context, c *dlock.Client, key string) <-chan lockResult {
+	got := make(chan lockResult, 1)
+	go func() {
+		l, err := c.Lock(ctx, key)
+		got <- lockResult{l, err}
+	}()
+	return got
+}
+
+type lockResult struct {
+	l   *dlock.Lease
+	err error
+}
+
+// awaitLock waits for a Lock started by goLock, which must succeed.
+func awaitLock(t *testing.T, ctx context.Context, got <-chan lockResult) *dlock.Lease {
+	t.Helper()
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		return r.l
+	case <-ctx.Done():
+		t.Fatal("waiter not granted (watchdog)")
+		return nil
+	}
+}
+
+// The limit of that check, documented in docs/etcd.md: a waiter whose entry
+// is deleted by hand just before the release ahead of it is granted the key
+// (the grant reads nothing), as a holder whose entry is deleted by hand
+// keeps believing it holds. Its lease then ends at its first renewal, when
+// the watch on its entry starts from the revision where it was last seen,
+// and Unlock reports ErrNotHeld.
+func TestLock_waiterEntryDeletedAtRelease_leaseLost(t *testing.T) {
+	srv := testserver.SharedEtcd(t)
+	ctx := testCtx(t)
+	admin := adminClient(t, srv.Addr())
+	key := "deleted-at-release/" + t.Name()
+	holder := newCounter().client(t, ctx, srv.Addr(), longTTL)
+	lh, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc := newCounter()
+	waiter := wc.client(t, ctx, srv.Addr(), dlock.WithTTL(time.Second))
+	got := goLock(ctx, waiter, key)
+	waitWaiters(t, ctx, holder, key, 1)
+	wc.waitCreated(t, ctx, 2)
+	// One write deletes the waiter's entry and releases the holder's, so
+	// that no renewal of the waiter can come in between; the release
+	// marker is what the holder's release writes.
+	holderKey, _, _ := oldestEntry(t, ctx, admin, key)
+	waiterKey, _ := newestEntry(t, ctx, admin, key)
+	if _, err := admin.Txn(ctx).Then(
+		clientv3.OpDelete(waiterKey),
+		clientv3.OpDelete(holderKey),
+		clientv3.OpPut(holderKey+releasedSuffix, ""),
+	).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	l := awaitLock(t, ctx, got)
+	select {
+	case <-l.Done():
+		if !errors.Is(l.Err(), dlock.ErrLeaseLost) {
+			t.Errorf("Err = %v, want ErrLeaseLost", l.Err())
+		}
+	case <-ctx.Done():
+		t.Fatal("lease of a grant without an entry not lost (watchdog)")
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Unlock: %v, want ErrNotHeld", err)
+	}
+	_ = lh.Unlock(ctx)
+	if _, err := admin.Delete(ctx, holderKey+releasedSuffix); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newestEntry returns the etcd key and create revision of the newest entry
+// of key.
+func newestEntry(t *testing.T, ctx context.Context, admin *clientv3.Client, key string) (string, int64) {
+	t.Helper()
+	resp, err := admin.Get(ctx, etcddlock.QueueDirForTest(etcddlock.DefaultPrefix, key), clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1), clientv3.WithKeysOnly())
+	if err != nil || len(resp.Kvs) == 0 {
+		t.Fatalf("no entry of %s: %v", key, err)
+	}
+	return string(resp.Kvs[0].Key), resp.Kvs[0].CreateRevision
+}
+
+// oldestEntry returns the etcd key, create revision and lease of the oldest
+// entry of key.
+func oldestEntry(t *testing.T, ctx context.Context, admin *clientv3.Client, key string) (string, int64, clientv3.LeaseID) {
+	t.Helper()
+	resp, err := admin.Get(ctx, etcddlock.QueueDirForTest(etcddlock.DefaultPrefix, key), clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+	if err != nil || len(resp.Kvs) == 0 {
+		t.Fatalf("no entry of %s: %v", key, err)
+	}
+	kv := resp.Kvs[0]
+	return string(kv.Key), kv.CreateRevision, clientv3.LeaseID(kv.Lease)
 }
 
 // A waiter cut off from etcd for longer than its TTL loses its place (etcd

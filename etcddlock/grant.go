@@ -14,13 +14,18 @@ import (
 // grant is a held key: our entry, the oldest of its queue, and the lease
 // it is attached to. It implements driver.Grant.
 type grant struct {
-	d         *etcdDriver
-	l         *etcdLease
-	key       string // our entry
-	token     int64  // its create revision
-	seen      int64  // a revision at which it existed
-	validFrom time.Time
-	reusable  bool // the lease may serve another call after a clean release
+	d     *etcdDriver
+	l     *etcdLease
+	dir   string // the lock's queue directory
+	key   string // our entry
+	token int64  // its create revision
+	// markers are release markers that our release deletes: that of the
+	// entry we waited for last, written for us, which has served (or
+	// those strayMarkers found).
+	markers []string
+	seen       int64 // a revision at which it existed
+	validFrom  time.Time
+	reusable   bool // the lease may serve another call after a clean release
 
 	lost chan error // receives once if the entry is deleted behind our back
 
@@ -133,15 +138,34 @@ func (g *grant) watchFrom(ctx context.Context, rev *int64) bool {
 // keeps the lease for a later call (or revokes it).
 func (g *grant) Release(ctx context.Context) error {
 	g.stopWatch()
+	tail, marker := tailKey(g.dir), markerKey(g.key)
+	then := []clientv3.Op{clientv3.OpDelete(g.key)}
+	for _, m := range g.markers {
+		then = append(then, clientv3.OpDelete(m))
+	}
+	then = append(then, clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(tail), ">", g.token)},
+		[]clientv3.Op{clientv3.OpPut(marker, "", clientv3.WithLease(g.l.id))},
+		[]clientv3.Op{clientv3.OpDelete(tail)}))
+	// The marker is attached to our lease; the lease's next entry-creating
+	// write deletes it if no waiter did. Recorded before sending, as the
+	// write may be applied even if its reply is lost.
+	g.l.marker = marker
 	var resp *clientv3.TxnResponse
 	uncertain := false // a try failed after etcd may have applied it
 	err := retry(ctx, func(ctx context.Context) (err error) {
-		// Txn: delete our entry if it is still the one we created. This
-		// delete is the hand-off: the watch of the next waiter, and only
-		// that one, fires on it.
+		// Txn: if our entry is still the one we created, delete it — the
+		// hand-off: the watch of the next waiter, and only that one,
+		// fires on it — and delete the marker that was written for us.
+		// Then, if the tail names a newer entry (somebody waits behind
+		// us), put our release marker, in this same revision, where the
+		// next waiter's watch sees it: it then knows that the entry
+		// ahead of it went because its holder released, and holds the
+		// key without reading the queue. Else the tail names us (or
+		// nothing): delete it, as we were the newest entry.
 		resp, err = g.d.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(g.key), "=", g.token)).
-			Then(clientv3.OpDelete(g.key)).
+			Then(then...).
 			Commit()
 		if err != nil && !rejected(err) {
 			uncertain = true
@@ -164,6 +188,9 @@ func (g *grant) Release(ctx context.Context) error {
 		}
 		g.d.revoke(ctx, g.l)
 		return fmt.Errorf("%w: its etcd key %q was gone already (lease expired or key deleted)", driver.ErrNotHeld, g.key)
+	}
+	if !resp.Responses[len(resp.Responses)-1].GetResponseTxn().Succeeded {
+		g.l.marker = "" // nobody waited: no marker
 	}
 	if g.reusable {
 		g.d.recycle(ctx, g.l)

@@ -18,7 +18,8 @@ import (
 func (d *etcdDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo, error) {
 	var resp *clientv3.GetResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
-		// Range over the lock's queue with the metadata, oldest first.
+		// Range over the lock's queue with the metadata, oldest first
+		// (release markers included: dropped below).
 		resp, err = d.kv.Get(ctx, d.queueDir(key), clientv3.WithPrefix(),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 		return err
@@ -26,7 +27,9 @@ func (d *etcdDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo,
 	if err != nil {
 		return nil, d.wrapErr("read the queue", err)
 	}
-	return d.describe(ctx, key, resp.Kvs)
+	dir := d.queueDir(key)
+	entries := slices.DeleteFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool { return !isEntry(dir, string(kv.Key)) })
+	return d.describe(ctx, key, entries)
 }
 
 // List returns the locks whose key starts with prefix, sorted by key.
@@ -44,6 +47,8 @@ func (d *etcdDriver) List(ctx context.Context, prefix string) ([]*driver.LockInf
 	}
 	queues := map[string][]*mvccpb.KeyValue{}
 	for _, kv := range resp.Kvs {
+		// Release markers and tails do not split: their names contain
+		// a '/', or none.
 		key, _, ok := d.splitEntry(string(kv.Key))
 		if ok && strings.HasPrefix(key, prefix) {
 			queues[key] = append(queues[key], kv)

@@ -23,6 +23,19 @@ import (
 // them, so fresh names for each call (the owner id) would slow every read
 // of a busy queue down until then.
 //
+// Two more kinds of keys serve the hand-off (docs/etcd.md, "Hand-off"):
+//
+//	<prefix><escape(K)>/<lease id>/released  value: empty   lease: the releaser's
+//	<prefix><escape(K)>\x00tail               value: the newest entry's key   lease: that entry's
+//
+// A release marker is written by a holder's release, in the same write as
+// the delete of its entry, when somebody waits behind it: it tells the next
+// waiter that the entry ahead of it went because its holder released, so
+// that it holds the key without reading the queue. The tail names the
+// newest entry, so that a waiter finds the entry ahead of it without
+// reading (and etcd without sorting) the whole queue. Markers are the only
+// keys in the directory whose name contains a '/' and whose value is empty.
+//
 // The entry with the lowest create revision holds the lock; the others wait in
 // create-revision order. escape replaces '%' with "%25" and '/' with "%2F", so
 // that the directory of "a" never contains the entries of "a/b", and so that
@@ -82,6 +95,37 @@ func (d *etcdDriver) queueDir(key string) string { return d.prefix + escapeKey(k
 
 // entryKey returns the etcd key of the entry attached to a lease.
 func entryKey(dir string, id clientv3.LeaseID) string { return fmt.Sprintf("%s%016x", dir, int64(id)) }
+
+// markerKey returns the release marker of an entry. It starts with the
+// entry's key, so one watch of that prefix sees both the entry's delete and
+// the marker; no other entry's key starts with it, as entry names have a
+// fixed length.
+func markerKey(entry string) string { return entry + markerSuffix }
+
+const markerSuffix = "/released"
+
+// tailKey returns the key that names the newest entry of a directory. It is
+// outside the directory, so that reads of the queue, and TryLock's check
+// that the queue is empty, never see it; no directory contains it, as an
+// escaped lock key never contains a '/'.
+func tailKey(dir string) string { return strings.TrimSuffix(dir, "/") + "\x00tail" }
+
+// isEntry reports whether an etcd key read from the directory dir is the
+// entry of a holder or a waiter, not a release marker.
+func isEntry(dir, etcdKey string) bool {
+	name, ok := strings.CutPrefix(etcdKey, dir)
+	return ok && name != "" && !strings.Contains(name, "/")
+}
+
+// entryValue is what an entry stores: the metadata, never empty, so that
+// TryLock can tell a directory holding only markers (empty values) from one
+// with entries.
+func entryValue(md []byte) string {
+	if len(md) == 0 {
+		return "{}"
+	}
+	return string(md)
+}
 
 // splitEntry splits the etcd key of a holder or waiter into the lock key and
 // the entry's name, reporting false for keys that do not follow the layout.

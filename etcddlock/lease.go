@@ -28,6 +28,22 @@ type etcdLease struct {
 
 	mu        sync.Mutex
 	validFrom time.Time // when the latest successful grant or keep-alive request was sent
+
+	// marker is the release marker the lease's last release may have
+	// written, attached to the lease; the lease's next entry-creating
+	// write deletes it. Used by one call at a time, like the lease.
+	marker string
+}
+
+// dropMarker returns the operation that deletes the release marker of the
+// lease's last release, if any, for the write that creates its next entry:
+// markers that no waiter cleared (a waiter that gave up or died after the
+// release) thus never outlive the lease's next use, nor the lease.
+func (l *etcdLease) dropMarker() []clientv3.Op {
+	if l.marker == "" {
+		return nil
+	}
+	return []clientv3.Op{clientv3.OpDelete(l.marker)}
 }
 
 // seconds converts a TTL to the whole seconds etcd leases count in,
@@ -176,6 +192,17 @@ func (d *etcdDriver) revokeWith(ctx context.Context, l *etcdLease) {
 		if isLeaseNotFound(err) {
 			return nil
 		}
+		return err
+	})
+}
+
+// deleteMarker deletes a release marker, giving up when ctx ends. Failing
+// is harmless: the marker goes with the releaser's lease, or at that
+// lease's next use.
+func (d *etcdDriver) deleteMarker(ctx context.Context, marker string) {
+	_ = retry(ctx, func(ctx context.Context) error {
+		// DeleteRange, one key.
+		_, err := d.kv.Delete(ctx, marker)
 		return err
 	})
 }

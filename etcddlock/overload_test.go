@@ -223,7 +223,7 @@ func TestUnlock_lostReleaseReply(t *testing.T) {
 	c.take()
 	c.mu.Lock()
 	c.dropNext = func(txn *pb.TxnRequest) bool {
-		return len(txn.Success) == 1 && txn.Success[0].GetRequestDeleteRange() != nil
+		return len(txn.Success) > 0 && txn.Success[0].GetRequestDeleteRange() != nil // the release
 	}
 	c.mu.Unlock()
 	if err := l.Unlock(ctx); err != nil {

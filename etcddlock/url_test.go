@@ -211,7 +211,7 @@ func TestOpen_prefixFromPath(t *testing.T) {
 		t.Fatalf("same key under another prefix: %v", err)
 	}
 	for _, p := range []string{"team-a/locks/", "team-b/"} {
-		resp, err := admin.Get(ctx, p+"prefix%2F", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := admin.Get(ctx, p+"prefix%2F"+t.Name()+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil || resp.Count != 1 {
 			t.Errorf("entries under %q: %v, %v; want 1", p, resp, err)
 		}

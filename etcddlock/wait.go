@@ -1,0 +1,230 @@
+package etcddlock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/dlockdev/dlock/driver"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// wait returns once our entry is the oldest in the queue.
+func (a *attempt) wait(ctx context.Context) error {
+	var b backoff
+	for a.pred != "" {
+		// If it goes in a release, however we learn it, the marker is
+		// ours to delete.
+		a.lastPred = a.pred
+		rev, released, err := a.waitGone(ctx)
+		switch {
+		case err == nil && released:
+			// The entry ahead went in its holder's release: it held the
+			// key, so every older entry had gone before, and none can
+			// come (etcd numbers new entries above every existing one);
+			// and no entry was between it and ours when we read the
+			// queue, nor can one come. Ours is the oldest: no read.
+			// It is not checked that our own entry still exists: an
+			// entry deleted by hand while its lease lives goes unseen
+			// here (docs/etcd.md); one whose lease expired is caught by
+			// freshen, as its last renewal is then older than the TTL.
+			a.pred = ""
+			return nil
+		case err == nil:
+			// It went otherwise (a waiter that gave up or died, or a
+			// holder whose lease expired), or before our watch started:
+			// read the queue to find what is ahead of us now, and check
+			// that our entry still exists.
+			b = backoff{}
+			err = a.findPred(ctx, rev)
+		case errors.Is(err, errWatch):
+			if err = b.wait(ctx); err == nil {
+				err = a.findPred(ctx, a.seen)
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitGone waits until the entry a.pred is deleted, keeping our lease alive
+// meanwhile. It returns a revision at which it was gone, and whether it
+// went in its holder's release.
+func (a *attempt) waitGone(ctx context.Context) (rev int64, released bool, err error) {
+	wctx, cancel := context.WithCancel(watchCtx(ctx))
+	defer cancel()
+	// Watch create: the keys that start with the entry's key — the entry
+	// and its release marker, no other — starting now. Not from a.seen+1:
+	// etcd serves a watch that starts in the past ("unsynced") from a
+	// catch-up loop that runs every 100 ms, so a delete would reach us up
+	// to 100 ms late. A watch that starts at the current revision is
+	// synced: etcd hands it each event as the event is applied.
+	wch := a.d.w.Watch(wctx, a.pred, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	created, ok := <-wch
+	if !ok || created.Err() != nil || !created.Created {
+		if ctx.Err() != nil {
+			return 0, false, ctx.Err()
+		}
+		if ok && isAuthErr(created.Err()) {
+			return 0, false, a.d.wrapErr("watch", created.Err())
+		}
+		return 0, false, errWatch
+	}
+	if start := created.Header.Revision; start > a.seen {
+		// The watch sees what happens after its start only: the entry
+		// may have gone in between.
+		if rev, gone, err := a.predGone(ctx, start); err != nil || gone {
+			return rev, false, err
+		}
+	}
+	marker := markerKey(a.pred)
+	renew := time.NewTimer(a.renewIn())
+	defer renew.Stop()
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok || wr.Canceled || wr.Err() != nil {
+				if ctx.Err() != nil {
+					return 0, false, ctx.Err()
+				}
+				return 0, false, errWatch
+			}
+			// etcd sends a watch all the events of one revision in one
+			// response (mvcc's watcherBatch never splits a revision), so
+			// the marker of a release comes with its delete.
+			var gone, marked int64
+			for _, ev := range wr.Events {
+				switch key := string(ev.Kv.Key); {
+				case key == a.pred && ev.Type == mvccpb.DELETE:
+					gone = ev.Kv.ModRevision
+				case key == marker && ev.Type == mvccpb.PUT:
+					marked = ev.Kv.ModRevision
+				}
+			}
+			if gone != 0 {
+				// Only a release puts a marker, in the write that deletes
+				// the entry it names, if that entry is the releaser's.
+				return gone, marked == gone, nil
+			}
+		case <-renew.C:
+			if err := a.renewWhileWaiting(ctx); err != nil {
+				return 0, false, err
+			}
+			if rev, gone, err := a.checkQueue(ctx); err != nil || gone {
+				return rev, false, err
+			}
+			renew.Reset(a.renewIn())
+		case <-ctx.Done():
+			return 0, false, ctx.Err()
+		}
+	}
+}
+
+// checkQueue reads, at each renewal of a waiter, whether our entry and the
+// entry we wait for still exist. Neither is needed while nobody edits the
+// queue by hand, and both are cheap (two keys, once a third of the TTL).
+// Our entry: a hand-deleted entry whose lease lives would otherwise be
+// granted the key at the release ahead of it, as the grant does not read
+// the queue; this check narrows that to a deletion in the last third of a
+// TTL before the grant. The entry ahead: the tail that named it in our
+// join vouches for it only while the queue is not edited by hand; without
+// the check, a waiter could wait for an entry deleted before its watch
+// began, forever. It returns errRequeue if our entry is gone, and whether
+// the entry ahead is, at the revision returned.
+func (a *attempt) checkQueue(ctx context.Context) (int64, bool, error) {
+	var resp *clientv3.TxnResponse
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		// Txn, read-only: the two keys. Serializable if the member has
+		// applied our join (it could not show our entry before), else
+		// linearizable.
+		get := func(serializable bool) (*clientv3.TxnResponse, error) {
+			opts := []clientv3.OpOption{clientv3.WithKeysOnly()}
+			if serializable {
+				opts = append(opts, clientv3.WithSerializable())
+			}
+			return a.d.kv.Txn(ctx).Then(clientv3.OpGet(a.key, opts...), clientv3.OpGet(a.pred, opts...)).Commit()
+		}
+		resp, err = get(true)
+		if err == nil && resp.Header.Revision < a.seen {
+			resp, err = get(false)
+		}
+		return err
+	})
+	if err != nil {
+		return 0, false, a.d.wrapErr("read the queue", err)
+	}
+	ours, ahead := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	if len(ours) == 0 || ours[0].CreateRevision != a.rev {
+		return 0, false, errRequeue
+	}
+	if len(ahead) == 0 || ahead[0].CreateRevision != a.predRev {
+		return resp.Header.Revision, true, nil
+	}
+	a.seen = resp.Header.Revision
+	return a.seen, false, nil
+}
+
+// predGone reads whether the entry we wait for is gone, at a revision not
+// older than minRev, and returns that revision.
+func (a *attempt) predGone(ctx context.Context, minRev int64) (int64, bool, error) {
+	var resp *clientv3.GetResponse
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		// Range, that one key: serializable if the member has applied
+		// minRev, else linearizable.
+		resp, err = a.d.kv.Get(ctx, a.pred, clientv3.WithKeysOnly(), clientv3.WithSerializable())
+		if err == nil && resp.Header.Revision < minRev {
+			resp, err = a.d.kv.Get(ctx, a.pred, clientv3.WithKeysOnly())
+		}
+		return err
+	})
+	if err != nil {
+		return 0, false, a.d.wrapErr("read the queue", err)
+	}
+	return resp.Header.Revision, len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != a.predRev, nil
+}
+
+// renewIn is the time until the lease should be renewed: a third of its TTL
+// after the last renewal, as the lease engine does for holders.
+func (a *attempt) renewIn() time.Duration {
+	return time.Until(a.l.since().Add(a.l.ttl / 3))
+}
+
+// renewWhileWaiting keeps a waiter's lease, and so its place, alive.
+//
+// A busy or leaderless etcd ("too many requests", "no leader", "timed out")
+// may still keep the lease: the renewal is retried, with backoff, until the
+// lease may have lapsed (or for a third of its TTL if that moment has passed
+// already). If etcd has not answered by then, the waiter keeps its place
+// and tries again at once: etcd never renews a lease it expired (it answers
+// "not found" once the expiry is applied, and we queue again then), so a
+// renewal that succeeds late proves that our lease, and our entry with it,
+// were never dropped. Giving up the place on a slow answer instead would
+// turn a busy etcd into a storm: every waiter queueing again at once, each
+// with a new lease and a new join, while the old entries wait to expire.
+// Nothing is granted on a lease of unknown state: the read when woken checks
+// that our entry exists, and freshen renews an old lease before the grant.
+func (a *attempt) renewWhileWaiting(ctx context.Context) error {
+	until := a.l.safeUntil()
+	if soon := time.Now().Add(a.l.ttl / 3); until.Before(soon) {
+		until = soon
+	}
+	kctx, cancel := context.WithDeadline(ctx, until)
+	defer cancel()
+	err := retry(kctx, func(kctx context.Context) error { return a.l.keepAlive(kctx, a.d.lc) })
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, driver.ErrNotHeld):
+		// The lease is gone: so is our entry.
+		a.l, a.dirty = nil, false
+		return errRequeue
+	case kctx.Err() != nil:
+		return nil // overdue: renewIn is past, so the caller tries again at once
+	}
+	return a.d.wrapErr("renew the lease", err)
+}
