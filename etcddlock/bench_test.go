@@ -57,14 +57,7 @@ func BenchmarkContended(b *testing.B) {
 				counters[i].take()
 			}
 			contend(b, ls)
-			sent, by := 0, map[string]int{}
-			for _, c := range counters {
-				s, _ := c.take()
-				sent += total(s)
-				for k, v := range s {
-					by[k] += v
-				}
-			}
+			sent, by := takeAll(counters)
 			b.ReportMetric(float64(sent)/float64(b.N), "msgs/grant")
 			var parts []string
 			for _, k := range slices.Sorted(maps.Keys(by)) {

@@ -28,7 +28,7 @@ type counter struct {
 	sent     map[string]int
 	created  int // watch-created responses received
 	deletes  []deleteEvent
-	puts     []deleteEvent // put events received (release markers)
+	puts     []deleteEvent             // put events received (release markers)
 	dropNext func(*pb.TxnRequest) bool // drop the reply of the next Txn it matches, once
 	// holdRetry, if set when a reply is dropped, holds the next Txn (the
 	// retry) until it is closed.
@@ -185,6 +185,20 @@ func (c *counter) putEvents() []deleteEvent {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.puts)
+}
+
+// takeAll takes the counts of several counters: the messages sent in all,
+// and their sum by kind.
+func takeAll(counters []*counter) (int, map[string]int) {
+	sent, by := 0, map[string]int{}
+	for _, c := range counters {
+		s, _ := c.take()
+		sent += total(s)
+		for k, v := range s {
+			by[k] += v
+		}
+	}
+	return sent, by
 }
 
 // total is the number of messages sent: not the refused ones (counted

@@ -22,10 +22,10 @@ type grant struct {
 	// markers are release markers that our release deletes: that of the
 	// entry we waited for last, written for us, which has served (or
 	// those strayMarkers found).
-	markers []string
-	seen       int64 // a revision at which it existed
-	validFrom  time.Time
-	reusable   bool // the lease may serve another call after a clean release
+	markers   []string
+	seen      int64 // a revision at which it existed
+	validFrom time.Time
+	reusable  bool // the lease may serve another call after a clean release
 
 	lost chan error // receives once if the entry is deleted behind our back
 

@@ -32,48 +32,9 @@ func TestContended_requestsPerGrant(t *testing.T) {
 		counters[i] = newCounter()
 		clients[i] = counters[i].client(t, ctx, srv.Addr(), longTTL)
 	}
-	// Exclusion is checked here too, cheaply: nobody else holds the key
-	// while a contender does.
-	var mu sync.Mutex
-	holders := 0
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for _, c := range clients {
-		wg.Go(func() {
-			for range rounds {
-				l, err := c.Lock(ctx, key)
-				if err != nil {
-					errs <- err
-					return
-				}
-				mu.Lock()
-				holders++
-				if holders != 1 {
-					errs <- fmt.Errorf("%d holders at once", holders)
-				}
-				holders--
-				mu.Unlock()
-				if err := l.Unlock(ctx); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	runContenders(t, ctx, clients, key, rounds, nil)
 	grants := n * rounds
-	sent, by := 0, map[string]int{}
-	for _, c := range counters {
-		s, _ := c.take()
-		sent += total(s)
-		for k, v := range s {
-			by[k] += v
-		}
-	}
+	sent, by := takeAll(counters)
 	perGrant := float64(sent) / float64(grants)
 	t.Logf("%d grants, %.2f messages per grant: %v", grants, perGrant, by)
 	if perGrant > 5 {
@@ -199,40 +160,18 @@ func TestMarkers_doNotAccumulate(t *testing.T) {
 	t.Run("cycles and cancels", func(t *testing.T) {
 		key := "markers-cycles/" + t.Name()
 		const n, rounds = 6, 30
-		var wg sync.WaitGroup
-		errs := make(chan error, n)
+		clients := make([]*dlock.Client, n)
 		for i := range n {
-			c := newCounter().client(t, ctx, srv.Addr(), longTTL)
-			wg.Go(func() {
-				for r := range rounds {
-					lctx, cancel := context.WithCancel(ctx)
-					if i%2 == 1 && r%3 == 0 {
-						// Give up at some point of the wait: the
-						// deadline is the fault injected, not a
-						// synchronization.
-						lctx, cancel = context.WithTimeout(ctx, time.Duration(r%5)*time.Millisecond)
-					}
-					l, err := c.Lock(lctx, key)
-					cancel()
-					if errors.Is(err, context.DeadlineExceeded) {
-						continue
-					}
-					if err != nil {
-						errs <- err
-						return
-					}
-					if err := l.Unlock(ctx); err != nil {
-						errs <- err
-						return
-					}
-				}
-			})
+			clients[i] = newCounter().client(t, ctx, srv.Addr(), longTTL)
 		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
+		runContenders(t, ctx, clients, key, rounds, func(i, r int) (context.Context, context.CancelFunc) {
+			if i%2 == 1 && r%3 == 0 {
+				// Give up at some point of the wait: the deadline is
+				// the fault injected, not a synchronization.
+				return context.WithTimeout(ctx, time.Duration(r%5)*time.Millisecond)
+			}
+			return context.WithCancel(ctx)
+		})
 		checkNothingStored(t, ctx, admin, key)
 	})
 
@@ -321,4 +260,52 @@ func TestLock_lostJoinReply_releasedBeforeRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkNothingStored(t, ctx, admin, key)
+}
+
+// runContenders has every client take key rounds times, all at once, and
+// checks that nobody else holds the key while one does. lockCtx, if not
+// nil, gives the context of round r of client i: a Lock that it ends is
+// skipped.
+func runContenders(t *testing.T, ctx context.Context, clients []*dlock.Client, key string, rounds int,
+	lockCtx func(i, r int) (context.Context, context.CancelFunc)) {
+	t.Helper()
+	if lockCtx == nil {
+		lockCtx = func(int, int) (context.Context, context.CancelFunc) { return context.WithCancel(ctx) }
+	}
+	var mu sync.Mutex
+	holders := 0
+	var wg sync.WaitGroup
+	errs := make(chan error, len(clients))
+	for i, c := range clients {
+		wg.Go(func() {
+			for r := range rounds {
+				lctx, cancel := lockCtx(i, r)
+				l, err := c.Lock(lctx, key)
+				cancel()
+				if lctx.Err() != nil && errors.Is(err, lctx.Err()) {
+					continue
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				holders++
+				if holders != 1 {
+					errs <- fmt.Errorf("%d holders at once", holders)
+				}
+				holders--
+				mu.Unlock()
+				if err := l.Unlock(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
 }
