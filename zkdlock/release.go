@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/dlockdev/dlock/driver"
 	"github.com/go-zookeeper/zk"
@@ -55,6 +56,7 @@ func (g *grant) Release(ctx context.Context) error {
 // which only costs the waiter behind a listing.
 func (g *grant) remove(ctx context.Context) error {
 	d := g.d
+	sent := time.Now()
 	err := call0(ctx, nil, g.validity, func() error {
 		_, err := d.conn.Multi(
 			&zk.SetDataRequest{Path: g.path, Data: nil, Version: -1},
@@ -63,7 +65,13 @@ func (g *grant) remove(ctx context.Context) error {
 		return err
 	})
 	if errors.Is(err, zk.ErrNoAuth) {
+		sent = time.Now()
 		err = call0(ctx, nil, g.validity, func() error { return d.conn.Delete(g.path, -1) })
+	}
+	if err == nil {
+		// Answered: the session was alive after sent, which spares the
+		// Client's next hand-off an exists (see attempt.grantFrom).
+		d.noteAlive(g.sid, sent)
 	}
 	return err
 }
