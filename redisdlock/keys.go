@@ -5,10 +5,30 @@ import "strings"
 // lockKeys are the Redis keys of one lock, in the order the scripts take them
 // (lock, queue, waiters, fence), boxed for script.run. All share the hash tag
 // {<escaped key>}, so they live in one Redis Cluster slot and every script
-// touches one slot only. They are cut from one string: one allocation
-// instead of four.
+// touches one slot only. They are cut from one string, and never change: the
+// scripts' callers share them.
 func (d *redisDriver) lockKeys(key string) []any {
-	k, p := escapeKey(key), d.prefix
+	if v, ok := d.keyCache.Load(key); ok {
+		return v.([]any)
+	}
+	keys := buildLockKeys(d.prefix, key)
+	// A program locks the same few keys again and again, and building and
+	// boxing them costs six allocations per Lock call: keep them, but
+	// never more than maxCachedKeys (a program with many keys starts over).
+	if d.cachedKeys.Add(1) > maxCachedKeys {
+		d.keyCache.Clear()
+		d.cachedKeys.Store(0)
+	}
+	d.keyCache.Store(key, keys)
+	return keys
+}
+
+// maxCachedKeys bounds the lockKeys cache: under 1.5 KB each with the
+// longest keys (dlock.MaxKeyLen).
+const maxCachedKeys = 1024
+
+func buildLockKeys(prefix, key string) []any {
+	k, p := escapeKey(key), prefix
 	n := len(p) + len(k) + 2 // the lock key, p{k}
 	s := p + "{" + k + "}:q" + p + "{" + k + "}:w" + p + "{" + k + "}:f"
 	return []any{s[:n], s[:n+2], s[n+2 : 2*n+4], s[2*n+4:]}

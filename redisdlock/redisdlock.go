@@ -27,6 +27,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlockdev/dlock"
@@ -69,6 +71,9 @@ type redisDriver struct {
 
 	// Script arguments that never change, boxed once.
 	waiterTimeoutArg, channelArg any
+
+	keyCache   sync.Map     // user key → lockKeys
+	cachedKeys atomic.Int64 // entries stored in keyCache since it was last cleared
 }
 
 func newDriver(ctx context.Context, rdb redis.UniversalClient, opts *Options, owns bool, addr string) (*redisDriver, error) {

@@ -51,7 +51,7 @@ func (s *script) run(ctx context.Context, rdb redis.UniversalClient, keys []any,
 	a = append(a, keys...)
 	a = append(a, args...)
 	cmd := rdb.Do(ctx, a...)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		a[0], a[1] = "eval", s.src
 		cmd = rdb.Do(ctx, a...)
 	}
