@@ -81,8 +81,28 @@ func (a *attempt) waitGone(ctx context.Context) (rev int64, released bool, err e
 		}
 	}
 	marker := markerKey(a.pred)
+	// Renewals run beside the wait, so that a release is acted on at once
+	// even while a renewal waits for a busy etcd (under a burst of
+	// thousands of waiters, keep-alives can take seconds).
 	renew := time.NewTimer(a.renewIn())
 	defer renew.Stop()
+	renewals := 0
+	renewed := make(chan renewal, 1)
+	var stopRenewal context.CancelFunc // non-nil while a renewal runs
+	// stop ends a renewal in flight, and reports errRequeue if it found our
+	// lease or our entry gone: then nothing may be granted.
+	stop := func() error {
+		if stopRenewal == nil {
+			return nil
+		}
+		stopRenewal()
+		stopRenewal = nil
+		if r := <-renewed; errors.Is(r.err, errRequeue) {
+			return r.err
+		}
+		return nil
+	}
+	defer stop()
 	for {
 		select {
 		case wr, ok := <-wch:
@@ -105,16 +125,26 @@ func (a *attempt) waitGone(ctx context.Context) (rev int64, released bool, err e
 				}
 			}
 			if gone != 0 {
+				if err := stop(); err != nil {
+					return 0, false, err
+				}
 				// Only a release puts a marker, in the write that deletes
 				// the entry it names, if that entry is the releaser's.
 				return gone, marked == gone, nil
 			}
 		case <-renew.C:
-			if err := a.renewWhileWaiting(ctx); err != nil {
-				return 0, false, err
-			}
-			if rev, gone, err := a.checkQueue(ctx); err != nil || gone {
-				return rev, false, err
+			// The check of the queue at the first renewal, then once a
+			// TTL: see checkQueue.
+			check := renewals%3 == 0
+			renewals++
+			rctx, cancel := context.WithCancel(ctx)
+			stopRenewal = cancel
+			go func() { renewed <- a.renewal(rctx, check) }()
+		case r := <-renewed:
+			stopRenewal()
+			stopRenewal = nil
+			if r.err != nil || r.gone {
+				return r.rev, false, r.err
 			}
 			renew.Reset(a.renewIn())
 		case <-ctx.Done():
@@ -123,13 +153,33 @@ func (a *attempt) waitGone(ctx context.Context) (rev int64, released bool, err e
 	}
 }
 
-// checkQueue reads, at each renewal of a waiter, whether our entry and the
-// entry we wait for still exist. Neither is needed while nobody edits the
-// queue by hand, and both are cheap (two keys, once a third of the TTL).
+// renewal is the outcome of a waiter's renewal: an error, or whether the
+// entry it waits for is gone, at revision rev.
+type renewal struct {
+	rev  int64
+	gone bool
+	err  error
+}
+
+// renewal renews our lease, and checks the queue if check is set. It runs
+// beside waitGone, which does not touch the attempt meanwhile.
+func (a *attempt) renewal(ctx context.Context, check bool) renewal {
+	if err := a.renewWhileWaiting(ctx); err != nil || !check {
+		return renewal{err: err}
+	}
+	rev, gone, err := a.checkQueue(ctx)
+	return renewal{rev, gone, err}
+}
+
+// checkQueue reads, at a waiter's first renewal and then once a TTL, whether
+// our entry and the entry we wait for still exist. Neither is needed while
+// nobody edits the queue by hand, and both are cheap (two keys, once a
+// TTL: a burst of 10,000 waiters already sends 3,000 keep-alives a second,
+// one each third of a TTL, and does not need as many reads as well).
 // Our entry: a hand-deleted entry whose lease lives would otherwise be
 // granted the key at the release ahead of it, as the grant does not read
-// the queue; this check narrows that to a deletion in the last third of a
-// TTL before the grant. The entry ahead: the tail that named it in our
+// the queue; this check narrows that to a deletion in the last TTL before
+// the grant. The entry ahead: the tail that named it in our
 // join vouches for it only while the queue is not edited by hand; without
 // the check, a waiter could wait for an entry deleted before its watch
 // began, forever. It returns errRequeue if our entry is gone, and whether
