@@ -250,17 +250,37 @@ func (a *attempt) listAndWatch(ctx context.Context) ([]lockNode, time.Time, erro
 		watched = make(chan error, 1)
 		go func() { watched <- a.watchOwn(ctx) }()
 	}
-	sent := time.Now()
-	sid := d.conn.SessionID()
-	// getChildren: who holds and who waits.
-	r, err := call(ctx, nil, a.callTimeout(), func() (childrenW, error) {
-		if childWatch {
+	var (
+		q    []lockNode
+		sent time.Time
+		sid  int64
+		err  error
+	)
+	if childWatch {
+		// getChildren with a watch, our own: the watch is this attempt's.
+		sent, sid = time.Now(), d.conn.SessionID()
+		var r childrenW
+		r, err = call(ctx, nil, a.callTimeout(), func() (childrenW, error) {
 			children, _, ch, err := d.conn.ChildrenW(a.keyPath)
 			return childrenW{children, ch}, err
+		})
+		if err == nil {
+			q = queue(r.children)
+			if sid == a.sid && d.conn.SessionID() == sid {
+				// Fires when any child of the key node changes, our
+				// node's deletion included, and when the session ends.
+				a.own, a.ownChild = r.ch, true
+			}
 		}
-		children, _, err := d.conn.Children(a.keyPath)
-		return childrenW{children, nil}, err
-	})
+	} else {
+		// getChildren, shared with the Client's other attempts on the key
+		// that ask meanwhile (see listing).
+		var l *listing
+		l, err = d.listQueue(ctx, a.keyPath, a.callTimeout())
+		if err == nil {
+			q, sent, sid = l.q, l.sent, l.sid
+		}
+	}
 	if watched != nil {
 		if werr := <-watched; werr != nil && err == nil {
 			err = werr
@@ -269,13 +289,8 @@ func (a *attempt) listAndWatch(ctx context.Context) ([]lockNode, time.Time, erro
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	if childWatch && sid == a.sid && d.conn.SessionID() == sid {
-		// Fires when any child of the key node changes, our node's
-		// deletion included, and when the session ends.
-		a.own, a.ownChild = r.ch, true
-	}
 	d.noteAlive(sid, sent)
-	return queue(r.children), sent, nil
+	return q, sent, nil
 }
 
 type childrenW struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -270,4 +271,56 @@ func (h *hookConn) GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error) 
 		(*f)(path)
 	}
 	return data, stat, ch, err
+}
+
+// waiterRun is n Lock calls on one key, started together, each releasing as
+// soon as it is granted; it records the tokens in the order of the grants.
+type waiterRun struct {
+	n      int
+	errc   chan error
+	mu     sync.Mutex
+	tokens []uint64 // guarded by mu
+}
+
+// startWaiters starts the n Lock calls, waiter i on client(i).
+func startWaiters(ctx context.Context, key string, n int, client func(i int) *dlock.Client) *waiterRun {
+	w := &waiterRun{n: n, errc: make(chan error, n)}
+	for i := range n {
+		go func() {
+			l, err := client(i).Lock(ctx, key)
+			if err != nil {
+				w.errc <- fmt.Errorf("waiter %d: %w", i, err)
+				return
+			}
+			w.mu.Lock()
+			w.tokens = append(w.tokens, l.Token())
+			w.mu.Unlock()
+			w.errc <- l.Unlock(ctx)
+		}()
+	}
+	return w
+}
+
+// servedInOrder waits until every waiter has been served, and checks that
+// they were served in arrival order: the fencing token, the node's creation
+// zxid, goes up from grant to grant exactly when the grants follow creation
+// order.
+func (w *waiterRun) servedInOrder(t *testing.T, ctx context.Context) {
+	t.Helper()
+	for range w.n {
+		select {
+		case err := <-w.errc:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			w.mu.Lock()
+			t.Fatalf("%d of %d waiters served (watchdog)", len(w.tokens), w.n)
+		}
+	}
+	for i := 1; i < len(w.tokens); i++ {
+		if w.tokens[i] <= w.tokens[i-1] {
+			t.Fatalf("grant %d has token %d after %d: not in arrival order", i, w.tokens[i], w.tokens[i-1])
+		}
+	}
 }

@@ -3,8 +3,6 @@ package zkdlock_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -162,27 +160,10 @@ func TestLock_manyWaiters_servedInOrder(t *testing.T) {
 		hooks[i] = &hookConn{Conn: dialZK(t, ctx, srv.Addr(), connOpts{})}
 		cs[i] = newClient(t, ctx, hooks[i], opts)
 	}
-	var (
-		mu     sync.Mutex
-		tokens []uint64
-	)
-	errc := make(chan error, n)
-	for i := range n {
-		go func() {
-			l, err := cs[i%clients].Lock(ctx, key)
-			if err != nil {
-				errc <- fmt.Errorf("waiter %d: %w", i, err)
-				return
-			}
-			mu.Lock()
-			tokens = append(tokens, l.Token())
-			mu.Unlock()
-			errc <- l.Unlock(ctx)
-		}()
-	}
+	w := startWaiters(ctx, key, n, func(i int) *dlock.Client { return cs[i%clients] })
 	for len(children(t, admin, path)) != n+1 {
 		select {
-		case err := <-errc:
+		case err := <-w.errc:
 			t.Fatalf("before the release: %v", err)
 		case <-ctx.Done():
 			t.Fatalf("%d nodes, want %d (watchdog)", len(children(t, admin, path)), n+1)
@@ -192,22 +173,7 @@ func TestLock_manyWaiters_servedInOrder(t *testing.T) {
 	if err := lh.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for range n {
-		select {
-		case err := <-errc:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-ctx.Done():
-			mu.Lock()
-			t.Fatalf("%d of %d waiters served (watchdog)", len(tokens), n)
-		}
-	}
-	for i := 1; i < len(tokens); i++ {
-		if tokens[i] <= tokens[i-1] {
-			t.Fatalf("grant %d has token %d after %d: not in arrival order", i, tokens[i], tokens[i-1])
-		}
-	}
+	w.servedInOrder(t, ctx)
 	var lists int64
 	for _, h := range hooks {
 		lists += h.lists.Load()

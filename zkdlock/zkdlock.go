@@ -126,6 +126,13 @@ type zkDriver struct {
 	aliveSID int64     // guarded by aliveMu
 	aliveAt  time.Time // guarded by aliveMu
 
+	// listNext and listBusy coalesce listings (see listing): the listing
+	// of a key node to send when the one in flight returns, and the key
+	// nodes with one in flight.
+	listMu   sync.Mutex
+	listNext map[string]*listing // guarded by listMu
+	listBusy map[string]bool     // guarded by listMu
+
 	// free holds the key nodes that the last attempt of this Client found
 	// free (its node alone in the queue): the next attempt on such a key
 	// sets a child watch with its listing, instead of an exists watch on
