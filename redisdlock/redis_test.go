@@ -442,3 +442,47 @@ func TestLock_lateNoticeOfLostGrantIgnored(t *testing.T) {
 		t.Fatal("the cut-off waiter never got the key after the next holder released it (watchdog)")
 	}
 }
+
+// The scripts cut the times they store from TIME's reply rather than
+// formatting numbers: the holder's and a waiter's Since are the server's
+// time of the grant and of the queueing (this server runs on this
+// machine's clock), and the token is that grant's time in µs.
+func TestInspect_sinceAndToken(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx := testCtx(t)
+	holder := newTestClient(t, ctx, srv.Addr(), nil)
+	waiter := newTestClient(t, ctx, srv.Addr(), nil)
+	before := time.Now()
+	lh, err := holder.Lock(ctx, "since")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lh.Unlock(ctx) }()
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if l, err := waiter.Lock(wctx, "since"); err == nil {
+			_ = l.Unlock(ctx)
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	waitWaiters(t, ctx, holder, "since", 1)
+	after := time.Now()
+	info, err := holder.Inspect(ctx, "since")
+	if err != nil {
+		t.Fatal(err)
+	}
+	near := func(what string, got time.Time) {
+		t.Helper()
+		if got.Before(before.Add(-time.Second)) || got.After(after.Add(time.Second)) {
+			t.Errorf("%s = %v, want between %v and %v", what, got, before, after)
+		}
+	}
+	near("holder since", info.Holder.Since)
+	near("waiter since", info.Waiters[0].Since)
+	near("token as time", time.UnixMicro(int64(lh.Token())))
+	if ms := lh.Token() / 1000; ms != uint64(info.Holder.Since.UnixMilli()) {
+		t.Errorf("token %d, since %d ms: not the same instant", lh.Token(), info.Holder.Since.UnixMilli())
+	}
+}

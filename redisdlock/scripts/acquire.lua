@@ -53,7 +53,7 @@ if rec then
     head = 1
   end
 else
-  since = fmt(ms)
+  since = now_ms_s
   -- Last in line, and so first only in an empty queue.
   head = redis.call('RPUSH', queue, owner) == 1 and 1 or 0
 end

@@ -15,13 +15,18 @@
 local lock, queue, waiters, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
 -- now returns the server time in µs and ms, reading it on first use only:
--- renew and the retried-request paths never need it.
-local now_us, now_ms
+-- renew and the retried-request paths never need it. It also keeps both as
+-- strings, cut from TIME's reply ({seconds, microseconds}): formatting a
+-- number in Lua costs more than the commands around it.
+local now_us, now_ms, now_us_s, now_ms_s
 local function now()
   if not now_us then
     local t = redis.call('TIME')
-    now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    now_ms = math.floor(now_us / 1000)
+    local frac = string.sub('00000' .. t[2], -6)
+    now_us_s = t[1] .. frac
+    now_ms_s = t[1] .. string.sub(frac, 1, 3)
+    now_us = tonumber(now_us_s)
+    now_ms = tonumber(now_ms_s)
   end
   return now_us, now_ms
 end
@@ -70,15 +75,19 @@ end
 
 -- grant makes owner the holder with a fresh fencing token and returns it (as
 -- a string). last is the previous token: the lock hash's on a hand-off, the
--- fence's (or nil) when the lock was free. The token is above it and at
--- least the server clock in microseconds, so that it keeps increasing even
--- after the server lost all data in a restart without persistence. HSET
--- overwrites every field, so no DEL is needed first.
+-- fence's (or nil) when the lock was free. The token is max(last + 1, server
+-- clock in µs): above the previous one, and increasing even after the server
+-- lost all data in a restart without persistence. HSET overwrites every
+-- field, so no DEL is needed first.
 local function grant(owner, ttl, meta, prev, last)
-  local us, ms = now()
-  local token = fmt(math.max(tonumber(last or '0') + 1, us))
+  local us = now()
+  local previous = tonumber(last or '0')
+  local token = now_us_s
+  if previous >= us then
+    token = fmt(previous + 1)
+  end
   redis.call('HSET', lock, 'owner', owner, 'token', token, 'meta', meta,
-    'since', fmt(ms), 'prev', prev)
+    'since', now_ms_s, 'prev', prev)
   redis.call('PEXPIRE', lock, ttl)
   return token
 end

@@ -2,7 +2,7 @@
 -- Returns {now_ms, token, meta, since, pttl, w1_meta, w1_since, w1_deadline, ...}
 -- with token "" when nobody holds the lock; only live waiters, in order.
 local _, ms = now()
-local out = {fmt(ms)}
+local out = {now_ms_s}
 local h = redis.call('HMGET', lock, 'token', 'meta', 'since')
 if h[1] then
   table.insert(out, h[1])
