@@ -219,7 +219,7 @@ func (a *attempt) join(ctx context.Context) error {
 	// the same lease, and is deleted when that entry goes (by its release,
 	// or with its lease): it names an entry that exists, and its mod
 	// revision is that entry's create revision. Only a hand-made change
-	// breaks this; the wait checks the entry at each renewal.
+	// breaks this; the wait checks the entry at its first renewal (checkQueue).
 	if len(r.Kvs) != 1 || !isEntry(a.dir, string(r.Kvs[0].Value)) || string(r.Kvs[0].Value) == a.key {
 		// Not an entry's key, or ours: a tail left by an entry deleted
 		// by hand (ours, before we queued again with the same lease).
