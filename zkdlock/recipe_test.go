@@ -37,8 +37,12 @@ type granted struct {
 func TestLock_release_wakesOnlyTheNextWaiter(t *testing.T) {
 	ctx := testCtx(t)
 	srv := testserver.SharedZooKeeper(t)
-	opts := zkdlock.Options{Root: testRoot(t)}
-	holder := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{}), opts)
+	// A long session: a waiter granted more than a third of the session
+	// timeout after its Client's last answered request renews that proof
+	// with an exists first (see grantFrom), and queueing 20 waiters one by
+	// one can take that long under -race.
+	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
+	holder := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
 	const key, n = "herd", 20
 	lh, err := holder.Lock(ctx, key)
 	if err != nil {
@@ -50,7 +54,7 @@ func TestLock_release_wakesOnlyTheNextWaiter(t *testing.T) {
 	errc := make(chan error, n)
 	for i := range ws {
 		w := &herdWaiter{name: fmt.Sprintf("w%02d", i)}
-		w.conn = dialZK(t, ctx, srv.Addr(), connOpts{onEvent: func(ev zk.Event) {
+		w.conn = dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession, onEvent: func(ev zk.Event) {
 			// Runs in go-zookeeper's receive loop, before the event
 			// reaches the watcher and before any later reply is read.
 			switch ev.Type {
