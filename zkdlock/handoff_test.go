@@ -10,8 +10,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/dlocktest"
 	"github.com/dlockdev/dlock/internal/testserver"
 	"github.com/dlockdev/dlock/zkdlock"
 	"github.com/go-zookeeper/zk"
@@ -22,6 +24,7 @@ type pendingLock struct {
 	done chan struct{} // closed when Lock has returned
 	l    *dlock.Lease
 	err  error
+	at   time.Time // when Lock returned
 }
 
 func startLock(ctx context.Context, c *dlock.Client, key string) *pendingLock {
@@ -29,6 +32,7 @@ func startLock(ctx context.Context, c *dlock.Client, key string) *pendingLock {
 	go func() {
 		defer close(p.done)
 		p.l, p.err = c.Lock(ctx, key)
+		p.at = time.Now()
 	}()
 	return p
 }
@@ -295,6 +299,69 @@ func TestRelease_withoutWritePermission_deletes(t *testing.T) {
 		t.Errorf("the waiter sent %d requests between the release and its grant, want 0", d)
 	}
 	if err := lw.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLock_waiterReconnects_noFalseRelease: go-zookeeper sets a waiter's
+// watches again when it reconnects, with the last zxid it saw; the server
+// then reports a data change only for a node written since, and a deletion
+// for a node that is gone. So a reconnect while the predecessor waits must
+// not look like a release, and a release missed while cut off (the
+// notification lost with the connection) comes back as a deletion, which
+// makes the waiter list again rather than trust it.
+func TestLock_waiterReconnects_noFalseRelease(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
+	holder := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
+	const key = "reconnect"
+	lh, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, a := queueWatching(t, ctx, srv.Addr(), opts, holder, key, 1)
+	proxy := dlocktest.NewProxy(t, srv.Addr())
+	sniff := &sessionSniffer{}
+	conn := dialZK(t, ctx, proxy.Addr(), connOpts{timeout: longSession, dialer: sniff.dial})
+	hook := &hookConn{Conn: conn}
+	b := startLock(ctx, newClient(t, ctx, hook, opts), key)
+	pause := func() { waitWaiters(t, ctx, holder, key, 2) }
+	awaitOrFail(t, ctx, "the waiter behind watches the one ahead", func() bool { return hook.getWs.Load() == 1 }, pause, b.done)
+
+	// A reconnect while the one ahead still waits.
+	dials := sniff.dials.Load()
+	proxy.Reset()
+	awaitOrFail(t, ctx, "the waiter reconnects", func() bool { return sniff.dials.Load() > dials && conn.State() == zk.StateHasSession }, pause, b.done)
+	if _, err := conn.Sync("/"); err != nil {
+		t.Fatal(err)
+	}
+
+	// The one ahead takes the key and releases it while the waiter is cut
+	// off; the notification is lost with the connection.
+	proxy.Blackhole()
+	if err := lh.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	la := a.lease(t, ctx, "the first waiter")
+	lists := hook.lists.Load()
+	releasing := time.Now()
+	if err := la.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Reset()
+	proxy.Restore()
+	lb := b.lease(t, ctx, "the waiter that was cut off")
+	if !b.at.After(releasing) {
+		t.Errorf("the waiter was granted at %v, before the one ahead released at %v", b.at, releasing)
+	}
+	if d := hook.lists.Load() - lists; d != 1 {
+		t.Errorf("the waiter listed the queue %d times after its reconnect, want 1 (a deletion is no proof of a release)", d)
+	}
+	if lb.Token() <= la.Token() {
+		t.Errorf("token %d after %d", lb.Token(), la.Token())
+	}
+	if err := lb.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
