@@ -216,11 +216,11 @@ func TestScripts_commandsPerPath(t *testing.T) {
 			}
 		}
 	}
-	// HMGET TIME HGET RPUSH HSET PTTL, PEXPIRE ×2 for the new queue, and
-	// the holder's PTTL for the first in line.
-	measure("first waiter", 9, func() { join(first); queued(1) })
-	// HMGET TIME HGET RPUSH HSET PTTL.
-	measure("second waiter", 6, func() { join(second); queued(2) })
+	// HMGET TIME HSETNX RPUSH PTTL, PEXPIRE ×2 for the new queue, and the
+	// holder's PTTL for the first in line.
+	measure("first waiter", 8, func() { join(first); queued(1) })
+	// HMGET TIME HSETNX RPUSH PTTL.
+	measure("second waiter", 5, func() { join(second); queued(2) })
 	if err := lh.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -43,21 +43,24 @@ if not wait then
   return {0, redis.call('PTTL', lock)}
 end
 local _, ms = now()
-local rec = redis.call('HGET', waiters, owner)
-local since, head
-if rec then
-  -- A poll: keep the place in line, refresh the deadline.
-  _, _, since = parse_waiter(rec)
-  head = 0
-  if redis.call('LINDEX', queue, 0) == owner then
+local deadline, rest = fmt(ms + waiter_timeout), '|' .. channel .. '|' .. meta
+-- Joining is once per grant, a poll once per PollInterval: try the join's
+-- write first, which also tells whether the caller is queued already.
+local head = 0
+if redis.call('HSETNX', waiters, owner, deadline .. '|' .. ARGV[2] .. '|' .. now_ms_s .. rest) == 1 then
+  -- Last in line, and so first only in an empty queue.
+  if redis.call('RPUSH', queue, owner) == 1 then
     head = 1
   end
 else
-  since = now_ms_s
-  -- Last in line, and so first only in an empty queue.
-  head = redis.call('RPUSH', queue, owner) == 1 and 1 or 0
+  -- A poll (or a join resent after a lost reply): keep the place in line
+  -- and the time of joining, refresh the deadline.
+  local _, _, since = parse_waiter(redis.call('HGET', waiters, owner))
+  redis.call('HSET', waiters, owner, deadline .. '|' .. ARGV[2] .. '|' .. since .. rest)
+  if redis.call('LINDEX', queue, 0) == owner then
+    head = 1
+  end
 end
-redis.call('HSET', waiters, owner, fmt(ms + waiter_timeout) .. '|' .. ARGV[2] .. '|' .. since .. '|' .. channel .. '|' .. meta)
 -- The queue vanishes by itself once every waiter has stopped polling. It is
 -- given twice the waiter timeout and extended only when less than one is
 -- left, so that most calls need no PEXPIRE; and only ever extended, since
