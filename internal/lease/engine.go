@@ -42,22 +42,32 @@ const (
 var ErrReleased = errors.New("dlock: lease released by Unlock")
 
 // Engine keeps one grant alive. It is safe for concurrent use.
+//
+// It runs on two timers (time.AfterFunc), not on a goroutine of its own: a
+// held lease costs no goroutine, and starting or releasing one wakes no
+// other thread. Lock and Unlock are on the hand-off's critical path, and on
+// a busy machine a goroutine's start-up and its wake-up at Release cost more
+// than the rest of a Redis cycle. Only a grant with a Lost channel gets a
+// goroutine, to wait on that channel.
 type Engine struct {
 	key      string
 	grant    driver.Grant
 	validity time.Duration
 	log      *slog.Logger
 
-	stop chan struct{} // closed by Release to end the loop
+	stop chan struct{} // closed by Release to end watchLost; nil without a Lost channel
 	done chan struct{} // the public Done channel
 
-	mu       sync.Mutex
-	deadline time.Time // local deadline; guarded by mu
-	err      error     // non-nil once done is closed; guarded by mu
-	released bool      // Release was called; guarded by mu
+	mu            sync.Mutex
+	deadline      time.Time          // local deadline; guarded by mu
+	err           error              // non-nil once done is closed; guarded by mu
+	released      bool               // Release was called; guarded by mu
+	renewTimer    *time.Timer        // runs renew; guarded by mu
+	deadlineTimer *time.Timer        // runs onDeadline; guarded by mu
+	cancelRenew   context.CancelFunc // of the renewal in flight, if any; guarded by mu
 }
 
-// Start begins renewing g in a goroutine. log may be nil.
+// Start begins renewing g about every Validity/3. log may be nil.
 func Start(key string, g driver.Grant, log *slog.Logger) *Engine {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -67,14 +77,25 @@ func Start(key string, g driver.Grant, log *slog.Logger) *Engine {
 		grant:    g,
 		validity: g.Validity(),
 		log:      log,
-		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
 	from := countFrom(g.ValidFrom())
+	// The timers' functions take mu first, so they see both timers set
+	// even when one fires at once (a grant already past its deadline).
+	e.mu.Lock()
 	e.deadline = e.deadlineFrom(from)
-	go e.loop(from)
+	e.deadlineTimer = time.AfterFunc(time.Until(e.deadline), e.onDeadline)
+	e.renewTimer = time.AfterFunc(time.Until(from.Add(e.renewInterval())), e.renew)
+	e.mu.Unlock()
+	if lost := g.Lost(); lost != nil {
+		e.stop = make(chan struct{})
+		go e.watchLost(lost)
+	}
 	return e
 }
+
+// renewInterval is the time between renewals.
+func (e *Engine) renewInterval() time.Duration { return e.validity / 3 }
 
 // deadlineFrom is the local deadline of a grant made or renewed no earlier
 // than start.
@@ -117,17 +138,31 @@ func (e *Engine) expiredErr() error {
 	return fmt.Errorf("%w: key %q: not renewed within its validity of %v (deadline passed)", driver.ErrLeaseLost, e.key, e.validity)
 }
 
-// endLocked closes done with err. e.mu must be held.
+// endLocked closes done with err and stops renewing. e.mu must be held.
 func (e *Engine) endLocked(err error) {
 	if e.err != nil {
 		return
 	}
 	e.err = err
 	close(e.done)
+	e.stopTimersLocked()
 }
 
-// end is endLocked for the loop, which may still be running after Release
-// started: what it finds then is ignored, since Release decides the outcome.
+// stopTimersLocked stops both timers and cancels a renewal in flight. A
+// timer function already started finds the lease ended or released and
+// does nothing. e.mu must be held.
+func (e *Engine) stopTimersLocked() {
+	e.renewTimer.Stop()
+	e.deadlineTimer.Stop()
+	if e.cancelRenew != nil {
+		e.cancelRenew()
+		e.cancelRenew = nil
+	}
+}
+
+// end is endLocked for the timers and watchLost, which may still run after
+// Release started: what they find then is ignored, since Release decides
+// the outcome.
 func (e *Engine) end(err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -137,78 +172,70 @@ func (e *Engine) end(err error) {
 	e.endLocked(err)
 }
 
-type renewResult struct {
-	start time.Time
-	err   error
+// watchLost ends the lease when the backend reports the grant lost.
+func (e *Engine) watchLost(lost <-chan error) {
+	select {
+	case <-e.stop:
+	case err := <-lost:
+		e.end(fmt.Errorf("%w: key %q: %w", driver.ErrLeaseLost, e.key, err))
+	}
 }
 
-// loop renews the grant about every validity/3 and ends the lease when a
-// renewal is refused, the backend reports the loss, or the deadline passes.
-func (e *Engine) loop(validFrom time.Time) {
-	interval := e.validity / 3
-	retry := max(e.validity/20, time.Millisecond)
+// onDeadline ends the lease when its deadline has passed. The timer may fire
+// a little early relative to a deadline that a renewal just moved: it then
+// waits for the current one.
+func (e *Engine) onDeadline() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.err != nil || e.released {
+		return
+	}
+	if left := time.Until(e.deadline); left > 0 {
+		e.deadlineTimer.Reset(left)
+		return
+	}
+	e.endLocked(e.expiredErr())
+}
 
-	renewTimer := time.NewTimer(time.Until(validFrom.Add(interval)))
-	defer renewTimer.Stop()
-	deadlineTimer := time.NewTimer(time.Until(e.Deadline()))
-	defer deadlineTimer.Stop()
+// renew renews the grant once, in the renew timer's goroutine, and sets the
+// timer for the next renewal: validity/3 after this one started, or soon
+// after a transient failure. Only one renewal runs at a time, since the
+// timer is set again only when it is done.
+func (e *Engine) renew() {
+	e.mu.Lock()
+	if e.err != nil || e.released {
+		e.mu.Unlock()
+		return
+	}
+	// A renewal that has not answered by the deadline cannot help.
+	ctx, cancel := context.WithDeadline(context.Background(), e.deadline)
+	e.cancelRenew = cancel
+	e.mu.Unlock()
 
-	results := make(chan renewResult, 1)
-	renewing := false
-	// cancelRenew stops an in-flight renewal when the loop returns.
-	renewCtx, cancelRenew := context.WithCancel(context.Background())
-	defer cancelRenew()
+	start := countFrom(time.Now())
+	err := e.grant.Renew(ctx)
+	cancel()
 
-	for {
-		select {
-		case <-e.stop:
-			return
-		case err := <-e.grant.Lost():
-			e.end(fmt.Errorf("%w: key %q: %w", driver.ErrLeaseLost, e.key, err))
-			return
-		case <-deadlineTimer.C:
-			// The timer may fire a little early relative to a deadline that a
-			// renewal just moved; check against the current one.
-			if d := e.Deadline(); time.Now().Before(d) {
-				deadlineTimer.Reset(time.Until(d))
-				continue
-			}
-			e.end(e.expiredErr())
-			return
-		case <-renewTimer.C:
-			if renewing {
-				continue
-			}
-			renewing = true
-			start := time.Now()
-			// A renewal that has not answered by the deadline cannot help.
-			ctx, cancel := context.WithDeadline(renewCtx, e.Deadline())
-			go func() {
-				defer cancel()
-				err := e.grant.Renew(ctx)
-				results <- renewResult{start: countFrom(start), err: err}
-			}()
-		case r := <-results:
-			renewing = false
-			switch {
-			case r.err == nil:
-				e.mu.Lock()
-				if d := e.deadlineFrom(r.start); d.After(e.deadline) && e.err == nil {
-					e.deadline = d
-				}
-				e.mu.Unlock()
-				deadlineTimer.Reset(time.Until(e.Deadline()))
-				renewTimer.Reset(time.Until(r.start.Add(interval)))
-			case errors.Is(r.err, driver.ErrNotHeld):
-				e.end(fmt.Errorf("%w: key %q: the server no longer has this grant: %w", driver.ErrLeaseLost, e.key, r.err))
-				return
-			default:
-				// Transient: the server may still hold the grant. Try again
-				// soon; the deadline timer ends the lease if nothing works.
-				e.log.Warn("dlock: lease renewal failed, retrying", "key", e.key, "error", r.err)
-				renewTimer.Reset(retry)
-			}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.cancelRenew = nil
+	if e.err != nil || e.released {
+		return
+	}
+	switch {
+	case err == nil:
+		if d := e.deadlineFrom(start); d.After(e.deadline) {
+			e.deadline = d
+			e.deadlineTimer.Reset(time.Until(d))
 		}
+		e.renewTimer.Reset(time.Until(start.Add(e.renewInterval())))
+	case errors.Is(err, driver.ErrNotHeld):
+		e.endLocked(fmt.Errorf("%w: key %q: the server no longer has this grant: %w", driver.ErrLeaseLost, e.key, err))
+	default:
+		// Transient: the server may still hold the grant. Try again soon;
+		// the deadline timer ends the lease if nothing works.
+		e.log.Warn("dlock: lease renewal failed, retrying", "key", e.key, "error", err)
+		e.renewTimer.Reset(max(e.validity/20, time.Millisecond))
 	}
 }
 
@@ -223,13 +250,13 @@ func (e *Engine) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: key %q: already unlocked", driver.ErrNotHeld, e.key)
 	}
 	e.released = true
+	// Stop renewing without waiting for a renewal in flight: it acts only
+	// on this grant, and its verdict is ignored from now on.
+	e.stopTimersLocked()
 	e.mu.Unlock()
-
-	// Stop the loop without waiting for it: the release need not wait for
-	// a goroutine to be scheduled (it is on the hand-off's critical path),
-	// and whatever the loop still does is harmless — a renewal in flight
-	// acts only on this grant, and end ignores its verdict from now on.
-	close(e.stop)
+	if e.stop != nil {
+		close(e.stop)
+	}
 	e.checkDeadline()
 
 	e.mu.Lock()

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -179,5 +180,39 @@ func TestEngine_releaseEndsWithErrReleased(t *testing.T) {
 	}
 	if err := e.Release(context.Background()); !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("second Release = %v, want ErrNotHeld", err)
+	}
+}
+
+// noLostGrant is a fakeGrant whose backend has no lost signal, as Redis.
+type noLostGrant struct{ *fakeGrant }
+
+func (noLostGrant) Lost() <-chan error { return nil }
+
+// A lease whose grant has no Lost channel runs on timers alone: holding it
+// costs no goroutine (Lock and Unlock wake no other thread), and it still
+// renews and still ends at its deadline.
+func TestEngine_withoutLostChannelHoldsNoGoroutine(t *testing.T) {
+	const n = 200
+	before := runtime.NumGoroutine()
+	engines := make([]*Engine, n)
+	for i := range engines {
+		engines[i] = Start("k", noLostGrant{newFake(time.Hour)}, nil)
+	}
+	if grew := runtime.NumGoroutine() - before; grew >= n/2 {
+		t.Errorf("%d held leases added %d goroutines; want none", n, grew)
+	}
+	for _, e := range engines {
+		if err := e.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	g := newFake(300 * time.Millisecond)
+	e := Start("k", noLostGrant{g}, nil)
+	<-g.renewed // the renew timer fired
+	g.setRenewErr(errors.New("transient"))
+	waitDone(t, e)
+	if err := e.Err(); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost at the deadline", err)
 	}
 }
