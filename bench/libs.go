@@ -194,6 +194,9 @@ type dlockMulti struct {
 	c     *dlock.Client
 	opts  []dlock.LockOption
 	close func()
+	// queueLen, if set, counts the waiters on key more cheaply than
+	// Inspect, which on ZooKeeper reads every node of the queue.
+	queueLen func(ctx context.Context, key string) (int, error)
 }
 
 func (d *dlockMulti) Lock(ctx context.Context, key string) (func(context.Context) error, error) {
@@ -256,7 +259,21 @@ func newDlockZKMulti(ctx context.Context, e *env, ttl time.Duration, _ bool) (mu
 	if err != nil {
 		return nil, err
 	}
-	return &dlockMulti{c: c}, nil
+	// The queue is counted with one listing on a connection of its own, as
+	// for go-zookeeper's Lock (Inspect would read every node).
+	zc, err := zkConnect(e, ttl)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	count := func(_ context.Context, key string) (int, error) {
+		ch, _, err := zc.Children("/dlock-bench/" + key)
+		if err != nil && err != zk.ErrNoNode {
+			return 0, err
+		}
+		return max(len(ch)-1, 0), nil
+	}
+	return &dlockMulti{c: c, close: zc.Close, queueLen: count}, nil
 }
 
 // ---- redsync ----

@@ -519,6 +519,10 @@ type queueResult struct {
 func queueLen(ctx context.Context, lib *library, m multi, key string) (n int, ok bool, err error) {
 	switch mm := m.(type) {
 	case *dlockMulti:
+		if mm.queueLen != nil {
+			n, err := mm.queueLen(ctx, key)
+			return n, true, err
+		}
 		info, err := mm.c.Inspect(ctx, key)
 		if err != nil {
 			return 0, true, err

@@ -67,6 +67,7 @@ const (
 	ZKOpDelete          = 2
 	ZKOpExists          = 3
 	ZKOpGetData         = 4
+	ZKOpSetData         = 5
 	ZKOpSync            = 9
 	ZKOpPing            = 11
 	ZKOpGetChildren2    = 12

@@ -204,7 +204,11 @@ func (r *rig) isRelease(f *faultinject.Frame) bool {
 	case r.kind == "redis":
 		return f.Command() == "DEL"
 	case r.kind == "zk" && r.recipe == "dlock":
-		return f.ZKFirstOp() == faultinject.ZKOpDelete && strings.Contains(string(f.Data), "/lock-")
+		// A release is a multi: setData on the lock node, then its delete
+		// (the mark that lets the next waiter skip a listing; see
+		// zkdlock/release.go), or a plain delete without write permission.
+		op := f.ZKFirstOp()
+		return (op == faultinject.ZKOpDelete || op == faultinject.ZKOpSetData) && strings.Contains(string(f.Data), "/lock-")
 	case r.kind == "zk":
 		return f.Op == faultinject.ZKOpDelete && strings.HasSuffix(f.Path, "/lock")
 	}
