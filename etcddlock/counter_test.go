@@ -53,6 +53,14 @@ func (c *counter) refuseNext(method string, n int, err error) {
 	c.refuseErr = err
 }
 
+// dropNextReply makes the client drop the reply of the next Txn that match
+// matches, once.
+func (c *counter) dropNextReply(match func(*pb.TxnRequest) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dropNext = match
+}
+
 // refused reports whether to refuse a call of method, counting it if so.
 func (c *counter) refused(method string) error {
 	c.mu.Lock()
@@ -78,18 +86,24 @@ func (c *counter) waitSent(t testing.TB, ctx context.Context, what string, n int
 // sentAtLeast waits until the client has sent n requests of what since the
 // last take, or ctx ends, and returns how many it sent.
 func (c *counter) sentAtLeast(ctx context.Context, what string, n int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.waitLocked(ctx, func() bool { return c.sent[what] >= n })
+	return c.sent[what]
+}
+
+// waitLocked waits, with c.mu held, until done reports true or ctx ends.
+// done is called with c.mu held.
+func (c *counter) waitLocked(ctx context.Context, done func() bool) {
 	stop := context.AfterFunc(ctx, func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		c.changed.Broadcast()
 	})
 	defer stop()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for c.sent[what] < n && ctx.Err() == nil {
+	for !done() && ctx.Err() == nil {
 		c.changed.Wait()
 	}
-	return c.sent[what]
 }
 
 // deleteEvent is a delete (or put) notice received on a watch.
@@ -116,17 +130,9 @@ func (c *counter) createdCount() int {
 // counting the driver's own (so one more than the waits).
 func (c *counter) waitCreated(t testing.TB, ctx context.Context, n int) {
 	t.Helper()
-	stop := context.AfterFunc(ctx, func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.changed.Broadcast()
-	})
-	defer stop()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for c.created < n && ctx.Err() == nil {
-		c.changed.Wait()
-	}
+	c.waitLocked(ctx, func() bool { return c.created >= n })
 	if c.created < n {
 		t.Fatalf("%d watches created, want %d (watchdog)", c.created, n)
 	}

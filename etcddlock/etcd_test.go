@@ -50,6 +50,25 @@ func entry(t *testing.T, ctx context.Context, admin *clientv3.Client, key string
 	return string(kv.Key), kv.CreateRevision, clientv3.LeaseID(kv.Lease)
 }
 
+// checkTokenIsOnlyEntry checks that key has exactly one entry and that l's
+// token is its create revision, and returns the entry's lease.
+func checkTokenIsOnlyEntry(t *testing.T, ctx context.Context, admin *clientv3.Client, key string, l *dlock.Lease) clientv3.LeaseID {
+	t.Helper()
+	_, rev, lease := entry(t, ctx, admin, key)
+	if l.Token() != uint64(rev) {
+		t.Errorf("token %d, want the entry's create revision %d", l.Token(), rev)
+	}
+	return lease
+}
+
+// lockOrTryLock returns c.Lock if wait, else c.TryLock.
+func lockOrTryLock(c *dlock.Client, wait bool) func(context.Context, string, ...dlock.LockOption) (*dlock.Lease, error) {
+	if wait {
+		return c.Lock
+	}
+	return c.TryLock
+}
+
 // leaseAlive reports whether etcd still has a lease.
 func leaseAlive(t *testing.T, ctx context.Context, admin *clientv3.Client, id clientv3.LeaseID) bool {
 	t.Helper()
@@ -196,16 +215,7 @@ func TestHandOff_notifiedBySyncedWatch(t *testing.T) {
 	admin := adminClient(t, srv.Addr())
 	key := "synced/" + t.Name()
 
-	// A writer that keeps etcd's revision moving.
-	wctx, stopWriter := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for wctx.Err() == nil {
-			_, _ = admin.Put(wctx, "dlocktest-noise/"+key, "x")
-		}
-	})
-	defer wg.Wait()
-	defer stopWriter()
+	defer keepRevisionMoving(ctx, admin, key)()
 
 	holder := newCounter().client(t, ctx, srv.Addr(), longTTL)
 	wc := newCounter()
@@ -216,14 +226,7 @@ func TestHandOff_notifiedBySyncedWatch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan error, 1)
-		go func() {
-			l, err := waiter.Lock(ctx, key)
-			if err == nil {
-				err = l.Unlock(ctx)
-			}
-			got <- err
-		}()
+		got := goLockUnlock(ctx, waiter, key)
 		waitWaiters(t, ctx, holder, key, 1)
 		if err := lh.Unlock(ctx); err != nil {
 			t.Fatal(err)
@@ -243,6 +246,22 @@ func TestHandOff_notifiedBySyncedWatch(t *testing.T) {
 	t.Logf("%d of 20 hand-offs notified by the watch, the others found by the read after creating it", notices)
 }
 
+// keepRevisionMoving starts a writer that keeps etcd's revision moving with
+// puts next to key, and returns a function that stops it and waits for it.
+func keepRevisionMoving(ctx context.Context, admin *clientv3.Client, key string) (stop func()) {
+	wctx, stopWriter := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for wctx.Err() == nil {
+			_, _ = admin.Put(wctx, "dlocktest-noise/"+key, "x")
+		}
+	})
+	return func() {
+		stopWriter()
+		wg.Wait()
+	}
+}
+
 // For contrast, etcd's own recipe: a watch from a past revision is unsynced,
 // and its notice comes from the catch-up loop. Logged only: whether the
 // catch-up loop runs before the next write is a matter of timing.
@@ -251,15 +270,7 @@ func TestHandOff_unsyncedWatchControl(t *testing.T) {
 	ctx := testCtx(t)
 	admin := adminClient(t, srv.Addr())
 	key := "dlocktest-control/" + t.Name()
-	wctx, stopWriter := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for wctx.Err() == nil {
-			_, _ = admin.Put(wctx, "dlocktest-noise/"+key, "x")
-		}
-	})
-	defer wg.Wait()
-	defer stopWriter()
+	defer keepRevisionMoving(ctx, admin, key)()
 	late := 0
 	for range 5 {
 		put, err := admin.Put(ctx, key, "x")
@@ -292,13 +303,8 @@ func TestLock_lostCreateReply(t *testing.T) {
 			key := "lost-reply/" + t.Name()
 			c := newCounter()
 			client := c.client(t, ctx, srv.Addr(), longTTL)
-			c.mu.Lock()
-			c.dropNext = isPutTxn
-			c.mu.Unlock()
-			lock := client.TryLock
-			if wait {
-				lock = client.Lock
-			}
+			c.dropNextReply(isPutTxn)
+			lock := lockOrTryLock(client, wait)
 			l, err := lock(ctx, key)
 			if err != nil {
 				t.Fatal(err)
@@ -307,10 +313,7 @@ func TestLock_lostCreateReply(t *testing.T) {
 			if sent["/etcdserverpb.KV/Txn"] != 2 {
 				t.Errorf("sent %v, want 2 Txn: the one whose reply was lost and its retry", sent)
 			}
-			_, rev, lease := entry(t, ctx, admin, key) // exactly one entry
-			if l.Token() != uint64(rev) {
-				t.Errorf("token %d, want the entry's create revision %d", l.Token(), rev)
-			}
+			lease := checkTokenIsOnlyEntry(t, ctx, admin, key, l)
 			if err := l.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -335,17 +338,8 @@ func TestLock_lostCreateReplyWhileQueued(t *testing.T) {
 	}
 	c := newCounter()
 	waiter := c.client(t, ctx, srv.Addr(), longTTL)
-	c.mu.Lock()
-	c.dropNext = isPutTxn
-	c.mu.Unlock()
-	got := make(chan error, 1)
-	go func() {
-		l, err := waiter.Lock(ctx, key)
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		got <- err
-	}()
+	c.dropNextReply(isPutTxn)
+	got := goLockUnlock(ctx, waiter, key)
 	waitWaiters(t, ctx, holder, key, 1)
 	c.waitCreated(t, ctx, 2)
 	if info, err := holder.Inspect(ctx, key); err != nil || len(info.Waiters) != 1 {
@@ -618,6 +612,20 @@ func goLock(ctx context.Context, c *dlock.Client, key string) <-chan lockResult 
 	return got
 }
 
+// goLockUnlock calls c.Lock(ctx, key, opts...) in a goroutine, then Unlock
+// if it was granted, and sends the first error (or nil) on the channel.
+func goLockUnlock(ctx context.Context, c *dlock.Client, key string, opts ...dlock.LockOption) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Lock(ctx, key, opts...)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	return got
+}
+
 type lockResult struct {
 	l   *dlock.Lease
 	err error
@@ -735,14 +743,7 @@ func TestLock_waiterCutOff_queuesAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer waiter.Close()
-	got := make(chan error, 1)
-	go func() {
-		l, err := waiter.Lock(ctx, key, dlock.WithTTL(time.Second))
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		got <- err
-	}()
+	got := goLockUnlock(ctx, waiter, key, dlock.WithTTL(time.Second))
 	waitWaiters(t, ctx, holder, key, 1)
 	p.Blackhole()
 	waitWaiters(t, ctx, holder, key, 0) // etcd expired the waiter's lease

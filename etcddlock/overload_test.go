@@ -36,10 +36,7 @@ func TestLock_tooManyRequests_retried(t *testing.T) {
 			key := "too-many-requests/" + t.Name()
 			c := newCounter()
 			client := c.client(t, ctx, srv.Addr(), longTTL)
-			lock := client.TryLock
-			if wait {
-				lock = client.Lock
-			}
+			lock := lockOrTryLock(client, wait)
 			c.refuseNext(txnMethod, refusals, rpctypes.ErrGRPCRequestTooManyRequests)
 			l, err := lock(ctx, key)
 			if err != nil {
@@ -49,10 +46,7 @@ func TestLock_tooManyRequests_retried(t *testing.T) {
 			if sent[txnMethod] != refusals+1 || sent["refused "+txnMethod] != refusals || sent[grantMethod] != 1 {
 				t.Errorf("lock sent %v, want %d Txn of which %d refused, and 1 LeaseGrant", sent, refusals+1, refusals)
 			}
-			_, rev, lease := entry(t, ctx, admin, key) // exactly one entry
-			if l.Token() != uint64(rev) {
-				t.Errorf("token %d, want the entry's create revision %d", l.Token(), rev)
-			}
+			lease := checkTokenIsOnlyEntry(t, ctx, admin, key, l)
 
 			c.refuseNext(txnMethod, refusals, rpctypes.ErrGRPCRequestTooManyRequests)
 			if err := l.Unlock(ctx); err != nil {
@@ -62,9 +56,7 @@ func TestLock_tooManyRequests_retried(t *testing.T) {
 			if sent[txnMethod] != refusals+1 || sent["refused "+txnMethod] != refusals {
 				t.Errorf("unlock sent %v, want %d Txn of which %d refused", sent, refusals+1, refusals)
 			}
-			if left, err := (&harness{admin: admin}).Leftovers(ctx, key); err != nil || len(left) != 0 {
-				t.Errorf("after Unlock: entries %v, %v; want none", left, err)
-			}
+			checkNoEntriesAfterUnlock(t, ctx, admin, key)
 			if !leaseAlive(t, ctx, admin, lease) {
 				t.Error("lease revoked after refusals: a refused write did nothing, the lease should be kept for reuse")
 			}
@@ -161,14 +153,7 @@ func TestLock_waiterRenewalOverdue_keepsPlace(t *testing.T) {
 	// after the first attempt). 16 refusals outlast that moment.
 	const refusals = 16
 	c.refuseNext(keepAliveMethod, refusals, rpctypes.ErrGRPCRequestTooManyRequests)
-	got := make(chan error, 1)
-	go func() {
-		l, err := waiter.Lock(ctx, key)
-		if err == nil {
-			err = l.Unlock(ctx)
-		}
-		got <- err
-	}()
+	got := goLockUnlock(ctx, waiter, key)
 	waitWaiters(t, ctx, holder, key, 1)
 	resp, err := admin.Get(ctx, etcddlock.QueueDirForTest(etcddlock.DefaultPrefix, key), clientv3.WithPrefix())
 	if err != nil {
@@ -221,11 +206,9 @@ func TestUnlock_lostReleaseReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.take()
-	c.mu.Lock()
-	c.dropNext = func(txn *pb.TxnRequest) bool {
+	c.dropNextReply(func(txn *pb.TxnRequest) bool {
 		return len(txn.Success) > 0 && txn.Success[0].GetRequestDeleteRange() != nil // the release
-	}
-	c.mu.Unlock()
+	})
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock after a lost reply: %v", err)
 	}
@@ -233,6 +216,13 @@ func TestUnlock_lostReleaseReply(t *testing.T) {
 	if sent[txnMethod] != 2 {
 		t.Errorf("sent %v, want 2 Txn: the release whose reply was lost and its retry", sent)
 	}
+	checkNoEntriesAfterUnlock(t, ctx, admin, key)
+}
+
+// checkNoEntriesAfterUnlock fails the test if etcd still stores an entry
+// for key.
+func checkNoEntriesAfterUnlock(t *testing.T, ctx context.Context, admin *clientv3.Client, key string) {
+	t.Helper()
 	if left, err := (&harness{admin: admin}).Leftovers(ctx, key); err != nil || len(left) != 0 {
 		t.Errorf("after Unlock: entries %v, %v; want none", left, err)
 	}

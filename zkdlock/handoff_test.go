@@ -110,10 +110,7 @@ func TestLock_handOff_eightWaiters_fiveRequestsEach(t *testing.T) {
 	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
 	holder := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
 	const key, n = "hand-off-8", 8
-	lh, err := holder.Lock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := mustLock(t, ctx, holder, key)
 	type result struct {
 		i, order       int64
 		atGrant, total int64
@@ -150,9 +147,7 @@ func TestLock_handOff_eightWaiters_fiveRequestsEach(t *testing.T) {
 	for i, h := range hooks {
 		queued[i] = h.requests.Load()
 	}
-	if err := lh.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	mustUnlock(t, ctx, lh)
 	for range n {
 		var r result
 		select {
@@ -187,10 +182,7 @@ func TestLock_waiterAheadLeaves_relistsAndWaits(t *testing.T) {
 	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
 	holder := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
 	const key = "waiter-ahead-leaves"
-	lh, err := holder.Lock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := mustLock(t, ctx, holder, key)
 	qctx, quit := context.WithCancel(ctx)
 	defer quit()
 	_, quitter := queueWatching(t, qctx, srv.Addr(), opts, holder, key, 1)
@@ -222,9 +214,7 @@ func TestLock_waiterAheadLeaves_relistsAndWaits(t *testing.T) {
 		t.Fatalf("Inspect: holder %+v and %d waiters, want the holder (token %d) and one waiter", info.Holder, len(info.Waiters), lh.Token())
 	}
 	before := hook.requests.Load()
-	if err := lh.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	mustUnlock(t, ctx, lh)
 	lw := w.lease(t, ctx, "the waiter after the release")
 	if d := hook.requests.Load() - before; d != 0 {
 		t.Errorf("the waiter sent %d requests between the release and its grant, want 0", d)
@@ -232,9 +222,7 @@ func TestLock_waiterAheadLeaves_relistsAndWaits(t *testing.T) {
 	if lw.Token() <= lh.Token() {
 		t.Errorf("token %d after %d", lw.Token(), lh.Token())
 	}
-	if err := lw.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	mustUnlock(t, ctx, lw)
 }
 
 // TestLease_lockNodeWritten_lost: a write to a lock node is how a release
@@ -248,10 +236,7 @@ func TestLease_lockNodeWritten_lost(t *testing.T) {
 	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
 	holder := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
 	const key = "written"
-	lh, err := holder.Lock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := mustLock(t, ctx, holder, key)
 	_, w := queueWatching(t, ctx, srv.Addr(), opts, holder, key, 1)
 	if _, err := admin.Set(headNode(t, admin, zkdlock.KeyPathForTest(opts.Root, key)), []byte("x"), -1); err != nil {
 		t.Fatal(err)
@@ -282,10 +267,7 @@ func TestRelease_withoutWritePermission_deletes(t *testing.T) {
 	if _, err := admin.Create(zkdlock.KeyPathForTest(opts.Root, key), nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatal(err)
 	}
-	lh, err := holder.Lock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := mustLock(t, ctx, holder, key)
 	hook, w := queueWatching(t, ctx, srv.Addr(), opts, holder, key, 1)
 	before, hb := hook.requests.Load(), hh.requests.Load()
 	if err := lh.Unlock(ctx); err != nil {
@@ -298,9 +280,7 @@ func TestRelease_withoutWritePermission_deletes(t *testing.T) {
 	if d := hook.requests.Load() - before; d != 0 {
 		t.Errorf("the waiter sent %d requests between the release and its grant, want 0", d)
 	}
-	if err := lw.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	mustUnlock(t, ctx, lw)
 }
 
 // TestLock_waiterReconnects_noFalseRelease: go-zookeeper sets a waiter's
@@ -316,10 +296,7 @@ func TestLock_waiterReconnects_noFalseRelease(t *testing.T) {
 	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
 	holder := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
 	const key = "reconnect"
-	lh, err := holder.Lock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := mustLock(t, ctx, holder, key)
 	_, a := queueWatching(t, ctx, srv.Addr(), opts, holder, key, 1)
 	proxy := dlocktest.NewProxy(t, srv.Addr())
 	sniff := &sessionSniffer{}
@@ -340,15 +317,11 @@ func TestLock_waiterReconnects_noFalseRelease(t *testing.T) {
 	// The one ahead takes the key and releases it while the waiter is cut
 	// off; the notification is lost with the connection.
 	proxy.Blackhole()
-	if err := lh.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	mustUnlock(t, ctx, lh)
 	la := a.lease(t, ctx, "the first waiter")
 	lists := hook.lists.Load()
 	releasing := time.Now()
-	if err := la.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	mustUnlock(t, ctx, la)
 	proxy.Reset()
 	proxy.Restore()
 	lb := b.lease(t, ctx, "the waiter that was cut off")
@@ -361,7 +334,5 @@ func TestLock_waiterReconnects_noFalseRelease(t *testing.T) {
 	if lb.Token() <= la.Token() {
 		t.Errorf("token %d after %d", lb.Token(), la.Token())
 	}
-	if err := lb.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	mustUnlock(t, ctx, lb)
 }

@@ -92,6 +92,39 @@ func newClient(t *testing.T, ctx context.Context, conn zkdlock.Conn, o zkdlock.O
 	return c
 }
 
+// plainClient builds a Client on a connection of its own to addr, with
+// default connection options.
+func plainClient(t *testing.T, ctx context.Context, addr string, o zkdlock.Options) *dlock.Client {
+	t.Helper()
+	return newClient(t, ctx, dialZK(t, ctx, addr, connOpts{}), o)
+}
+
+// mustLock takes key with c.Lock, failing the test if it cannot.
+func mustLock(t *testing.T, ctx context.Context, c *dlock.Client, key string) *dlock.Lease {
+	t.Helper()
+	l, err := c.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// mustUnlock releases l, failing the test if it cannot.
+func mustUnlock(t *testing.T, ctx context.Context, l *dlock.Lease) {
+	t.Helper()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkNothingLeft fails the test if a lock node is left under path.
+func checkNothingLeft(t *testing.T, admin *zk.Conn, path string) {
+	t.Helper()
+	if names := children(t, admin, path); len(names) != 0 {
+		t.Errorf("left behind: %v", names)
+	}
+}
+
 var rootSeq atomic.Int64
 
 // testRoot returns a root node unique to the test, so that tests do not see

@@ -15,6 +15,14 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
+// sharedServer returns the shared ZooKeeper server, an admin connection to
+// it for inspection, and options with a root of the test's own.
+func sharedServer(t *testing.T, ctx context.Context) (*testserver.ZooKeeper, *zk.Conn, zkdlock.Options) {
+	t.Helper()
+	srv := testserver.SharedZooKeeper(t)
+	return srv, dialZK(t, ctx, srv.Addr(), connOpts{}), zkdlock.Options{Root: testRoot(t)}
+}
+
 // herdWaiter is one waiter of TestLock_release_wakesOnlyTheNextWaiter, on a
 // session of its own.
 type herdWaiter struct {
@@ -44,10 +52,7 @@ func TestLock_release_wakesOnlyTheNextWaiter(t *testing.T) {
 	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
 	holder := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
 	const key, n = "herd", 20
-	lh, err := holder.Lock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := mustLock(t, ctx, holder, key)
 
 	ws := make([]*herdWaiter, n)
 	got := make(chan granted, n)
@@ -147,9 +152,7 @@ func TestLock_release_wakesOnlyTheNextWaiter(t *testing.T) {
 		}
 		prev = g.l
 	}
-	if err := prev.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	mustUnlock(t, ctx, prev)
 }
 
 // TestAcquire_lostCreateReply_findsOwnNode: the create succeeds on the
@@ -158,10 +161,8 @@ func TestLock_release_wakesOnlyTheNextWaiter(t *testing.T) {
 // the key until the session ends.
 func TestAcquire_lostCreateReply_findsOwnNode(t *testing.T) {
 	ctx := testCtx(t)
-	srv := testserver.SharedZooKeeper(t)
-	admin := dialZK(t, ctx, srv.Addr(), connOpts{})
-	opts := zkdlock.Options{Root: testRoot(t)}
-	other := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{}), opts)
+	srv, admin, opts := sharedServer(t, ctx)
+	other := plainClient(t, ctx, srv.Addr(), opts)
 	hook := &hookConn{Conn: dialZK(t, ctx, srv.Addr(), connOpts{})}
 	c := newClient(t, ctx, hook, opts)
 
@@ -201,9 +202,7 @@ func TestAcquire_lostCreateReply_findsOwnNode(t *testing.T) {
 					t.Fatalf("queue %v: want the holder and one waiter", children(t, admin, path))
 				}
 				_ = info
-				if err := lo.Unlock(ctx); err != nil {
-					t.Fatal(err)
-				}
+				mustUnlock(t, ctx, lo)
 			}
 			var r res
 			select {
@@ -228,12 +227,8 @@ func TestAcquire_lostCreateReply_findsOwnNode(t *testing.T) {
 			if err != nil {
 				t.Fatalf("TryLock after the unlock: %v", err)
 			}
-			if err := l2.Unlock(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if names := children(t, admin, path); len(names) != 0 {
-				t.Errorf("left behind: %v", names)
-			}
+			mustUnlock(t, ctx, l2)
+			checkNothingLeft(t, admin, path)
 		})
 	}
 }
@@ -244,16 +239,11 @@ func TestAcquire_lostCreateReply_findsOwnNode(t *testing.T) {
 // and not be fooled when the create's reply finally arrives.
 func TestLock_cancelDuringUnansweredCreate_leavesNothing(t *testing.T) {
 	ctx := testCtx(t)
-	srv := testserver.SharedZooKeeper(t)
-	admin := dialZK(t, ctx, srv.Addr(), connOpts{})
-	opts := zkdlock.Options{Root: testRoot(t)}
-	holder := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{}), opts)
+	srv, admin, opts := sharedServer(t, ctx)
+	holder := plainClient(t, ctx, srv.Addr(), opts)
 	const key = "hung-create"
 	path := zkdlock.KeyPathForTest(opts.Root, key)
-	lh, err := holder.Lock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := mustLock(t, ctx, holder, key)
 
 	created := make(chan string, 1)
 	reply := make(chan struct{})
@@ -290,22 +280,16 @@ func TestLock_cancelDuringUnansweredCreate_leavesNothing(t *testing.T) {
 		t.Fatalf("after the cancelled Lock returned: nodes %v (created %s), want only the holder's", names, node)
 	}
 	close(reply) // the create's reply arrives after all
-	if err := lh.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	mustUnlock(t, ctx, lh)
 	l, err := holder.TryLock(ctx, key)
 	if err != nil {
 		t.Fatalf("TryLock: %v (an orphan blocks the key?)", err)
 	}
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	mustUnlock(t, ctx, l)
 	if err := c.Close(); err != nil { // waits for the janitor
 		t.Fatal(err)
 	}
-	if names := children(t, admin, path); len(names) != 0 {
-		t.Errorf("left behind: %v", names)
-	}
+	checkNothingLeft(t, admin, path)
 }
 
 // TestLock_predecessorGoneBeforeWatch_rechecks: the predecessor is deleted
@@ -314,15 +298,10 @@ func TestLock_cancelDuringUnansweredCreate_leavesNothing(t *testing.T) {
 // never come.
 func TestLock_predecessorGoneBeforeWatch_rechecks(t *testing.T) {
 	ctx := testCtx(t)
-	srv := testserver.SharedZooKeeper(t)
-	admin := dialZK(t, ctx, srv.Addr(), connOpts{})
-	opts := zkdlock.Options{Root: testRoot(t)}
-	holder := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{}), opts)
+	srv, admin, opts := sharedServer(t, ctx)
+	holder := plainClient(t, ctx, srv.Addr(), opts)
 	const key = "vanishing-predecessor"
-	lh, err := holder.Lock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := mustLock(t, ctx, holder, key)
 	var events atomic.Int64
 	conn := dialZK(t, ctx, srv.Addr(), connOpts{onEvent: func(ev zk.Event) {
 		if ev.Type == zk.EventNodeDeleted {
@@ -341,10 +320,7 @@ func TestLock_predecessorGoneBeforeWatch_rechecks(t *testing.T) {
 		}
 	}
 	c := newClient(t, ctx, hook, opts)
-	l, err := c.Lock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustLock(t, ctx, c, key)
 	if !fired.Load() {
 		t.Fatal("the waiter never watched its predecessor")
 	}
@@ -355,9 +331,7 @@ func TestLock_predecessorGoneBeforeWatch_rechecks(t *testing.T) {
 	if !errors.Is(lh.Err(), dlock.ErrLeaseLost) {
 		t.Errorf("holder's Err = %v, want ErrLeaseLost", lh.Err())
 	}
-	if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	mustUnlock(t, ctx, l)
 }
 
 // TestToken_increasesAcrossKeyNodeRemoval: when the key node is removed (the
@@ -366,10 +340,8 @@ func TestLock_predecessorGoneBeforeWatch_rechecks(t *testing.T) {
 // zxid, still goes up.
 func TestToken_increasesAcrossKeyNodeRemoval(t *testing.T) {
 	ctx := testCtx(t)
-	srv := testserver.SharedZooKeeper(t)
-	admin := dialZK(t, ctx, srv.Addr(), connOpts{})
-	opts := zkdlock.Options{Root: testRoot(t)}
-	c := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{}), opts)
+	srv, admin, opts := sharedServer(t, ctx)
+	c := plainClient(t, ctx, srv.Addr(), opts)
 	const key = "token"
 	path := zkdlock.KeyPathForTest(opts.Root, key)
 
@@ -390,10 +362,7 @@ func TestToken_increasesAcrossKeyNodeRemoval(t *testing.T) {
 		// server reaps the empty key node between two of them, which
 		// only restarts it sooner)...
 		for i := range 3 {
-			l, err := c.Lock(ctx, key)
-			if err != nil {
-				t.Fatal(err)
-			}
+			l := mustLock(t, ctx, c, key)
 			if l.Token() <= lastToken {
 				t.Fatalf("round %d: token %d after %d, want strictly increasing", round, l.Token(), lastToken)
 			}
@@ -401,9 +370,7 @@ func TestToken_increasesAcrossKeyNodeRemoval(t *testing.T) {
 			if seq := seqOf(); i == 0 && seq != 0 {
 				t.Fatalf("round %d: sequence %d after the key node was removed, want 0", round, seq)
 			}
-			if err := l.Unlock(ctx); err != nil {
-				t.Fatal(err)
-			}
+			mustUnlock(t, ctx, l)
 		}
 		// ...then the key node goes, and with it the sequence counter.
 		if err := admin.Delete(path, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
@@ -416,19 +383,12 @@ func TestToken_increasesAcrossKeyNodeRemoval(t *testing.T) {
 // last lock node is gone, the server deletes the key node by itself.
 func TestKeyNode_isContainer_reapedWhenEmpty(t *testing.T) {
 	ctx := testCtx(t)
-	srv := testserver.SharedZooKeeper(t)
-	admin := dialZK(t, ctx, srv.Addr(), connOpts{})
-	opts := zkdlock.Options{Root: testRoot(t)}
-	c := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{}), opts)
+	srv, admin, opts := sharedServer(t, ctx)
+	c := plainClient(t, ctx, srv.Addr(), opts)
 	keys := []string{"a", "b/c", "ключ"}
 	for _, k := range keys {
-		l, err := c.Lock(ctx, k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
+		l := mustLock(t, ctx, c, k)
+		mustUnlock(t, ctx, l)
 	}
 	for {
 		names, _, ch, err := admin.ChildrenW(opts.Root)

@@ -55,9 +55,7 @@ func TestLock_uncontendedCycle_threeRequests(t *testing.T) {
 					t.Fatalf("cycle %d: Inspect shows holder %+v, want token %d (the node's creation zxid)", i, info.Holder, l.Token())
 				}
 				afterInspect := hook.requests.Load()
-				if err := l.Unlock(ctx); err != nil {
-					t.Fatal(err)
-				}
+				mustUnlock(t, ctx, l)
 				n := hook.requests.Load() - afterInspect + (afterInspect - before - int64(1+len(info.Waiters)+1))
 				// The server reaps the empty key node between cycles now
 				// and then (every 100 ms in the tests): the create fails,
@@ -84,10 +82,7 @@ func TestLock_handOff_noRequestWhenSecond(t *testing.T) {
 	w := newClient(t, ctx, hook, opts)
 	const key = "hand-off"
 	for round := range 5 {
-		lh, err := holder.Lock(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
+		lh := mustLock(t, ctx, holder, key)
 		before, getWs := hook.requests.Load(), hook.getWs.Load()
 		got := make(chan error, 1)
 		var lw *dlock.Lease
@@ -110,9 +105,7 @@ func TestLock_handOff_noRequestWhenSecond(t *testing.T) {
 			waitWaiters(t, ctx, holder, key, 1) // a round trip, as a pause
 		}
 		queued := hook.requests.Load()
-		if err := lh.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
+		mustUnlock(t, ctx, lh)
 		select {
 		case err := <-got:
 			if err != nil {
@@ -127,9 +120,7 @@ func TestLock_handOff_noRequestWhenSecond(t *testing.T) {
 		if lw.Token() <= lh.Token() {
 			t.Errorf("round %d: token %d after %d", round, lw.Token(), lh.Token())
 		}
-		if err := lw.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
+		mustUnlock(t, ctx, lw)
 		if d := hook.requests.Load() - before; d != 5 {
 			t.Errorf("round %d: a contended grant cost the waiter %d requests, want 5", round, d)
 		}
@@ -144,16 +135,11 @@ func TestLock_handOff_noRequestWhenSecond(t *testing.T) {
 // most when it is woken).
 func TestLock_manyWaiters_servedInOrder(t *testing.T) {
 	ctx := testCtx(t)
-	srv := testserver.SharedZooKeeper(t)
-	admin := dialZK(t, ctx, srv.Addr(), connOpts{})
-	opts := zkdlock.Options{Root: testRoot(t)}
-	holder := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{}), opts)
+	srv, admin, opts := sharedServer(t, ctx)
+	holder := plainClient(t, ctx, srv.Addr(), opts)
 	const key, n, clients = "long-queue", 500, 8
 	path := zkdlock.KeyPathForTest(opts.Root, key)
-	lh, err := holder.Lock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := mustLock(t, ctx, holder, key)
 	hooks := make([]*hookConn, clients)
 	cs := make([]*dlock.Client, clients)
 	for i := range cs {
@@ -170,9 +156,7 @@ func TestLock_manyWaiters_servedInOrder(t *testing.T) {
 		default:
 		}
 	}
-	if err := lh.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	mustUnlock(t, ctx, lh)
 	w.servedInOrder(t, ctx)
 	var lists int64
 	for _, h := range hooks {
@@ -211,12 +195,9 @@ func TestLock_slowServer_waitsInsteadOfFailing(t *testing.T) {
 	ctx := testCtx(t)
 	srv := testserver.SharedZooKeeper(t)
 	opts := zkdlock.Options{Root: testRoot(t)}
-	holder := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{}), opts)
+	holder := plainClient(t, ctx, srv.Addr(), opts)
 	const key = "slow"
-	lh, err := holder.Lock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lh := mustLock(t, ctx, holder, key)
 	slow := &slowLists{hookConn: &hookConn{Conn: dialZK(t, ctx, srv.Addr(), connOpts{})}, delay: 2 * testTTL, slow: make(chan struct{}, 2)}
 	c := newClient(t, ctx, slow, opts)
 	slow.slow <- struct{}{}
@@ -243,9 +224,7 @@ func TestLock_slowServer_waitsInsteadOfFailing(t *testing.T) {
 		}
 		waitWaiters(t, ctx, holder, key, 1) // a round trip, as a pause
 	}
-	if err := lh.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	mustUnlock(t, ctx, lh)
 	select {
 	case err := <-got:
 		if errors.Is(err, dlock.ErrUnavailable) || err != nil {
