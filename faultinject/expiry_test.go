@@ -83,9 +83,7 @@ func runForcedExpiry(t *testing.T, r *rig, weak bool, trials int) expiryStats {
 		if ev := a.call(faultinject.Command{Op: "lock", Key: key, Timeout: 15 * time.Second}, time.Minute); !ev.Held {
 			t.Fatalf("A could not take a free key: %s", ev.Err)
 		}
-		a.mu.Lock()
-		from := len(a.notices)
-		a.mu.Unlock()
+		from := a.mark()
 		locked := c.send(faultinject.Command{Op: "lock", Key: key, Wait: true, Timeout: 3*r.ttl + 20*time.Second})
 		r.waitQueued(key, 2)
 
@@ -113,7 +111,7 @@ func runForcedExpiry(t *testing.T, r *rig, weak bool, trials int) expiryStats {
 			}
 		}
 		s.trials++
-		done, _, ok := a.notice(from, r.ttl+2*time.Second, "A's Done", func(e faultinject.Event) bool { return e.Ev == "done" })
+		done, ok := a.awaitDone(from, r.ttl+2*time.Second, "A's Done")
 		if ok {
 			s.maxDone = max(s.maxDone, time.Duration(done.At-forced))
 		} else {

@@ -90,42 +90,21 @@ func runHalfOpen(t *testing.T, c pauseCase, weak bool, trials int) halfOpenStats
 		if ev := a.call(faultinject.Command{Op: "lock", Key: key, Timeout: 15 * time.Second}, time.Minute); !ev.Held {
 			t.Fatalf("A could not take a free key: %s", ev.Err)
 		}
-		a.mu.Lock()
-		from := len(a.notices)
-		a.mu.Unlock()
+		from := a.mark()
 		obs := pa.Observe(func(f *faultinject.Frame) bool { return !f.Up || isRenew(f) })
 		awaitAnswered(t, obs, r.proto, faultinject.Mono(), isRenew, time.Minute)
 		pa.HalfOpen()
 		cut := faultinject.Mono()
 		obs.Stop()
 		last := pa.LastUp()
-		done, _, ok := a.notice(from, c.ttl+5*time.Second, "A's Done", func(e faultinject.Event) bool { return e.Ev == "done" })
-		if !ok {
-			t.Fatalf("trial %d: A's Done did not close within TTL + 5s of the cut", trial)
-		}
+		done := awaitCutDone(t, a, from, c.ttl, trial)
 		st := a.call(faultinject.Command{Op: "state"}, time.Minute)
 		detect := time.Duration(done.At - cut)
 		late := time.Duration(st.Deadline - (last + int64(c.ttl)))
-		s.trials++
-		s.maxDetect = max(s.maxDetect, detect)
-		s.maxLate = max(s.maxLate, late)
-		if late > 0 {
-			s.late++
-		}
+		s.add(detect, late)
 		t.Logf("trial %d: Done %v after the cut; deadline − (last request + TTL) = %v", trial, detect, late)
 		a.call(faultinject.Command{Op: "unlock", Timeout: c.ttl}, time.Minute)
-		ev := a.closeEv(weak)
-		if ev.Lingered != "" {
-			s.lingered = ev.Lingered
-			s.lingerFor = max(s.lingerFor, ev.LingerFor)
-		}
-		if ev.Leaks != "" {
-			s.leaked++
-			s.leaks += ev.Leaks
-			if !weak {
-				t.Errorf("trial %d: the holder leaked goroutines after closing over a half-open connection: %s", trial, ev.Leaks)
-			}
-		}
+		s.closeHolder(t, a, weak, trial)
 		pa.Close()
 	}
 	return s
@@ -147,16 +126,11 @@ func runHalfOpenEtcd(t *testing.T, c pauseCase, weak bool, trials int) halfOpenS
 			t.Fatalf("A could not take a free key: %s", ev.Err)
 		}
 		waitRenewed(t, a, ev.Deadline, c.ttl)
-		a.mu.Lock()
-		from := len(a.notices)
-		a.mu.Unlock()
+		from := a.mark()
 		pa.HalfOpen()
 		cut := faultinject.Mono()
 		locked := b.send(faultinject.Command{Op: "lock", Key: key, Wait: true, Timeout: 3*c.ttl + 30*time.Second})
-		done, _, ok := a.notice(from, c.ttl+5*time.Second, "A's Done", func(e faultinject.Event) bool { return e.Ev == "done" })
-		if !ok {
-			t.Fatalf("trial %d: A's Done did not close within TTL + 5s of the cut", trial)
-		}
+		done := awaitCutDone(t, a, from, c.ttl, trial)
 		evB := b.await(locked, 3*c.ttl+time.Minute, "B waits for the key")
 		if !evB.Held {
 			t.Fatalf("trial %d: B did not get the key: %s", trial, evB.Err)
@@ -164,31 +138,56 @@ func runHalfOpenEtcd(t *testing.T, c pauseCase, weak bool, trials int) halfOpenS
 		st := a.call(faultinject.Command{Op: "state"}, time.Minute)
 		detect := time.Duration(done.At - cut)
 		late := time.Duration(st.Deadline - evB.Ret)
-		s.trials++
-		s.maxDetect = max(s.maxDetect, detect)
-		s.maxLate = max(s.maxLate, late)
-		if late > 0 {
-			s.late++
-		}
+		s.add(detect, late)
 		t.Logf("trial %d: Done %v after the cut; deadline − contender's grant = %v", trial, detect, late)
 		b.call(faultinject.Command{Op: "unlock", Timeout: 10 * time.Second}, time.Minute)
 		a.call(faultinject.Command{Op: "unlock", Timeout: c.ttl}, time.Minute)
-		ev2 := a.closeEv(weak)
-		if ev2.Lingered != "" {
-			s.lingered = ev2.Lingered
-			s.lingerFor = max(s.lingerFor, ev2.LingerFor)
-		}
-		if ev2.Leaks != "" {
-			s.leaked++
-			s.leaks += ev2.Leaks
-			if !weak {
-				t.Errorf("trial %d: the holder leaked goroutines after closing over a half-open connection: %s", trial, ev2.Leaks)
-			}
-		}
+		s.closeHolder(t, a, weak, trial)
 		pa.Close()
 	}
 	b.close()
 	return s
+}
+
+// awaitCutDone waits for the Done of holder a, whose connection was cut,
+// among its notices since from; it fails the test if Done did not close
+// within TTL + 5 s.
+func awaitCutDone(t *testing.T, a *proc, from int, ttl time.Duration, trial int) faultinject.Event {
+	t.Helper()
+	done, ok := a.awaitDone(from, ttl+5*time.Second, "A's Done")
+	if !ok {
+		t.Fatalf("trial %d: A's Done did not close within TTL + 5s of the cut", trial)
+	}
+	return done
+}
+
+// add counts a trial: how long after the cut Done closed, and by how much
+// the holder's deadline was past the bound (late if positive).
+func (s *halfOpenStats) add(detect, late time.Duration) {
+	s.trials++
+	s.maxDetect = max(s.maxDetect, detect)
+	s.maxLate = max(s.maxLate, late)
+	if late > 0 {
+		s.late++
+	}
+}
+
+// closeHolder closes holder a over its half-open connection and counts the
+// goroutines that outlived Close; leaks fail the test unless weak.
+func (s *halfOpenStats) closeHolder(t *testing.T, a *proc, weak bool, trial int) {
+	t.Helper()
+	ev := a.closeEv(weak)
+	if ev.Lingered != "" {
+		s.lingered = ev.Lingered
+		s.lingerFor = max(s.lingerFor, ev.LingerFor)
+	}
+	if ev.Leaks != "" {
+		s.leaked++
+		s.leaks += ev.Leaks
+		if !weak {
+			t.Errorf("trial %d: the holder leaked goroutines after closing over a half-open connection: %s", trial, ev.Leaks)
+		}
+	}
 }
 
 // waitRenewed waits until the holder's lease has been renewed: its deadline

@@ -209,6 +209,21 @@ func (p *proc) notice(from int, timeout time.Duration, what string, match func(f
 	}
 }
 
+// mark returns the index of the holder's next notice: notice(p.mark(), …)
+// sees only the notices that come after the call.
+func (p *proc) mark() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.notices)
+}
+
+// awaitDone waits for the holder's Done notice among those since from.
+func (p *proc) awaitDone(from int, timeout time.Duration, what string) (faultinject.Event, bool) {
+	p.t.Helper()
+	ev, _, ok := p.notice(from, timeout, what, func(e faultinject.Event) bool { return e.Ev == "done" })
+	return ev, ok
+}
+
 // leases returns the lease records the holder has reported.
 func (p *proc) leases() []faultinject.LeaseRecord {
 	p.mu.Lock()

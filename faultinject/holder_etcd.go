@@ -150,19 +150,15 @@ func (d *naiveEtcd) Acquire(ctx context.Context, req *driver.AcquireRequest) (dr
 			return nil, d.err(ctx, err)
 		}
 		if resp.Succeeded {
-			return &naiveEtcdGrant{d: d, key: key, owner: req.Owner, lease: lease.ID, ttl: time.Duration(lease.TTL) * time.Second,
-				token: d.seq.Add(1), validFrom: sent}, nil
+			return &naiveEtcdGrant{naiveGrant: naiveGrant{token: d.seq.Add(1), validFrom: sent, validity: time.Duration(lease.TTL) * time.Second},
+				d: d, key: key, owner: req.Owner, lease: lease.ID}, nil
 		}
 		// The lease is left to expire: a later attempt takes a new one.
 		if !req.Wait {
 			return nil, fmt.Errorf("%w: naive etcd: %s exists", driver.ErrLocked, key)
 		}
-		t := time.NewTimer(20 * time.Millisecond) // the recipe polls
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil { // the recipe polls
+			return nil, err
 		}
 	}
 }
@@ -177,24 +173,17 @@ func (d *naiveEtcd) err(ctx context.Context, err error) error {
 func (d *naiveEtcd) Close() error { return nil }
 
 type naiveEtcdGrant struct {
+	naiveGrant
 	d          *naiveEtcd
 	key, owner string
 	lease      clientv3.LeaseID
-	ttl        time.Duration
-	token      uint64
-	validFrom  time.Time
 }
-
-func (g *naiveEtcdGrant) Token() uint64           { return g.token }
-func (g *naiveEtcdGrant) ValidFrom() time.Time    { return g.validFrom }
-func (g *naiveEtcdGrant) Validity() time.Duration { return g.ttl }
-func (g *naiveEtcdGrant) Lost() <-chan error      { return nil }
 
 func (g *naiveEtcdGrant) Renew(ctx context.Context) error {
 	cli := g.d.cli
 	if _, err := cli.KeepAliveOnce(ctx, g.lease); err != nil {
 		// The lease is gone: take a new one and put the key again.
-		lease, gerr := cli.Grant(ctx, int64(g.ttl/time.Second))
+		lease, gerr := cli.Grant(ctx, int64(g.validity/time.Second))
 		if gerr != nil {
 			return errors.Join(err, gerr)
 		}

@@ -90,6 +90,30 @@ func checkNewGrant(t *testing.T, key string, b, c *proc) bool {
 	return false
 }
 
+// queueBehind has a take the free key and b queue for it; it returns b's
+// pending lock.
+func queueBehind(t *testing.T, r *rig, a, b *proc, key string) <-chan faultinject.Event {
+	t.Helper()
+	if ev := a.call(faultinject.Command{Op: "lock", Key: key, Timeout: 15 * time.Second}, time.Minute); !ev.Held {
+		t.Fatalf("A could not take a free key: %s", ev.Err)
+	}
+	locked := b.send(faultinject.Command{Op: "lock", Key: key, Wait: true, Timeout: 30 * time.Second})
+	r.waitQueued(key, 2)
+	return locked
+}
+
+// passThenRetry waits until the key has passed to b (locked is b's pending
+// lock) while A's retries of its lost what (release or renew) are held, then
+// lets them go; it returns how many were answered.
+func passThenRetry(t *testing.T, b *proc, locked <-chan faultinject.Event, d *armed, what string) int {
+	t.Helper()
+	if ev := b.await(locked, time.Minute, "B waits for the key"); !ev.Held {
+		t.Fatalf("the key did not pass to B after A's %s: %s", what, ev.Err)
+	}
+	d.restore()
+	return d.answered(30 * time.Second)
+}
+
 func runLostRelease(t *testing.T, r *rig, weak bool, trials int) wrongStats {
 	pa := r.proxy()
 	a := r.holder("A", weak, pa)
@@ -98,19 +122,11 @@ func runLostRelease(t *testing.T, r *rig, weak bool, trials int) wrongStats {
 	var s wrongStats
 	for range trials {
 		key := r.key("s3")
-		if ev := a.call(faultinject.Command{Op: "lock", Key: key, Timeout: 15 * time.Second}, time.Minute); !ev.Held {
-			t.Fatalf("A could not take a free key: %s", ev.Err)
-		}
-		locked := b.send(faultinject.Command{Op: "lock", Key: key, Wait: true, Timeout: 30 * time.Second})
-		r.waitQueued(key, 2)
+		locked := queueBehind(t, r, a, b, key)
 		d := r.arm(a, pa, "release", true)
 		unlocked := a.send(faultinject.Command{Op: "unlock", Timeout: 20 * time.Second})
 		d.fired(15*time.Second, "A's release")
-		if ev := b.await(locked, time.Minute, "B waits for the key"); !ev.Held {
-			t.Fatalf("the key did not pass to B after A's release: %s", ev.Err)
-		}
-		d.restore()
-		n := d.answered(30 * time.Second)
+		n := passThenRetry(t, b, locked, d, "release")
 		ev := a.await(unlocked, time.Minute, "A's unlock")
 		t.Logf("A's unlock after the lost reply: %q; retried releases answered: %d", ev.Err, n)
 		s.trials++
@@ -136,18 +152,10 @@ func runLostRenew(t *testing.T, r *rig, weak bool, trials int) wrongStats {
 	var s wrongStats
 	for range trials {
 		key := r.key("s3r")
-		if ev := a.call(faultinject.Command{Op: "lock", Key: key, Timeout: 15 * time.Second}, time.Minute); !ev.Held {
-			t.Fatalf("A could not take a free key: %s", ev.Err)
-		}
-		locked := b.send(faultinject.Command{Op: "lock", Key: key, Wait: true, Timeout: 30 * time.Second})
-		r.waitQueued(key, 2)
+		locked := queueBehind(t, r, a, b, key)
 		d := r.arm(a, pa, "renew", true)
 		d.fired(15*time.Second, "A's renew")
-		if ev := b.await(locked, time.Minute, "B waits for the key"); !ev.Held {
-			t.Fatalf("the key did not pass to B: %s", ev.Err)
-		}
-		d.restore()
-		n := d.answered(30 * time.Second)
+		n := passThenRetry(t, b, locked, d, "renew")
 		s.trials++
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		pttl, err := r.rdb.PTTL(ctx, r.redisKeys(key)[0]).Result()

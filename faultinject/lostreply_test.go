@@ -1,6 +1,7 @@
 package faultinject_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -68,6 +69,24 @@ func newKindRigTTL(t *testing.T, kind, recipe string, ttl time.Duration) *rig {
 
 type lostAcquireStats struct{ trials, orphans, selfBlocked int }
 
+// count counts a trial in which holder a's call (TryLock or Lock) on key
+// lost its reply and returned ev: a releases the key if it got it, or was
+// blocked by itself; whatever the attempt left on the server is an orphan.
+func (s *lostAcquireStats) count(t *testing.T, r *rig, a *proc, ev faultinject.Event, key, trial, call string) {
+	t.Helper()
+	s.trials++
+	if ev.Held {
+		a.call(faultinject.Command{Op: "unlock", Timeout: 10 * time.Second}, time.Minute)
+	} else {
+		s.selfBlocked++
+		t.Logf("%s: %s with its reply dropped: %s", trial, call, ev.Err)
+	}
+	if left := r.leftovers(key); len(left) > 0 {
+		s.orphans++
+		t.Logf("%s: left on the server: %v", trial, left)
+	}
+}
+
 func runLostAcquire(t *testing.T, r *rig, free, behind int) lostAcquireStats {
 	pa := r.proxy()
 	a := r.holder("A", false, pa)
@@ -78,17 +97,7 @@ func runLostAcquire(t *testing.T, r *rig, free, behind int) lostAcquireStats {
 		d := r.arm(a, pa, "acquire", false)
 		ev := a.call(faultinject.Command{Op: "lock", Key: key, Timeout: 15 * time.Second}, time.Minute)
 		d.fired(time.Second, "A's acquire")
-		s.trials++
-		if ev.Held {
-			a.call(faultinject.Command{Op: "unlock", Timeout: 10 * time.Second}, time.Minute)
-		} else {
-			s.selfBlocked++
-			t.Logf("free key %d: TryLock with its reply dropped: %s", i, ev.Err)
-		}
-		if left := r.leftovers(key); len(left) > 0 {
-			s.orphans++
-			t.Logf("free key %d: left on the server: %v", i, left)
-		}
+		s.count(t, r, a, ev, key, fmt.Sprintf("free key %d", i), "TryLock")
 	}
 	for i := range behind {
 		key := r.key("s2q")
@@ -101,17 +110,7 @@ func runLostAcquire(t *testing.T, r *rig, free, behind int) lostAcquireStats {
 		r.waitQueued(key, 2)
 		b.call(faultinject.Command{Op: "unlock", Timeout: 10 * time.Second}, time.Minute)
 		ev := a.await(locked, time.Minute, "A waits behind B")
-		s.trials++
-		if ev.Held {
-			a.call(faultinject.Command{Op: "unlock", Timeout: 10 * time.Second}, time.Minute)
-		} else {
-			s.selfBlocked++
-			t.Logf("queued %d: Lock with its reply dropped: %s", i, ev.Err)
-		}
-		if left := r.leftovers(key); len(left) > 0 {
-			s.orphans++
-			t.Logf("queued %d: left on the server: %v", i, left)
-		}
+		s.count(t, r, a, ev, key, fmt.Sprintf("queued %d", i), "Lock")
 	}
 	if leaks := a.close() + b.close(); leaks != "" && r.recipe == "dlock" {
 		t.Errorf("holders leaked goroutines: %s", leaks)

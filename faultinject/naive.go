@@ -20,6 +20,31 @@ import (
 // by every checker that claims to detect those flaws. They are never used
 // for anything else.
 
+// naiveGrant is what a naive recipe's grant tells the lease engine: the
+// client's own sequence number as token, validity counted from the request,
+// and no notice of a lost lock.
+type naiveGrant struct {
+	token     uint64
+	validFrom time.Time
+	validity  time.Duration
+}
+
+func (g *naiveGrant) Token() uint64           { return g.token }
+func (g *naiveGrant) ValidFrom() time.Time    { return g.validFrom }
+func (g *naiveGrant) Validity() time.Duration { return g.validity }
+func (g *naiveGrant) Lost() <-chan error      { return nil }
+
+// sleepCtx waits for d, or until ctx is done. (Since Go 1.23 an unfired
+// time.After timer is collected: nothing to stop.)
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // NaiveRedisPrefix starts the keys of the naive Redis recipe.
 const NaiveRedisPrefix = "naive:"
 
@@ -50,17 +75,13 @@ func (d *naiveRedis) Acquire(ctx context.Context, req *driver.AcquireRequest) (d
 			return nil, fmt.Errorf("%w: naive redis: %v", driver.ErrUnavailable, err)
 		}
 		if ok {
-			return &naiveRedisGrant{d: d, key: key, ttl: req.TTL, token: d.seq.Add(1), validFrom: sent}, nil
+			return &naiveRedisGrant{naiveGrant: naiveGrant{token: d.seq.Add(1), validFrom: sent, validity: req.TTL}, d: d, key: key}, nil
 		}
 		if !req.Wait {
 			return nil, fmt.Errorf("%w: naive redis: key %q is set", driver.ErrLocked, key)
 		}
-		t := time.NewTimer(20 * time.Millisecond) // the recipe polls
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil { // the recipe polls
+			return nil, err
 		}
 	}
 }
@@ -68,20 +89,13 @@ func (d *naiveRedis) Acquire(ctx context.Context, req *driver.AcquireRequest) (d
 func (d *naiveRedis) Close() error { return d.rdb.Close() }
 
 type naiveRedisGrant struct {
-	d         *naiveRedis
-	key       string
-	ttl       time.Duration
-	token     uint64
-	validFrom time.Time
+	naiveGrant
+	d   *naiveRedis
+	key string
 }
 
-func (g *naiveRedisGrant) Token() uint64           { return g.token }
-func (g *naiveRedisGrant) ValidFrom() time.Time    { return g.validFrom }
-func (g *naiveRedisGrant) Validity() time.Duration { return g.ttl }
-func (g *naiveRedisGrant) Lost() <-chan error      { return nil }
-
 func (g *naiveRedisGrant) Renew(ctx context.Context) error {
-	ok, err := g.d.rdb.PExpire(ctx, g.key, g.ttl).Result()
+	ok, err := g.d.rdb.PExpire(ctx, g.key, g.validity).Result()
 	if err != nil {
 		return err
 	}
@@ -208,14 +222,7 @@ func transientZK(err error) bool {
 }
 
 func (d *naiveZK) pause(ctx context.Context) error {
-	t := time.NewTimer(10 * time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return sleepCtx(ctx, 10*time.Millisecond)
 }
 
 func (d *naiveZK) Acquire(ctx context.Context, req *driver.AcquireRequest) (driver.Grant, error) {
@@ -240,7 +247,7 @@ func (d *naiveZK) Acquire(ctx context.Context, req *driver.AcquireRequest) (driv
 			d.mu.Lock()
 			d.held[node] = req.Owner
 			d.mu.Unlock()
-			return &naiveZKGrant{d: d, node: node, token: d.seq.Add(1), validFrom: sent}, nil
+			return &naiveZKGrant{naiveGrant: naiveGrant{token: d.seq.Add(1), validFrom: sent, validity: d.timeout}, d: d, node: node}, nil
 		case errors.Is(err, zk.ErrNoNode):
 			continue // the parent went: create it again
 		case transientZK(err):
@@ -272,16 +279,10 @@ func (d *naiveZK) Close() error {
 }
 
 type naiveZKGrant struct {
-	d         *naiveZK
-	node      string
-	token     uint64
-	validFrom time.Time
+	naiveGrant
+	d    *naiveZK
+	node string
 }
-
-func (g *naiveZKGrant) Token() uint64           { return g.token }
-func (g *naiveZKGrant) ValidFrom() time.Time    { return g.validFrom }
-func (g *naiveZKGrant) Validity() time.Duration { return g.d.timeout }
-func (g *naiveZKGrant) Lost() <-chan error      { return nil }
 
 func (g *naiveZKGrant) Renew(ctx context.Context) error {
 	ok, _, err := g.d.conn.Exists(g.node)

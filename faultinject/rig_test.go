@@ -396,9 +396,7 @@ func (r *rig) arm(h *proc, p *faultinject.Proxy, what string, hold bool) *armed 
 	r.t.Helper()
 	a := &armed{t: r.t, r: r, h: h, p: p}
 	if r.kind == "etcd" {
-		h.mu.Lock()
-		a.from = len(h.notices)
-		h.mu.Unlock()
+		a.from = h.mark()
 		// Every etcddlock operation that acquires or releases is a Txn;
 		// the naive recipe releases with a DeleteRange.
 		method := "/etcdserverpb.KV/Txn"

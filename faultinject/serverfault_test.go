@@ -126,30 +126,8 @@ func runZKEnsemble(t *testing.T) {
 		return r
 	}
 	t.Run("leader and follower killed", func(t *testing.T) {
-		r := newEnsembleRig()
-		c := startChurn(t, r, 3, 12*time.Second, 200*time.Millisecond, false, false)
-		time.Sleep(time.Second) // the schedule
-		l := e.leader()
-		killed := time.Now()
-		e.kill(l)
-		e.waitQuorum(2)
-		election := time.Since(killed)
-		e.start(l)
-		e.waitQuorum(3)
-		time.Sleep(time.Second) // the schedule
-		f := (e.leader() + 1) % 3
-		e.kill(f)
-		e.waitQuorum(2)
-		e.start(f)
-		e.waitQuorum(3)
-		a := analyse(t, c.wait(t), c.checked, c.unchkd, false)
-		ok := a.overlaps == 0 && a.regressions == 0 && a.staleOK == 0
-		record(t, "5 server crash", "zk-ensemble", "dlock, leader then follower kill -9 + restart", verdict(ok),
-			"new leader %v after the kill; %d leases: double grants %d, token regressions %d, stale writes accepted %d",
-			election.Round(time.Millisecond), a.leases, a.overlaps, a.regressions, a.staleOK)
-		if !ok {
-			t.Errorf("double grants on ZooKeeper: %v", a.examples)
-		}
+		runLeaderFollowerKills(t, newEnsembleRig(), "zk-ensemble", "ZooKeeper",
+			cluster{leader: e.leader, kill: e.kill, start: e.start, waitUp: e.waitQuorum})
 	})
 	t.Run("lease longer than the session", func(t *testing.T) {
 		r := newEnsembleRig()
@@ -162,36 +140,8 @@ func runZKEnsemble(t *testing.T) {
 		}
 		victim := startHolder(t, faultinject.HolderConfig{Name: "victim", Backend: "zk", Addrs: addrs, TTL: ttl,
 			ClaimedTimeout: 3 * ttl, Resource: r.res.Addr()}, false)
-		key := r.key("victim")
-		ev := victim.call(faultinject.Command{Op: "lock", Key: key, Wait: true, Timeout: time.Minute}, 2*time.Minute)
-		if !ev.Held {
-			t.Fatalf("the victim did not get the key: %s", ev.Err)
-		}
-		c := startChurnOn(t, r, key, 2, 3*ttl+2*time.Second, 200*time.Millisecond, false, false)
-		rec := faultinject.LeaseRecord{Holder: "victim", Token: ev.Token, LockCall: ev.Call, LockRet: ev.Ret}
-		victim.mu.Lock()
-		from := len(victim.notices)
-		victim.mu.Unlock()
-		for _, p := range proxies {
-			p.Blackhole()
-		}
-		time.Sleep(2 * ttl) // the partition
-		for _, p := range proxies {
-			p.Restore()
-		}
-		st := victim.call(faultinject.Command{Op: "state"}, time.Minute)
-		rec.Deadline = st.Deadline
-		if done, _, ok := victim.notice(from, 0, "", func(e faultinject.Event) bool { return e.Ev == "done" }); ok {
-			rec.DoneAt = done.At
-		}
-		u := victim.call(faultinject.Command{Op: "unlock", Timeout: 10 * time.Second}, time.Minute)
-		rec.UnlockCall, rec.UnlockRet, rec.UnlockKind = u.Call, u.Ret, u.Kind
-		a := analyse(t, append(c.wait(t), rec), c.checked, c.unchkd, false)
-		record(t, "5 server crash", "zk-ensemble", "lease told 3× the session timeout, holder cut off for 2× it", caught(a.overlaps > 0),
-			"double grants %d (e.g. %v)", a.overlaps, first(a.examples))
-		if a.overlaps == 0 {
-			t.Errorf("negative control missed: no double grant")
-		}
+		runCutOffVictim(t, r, victim, proxies, ttl, nil,
+			"zk-ensemble", "lease told 3× the session timeout, holder cut off for 2× it")
 	})
 }
 
@@ -211,59 +161,20 @@ func runSentinel(t *testing.T, holdReplication bool) (analysis, time.Duration) {
 	if holdReplication {
 		st.proxy.HoldTagged(true)
 	}
-	ev := victim.call(faultinject.Command{Op: "lock", Key: c.key, Wait: true, Timeout: time.Minute}, 2*time.Minute)
-	if !ev.Held {
-		t.Fatalf("the victim did not get the key: %s", ev.Err)
-	}
-	rec := faultinject.LeaseRecord{Holder: "victim", Token: ev.Token, LockCall: ev.Call, LockRet: ev.Ret}
-	victim.mu.Lock()
-	from := len(victim.notices)
-	victim.mu.Unlock()
+	lease := recordVictim(victim, lockVictim(t, victim, c.key))
 	killed := time.Now()
 	st.master.Kill()
 	st.await(t, time.Minute, "failover", st.failedOver)
 	took := time.Since(killed)
 	leases := c.wait(t)
-	st2 := victim.call(faultinject.Command{Op: "state"}, time.Minute)
-	rec.Deadline = st2.Deadline
-	if done, _, ok := victim.notice(from, 0, "", func(e faultinject.Event) bool { return e.Ev == "done" }); ok {
-		rec.DoneAt = done.At
-	}
-	u := victim.call(faultinject.Command{Op: "unlock", Timeout: 10 * time.Second}, time.Minute)
-	rec.UnlockCall, rec.UnlockRet, rec.UnlockKind = u.Call, u.Ret, u.Kind
-	return analyse(t, append(leases, rec), c.checked, c.unchkd, false), took
+	return analyse(t, append(leases, lease.end()), c.checked, c.unchkd, false), took
 }
 
 func runEtcdCluster(t *testing.T) {
 	e := startEtcdCluster(t, 3)
 	t.Run("leader and follower killed", func(t *testing.T) {
-		r := etcdRig(t, e, "dlock", etcdTTL)
-		c := startChurn(t, r, 3, 12*time.Second, 200*time.Millisecond, false, false)
-		time.Sleep(time.Second) // the schedule
-		l := e.leader()
-		if l < 0 {
-			t.Fatal("no etcd leader")
-		}
-		killed := time.Now()
-		e.kill(l)
-		e.waitLeader(2)
-		election := time.Since(killed)
-		e.start(l)
-		e.waitLeader(3)
-		time.Sleep(time.Second) // the schedule
-		f := (e.leader() + 1) % 3
-		e.kill(f)
-		e.waitLeader(2)
-		e.start(f)
-		e.waitLeader(3)
-		a := analyse(t, c.wait(t), c.checked, c.unchkd, false)
-		ok := a.overlaps == 0 && a.regressions == 0 && a.staleOK == 0
-		record(t, "5 server crash", "etcd-cluster", "dlock, leader then follower kill -9 + restart", verdict(ok),
-			"new leader %v after the kill; %d leases: double grants %d, token regressions %d, stale writes accepted %d",
-			election.Round(time.Millisecond), a.leases, a.overlaps, a.regressions, a.staleOK)
-		if !ok {
-			t.Errorf("double grants on etcd: %v", a.examples)
-		}
+		runLeaderFollowerKills(t, etcdRig(t, e, "dlock", etcdTTL), "etcd-cluster", "etcd",
+			cluster{leader: e.leader, kill: e.kill, start: e.start, waitUp: e.waitLeader})
 	})
 	t.Run("weak lease engine cut off", func(t *testing.T) {
 		r := etcdRig(t, e, "dlock", etcdTTL)
@@ -274,38 +185,123 @@ func runEtcdCluster(t *testing.T) {
 			proxies = append(proxies, p)
 		}
 		victim := r.holder("victim", true, proxies...)
-		key := r.key("victim")
-		ev := victim.call(faultinject.Command{Op: "lock", Key: key, Wait: true, Timeout: time.Minute}, 2*time.Minute)
-		if !ev.Held {
-			t.Fatalf("the victim did not get the key: %s", ev.Err)
-		}
-		c := startChurnOn(t, r, key, 2, 3*etcdTTL+2*time.Second, 200*time.Millisecond, false, false)
-		rec := faultinject.LeaseRecord{Holder: "victim", Token: ev.Token, LockCall: ev.Call, LockRet: ev.Ret}
-		victim.mu.Lock()
-		from := len(victim.notices)
-		victim.mu.Unlock()
 		// Cut it off just after a renewal, whose slow reply the weak
 		// engine counts from.
-		waitRenewed(t, victim, ev.Deadline, etcdTTL)
-		for _, p := range proxies {
-			p.Blackhole()
-		}
-		time.Sleep(2 * etcdTTL) // the partition
-		for _, p := range proxies {
-			p.Restore()
-		}
-		st := victim.call(faultinject.Command{Op: "state"}, time.Minute)
-		rec.Deadline = st.Deadline
-		if done, _, ok := victim.notice(from, 0, "", func(e faultinject.Event) bool { return e.Ev == "done" }); ok {
-			rec.DoneAt = done.At
-		}
-		u := victim.call(faultinject.Command{Op: "unlock", Timeout: 10 * time.Second}, time.Minute)
-		rec.UnlockCall, rec.UnlockRet, rec.UnlockKind = u.Call, u.Ret, u.Kind
-		a := analyse(t, append(c.wait(t), rec), c.checked, c.unchkd, false)
-		record(t, "5 server crash", "etcd-cluster", "dlock_weak holder with 800 ms replies, cut off for 2 TTL", caught(a.overlaps > 0),
-			"double grants %d (e.g. %v)", a.overlaps, first(a.examples))
-		if a.overlaps == 0 {
-			t.Errorf("negative control missed: no double grant")
-		}
+		afterRenewal := func(lock faultinject.Event) { waitRenewed(t, victim, lock.Deadline, etcdTTL) }
+		runCutOffVictim(t, r, victim, proxies, etcdTTL, afterRenewal,
+			"etcd-cluster", "dlock_weak holder with 800 ms replies, cut off for 2 TTL")
 	})
+}
+
+// cluster is a 3-node ensemble or cluster whose members the suite kills:
+// waitUp(n) waits until n members serve under one leader.
+type cluster struct {
+	leader              func() int
+	kill, start, waitUp func(int)
+}
+
+// runLeaderFollowerKills churns holders on r while the cluster's leader,
+// then a follower, is killed with SIGKILL and restarted, and requires no
+// double grant, no token regression and no stale write accepted. backend
+// names the topology in the report, server in the failure.
+func runLeaderFollowerKills(t *testing.T, r *rig, backend, server string, cl cluster) {
+	c := startChurn(t, r, 3, 12*time.Second, 200*time.Millisecond, false, false)
+	time.Sleep(time.Second) // the schedule
+	l := cl.leader()
+	if l < 0 {
+		t.Fatalf("no %s leader", server)
+	}
+	killed := time.Now()
+	cl.kill(l)
+	cl.waitUp(2)
+	election := time.Since(killed)
+	cl.start(l)
+	cl.waitUp(3)
+	time.Sleep(time.Second) // the schedule
+	f := (cl.leader() + 1) % 3
+	cl.kill(f)
+	cl.waitUp(2)
+	cl.start(f)
+	cl.waitUp(3)
+	a := analyse(t, c.wait(t), c.checked, c.unchkd, false)
+	ok := a.overlaps == 0 && a.regressions == 0 && a.staleOK == 0
+	record(t, "5 server crash", backend, "dlock, leader then follower kill -9 + restart", verdict(ok),
+		"new leader %v after the kill; %d leases: double grants %d, token regressions %d, stale writes accepted %d",
+		election.Round(time.Millisecond), a.leases, a.overlaps, a.regressions, a.staleOK)
+	if !ok {
+		t.Errorf("double grants on %s: %v", server, a.examples)
+	}
+}
+
+// runCutOffVictim is a negative control: the victim, whose clients go
+// through proxies, takes a key on r that two holders then churn on (with
+// leases of ttl), and is cut off from every server for 2 ttl once beforeCut
+// (if any) returns. It must lose its lock while it still believes it holds
+// it, and the checker must see the double grant.
+func runCutOffVictim(t *testing.T, r *rig, victim *proc, proxies []*faultinject.Proxy, ttl time.Duration,
+	beforeCut func(lock faultinject.Event), backend, variant string) {
+	key := r.key("victim")
+	ev := lockVictim(t, victim, key)
+	c := startChurnOn(t, r, key, 2, 3*ttl+2*time.Second, 200*time.Millisecond, false, false)
+	lease := recordVictim(victim, ev)
+	if beforeCut != nil {
+		beforeCut(ev)
+	}
+	partition(proxies, 2*ttl)
+	rec := lease.end() // while the churn still runs
+	a := analyse(t, append(c.wait(t), rec), c.checked, c.unchkd, false)
+	record(t, "5 server crash", backend, variant, caught(a.overlaps > 0),
+		"double grants %d (e.g. %v)", a.overlaps, first(a.examples))
+	if a.overlaps == 0 {
+		t.Errorf("negative control missed: no double grant")
+	}
+}
+
+// lockVictim has the victim take key, waiting for it, and fails the test if
+// it does not get it.
+func lockVictim(t *testing.T, victim *proc, key string) faultinject.Event {
+	t.Helper()
+	ev := victim.call(faultinject.Command{Op: "lock", Key: key, Wait: true, Timeout: time.Minute}, 2*time.Minute)
+	if !ev.Held {
+		t.Fatalf("the victim did not get the key: %s", ev.Err)
+	}
+	return ev
+}
+
+// victimLease is the record of the victim's lease, kept by the test: the
+// churn's records do not include it.
+type victimLease struct {
+	p    *proc
+	rec  faultinject.LeaseRecord
+	from int // the victim's notices from here on are about this lease
+}
+
+// recordVictim starts the record of the victim's lease from its lock reply.
+func recordVictim(victim *proc, lock faultinject.Event) *victimLease {
+	return &victimLease{p: victim, from: victim.mark(),
+		rec: faultinject.LeaseRecord{Holder: "victim", Token: lock.Token, LockCall: lock.Call, LockRet: lock.Ret}}
+}
+
+// end completes the record, for the checker: the victim's deadline, the
+// moment its Done closed (if it has), and its unlock.
+func (v *victimLease) end() faultinject.LeaseRecord {
+	st := v.p.call(faultinject.Command{Op: "state"}, time.Minute)
+	v.rec.Deadline = st.Deadline
+	if done, ok := v.p.awaitDone(v.from, 0, ""); ok {
+		v.rec.DoneAt = done.At
+	}
+	u := v.p.call(faultinject.Command{Op: "unlock", Timeout: 10 * time.Second}, time.Minute)
+	v.rec.UnlockCall, v.rec.UnlockRet, v.rec.UnlockKind = u.Call, u.Ret, u.Kind
+	return v.rec
+}
+
+// partition blackholes every proxy for d, then restores them.
+func partition(proxies []*faultinject.Proxy, d time.Duration) {
+	for _, p := range proxies {
+		p.Blackhole()
+	}
+	time.Sleep(d) // the partition
+	for _, p := range proxies {
+		p.Restore()
+	}
 }
