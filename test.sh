@@ -23,6 +23,9 @@ fi
 echo "test.sh: go vet"
 go vet ./...
 
+echo "test.sh: go vet the benchmark module (bench/, its own go.mod, so that it keeps building)"
+(cd bench && go vet -tags dlocketcd ./...)
+
 echo "test.sh: the root package must not depend on any backend client"
 if go list -deps . | grep -E 'go-redis|go-zookeeper|etcd.io' ; then
   echo "test.sh: package dlock imports a backend client" >&2
