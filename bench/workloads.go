@@ -544,28 +544,38 @@ func queueLen(ctx context.Context, lib *library, m multi, key string) (n int, ok
 	return 0, false, nil
 }
 
+// openMultis opens n clients of lib for the scale tests, or none if one
+// fails.
+func openMultis(ctx context.Context, s *servers, lib *library, n int, ttl time.Duration, perLock bool) ([]multi, error) {
+	ms := make([]multi, 0, n)
+	for range n {
+		m, err := lib.newMulti(ctx, s.env, ttl, perLock)
+		if err != nil {
+			closeMultis(ms)
+			return nil, err
+		}
+		ms = append(ms, m)
+	}
+	return ms, nil
+}
+
+func closeMultis(ms []multi) {
+	for _, m := range ms {
+		m.Close()
+	}
+}
+
 func runQueue(s *servers, lib *library, waiters, clients int, limit time.Duration) queueResult {
 	r := queueResult{Lib: lib.Name, Waiters: waiters, Clients: clients}
 	key := "queue"
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	ms := make([]multi, clients)
-	for i := range ms {
-		m, err := lib.newMulti(ctx, s.env, 10*time.Second, true)
-		if err != nil {
-			r.Err = err.Error()
-			for _, m := range ms[:i] {
-				m.Close()
-			}
-			return r
-		}
-		ms[i] = m
+	ms, err := openMultis(ctx, s, lib, clients, 10*time.Second, true)
+	if err != nil {
+		r.Err = err.Error()
+		return r
 	}
-	defer func() {
-		for _, m := range ms {
-			m.Close()
-		}
-	}()
+	defer closeMultis(ms)
 	release, err := ms[0].Lock(ctx, key)
 	if err != nil {
 		r.Err = "holder: " + err.Error()
@@ -686,23 +696,12 @@ func runKeys(s *servers, lib *library, keys, clients, workers int, limit time.Du
 	r := keysResult{Lib: lib.Name, Keys: keys}
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	ms := make([]multi, clients)
-	for i := range ms {
-		m, err := lib.newMulti(ctx, s.env, 10*time.Minute, false)
-		if err != nil {
-			r.Err = err.Error()
-			for _, m := range ms[:i] {
-				m.Close()
-			}
-			return r
-		}
-		ms[i] = m
+	ms, err := openMultis(ctx, s, lib, clients, 10*time.Minute, false)
+	if err != nil {
+		r.Err = err.Error()
+		return r
 	}
-	defer func() {
-		for _, m := range ms {
-			m.Close()
-		}
-	}()
+	defer closeMultis(ms)
 	mem0, what := s.memory(lib.Backend)
 	r.MemWhat = what
 	releases := make([]func(context.Context) error, keys)
