@@ -22,7 +22,7 @@ done
 
 # dlock's etcd backend is measured when its package builds.
 tags=()
-if (cd .. && go build ./etcddlock) 2>/dev/null; then
+if (cd ../etcddlock && go build .) 2>/dev/null; then
 	tags=(-tags dlocketcd)
 else
 	echo "run.sh: the etcddlock package does not build; its rows will say \"not available\"" >&2

@@ -42,7 +42,7 @@ func (d *dlockLocker) unlock(ctx context.Context) error { return d.l.Unlock(ctx)
 // the hand-off latency from a holder starting Unlock to the next holder's
 // Lock returning, and for etcddlock the messages sent to etcd per grant.
 //
-//	go test -run '^$' -bench Contended ./etcddlock/
+//	go -C etcddlock test -run '^$' -bench Contended .
 func BenchmarkContended(b *testing.B) {
 	srv := testserver.SharedEtcd(b)
 	for _, n := range []int{2, 8, 32} {

@@ -5,8 +5,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/dlockdev/dlock/internal/leakcheck"
 	"github.com/dlockdev/dlock/internal/testserver"
-	"go.uber.org/goleak"
 )
 
 // Every client, lease and waiter must stop its goroutines when closed,
@@ -16,7 +16,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	testserver.StopSharedEtcd()
 	if code == 0 {
-		if err := goleak.Find(leakOptions()...); err != nil {
+		if err := leakcheck.Find(leakIgnored...); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
 			code = 1
 		}
@@ -24,9 +24,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func leakOptions() []goleak.Option {
-	return []goleak.Option{
-		// Started once per process by libraries etcd links in.
-		goleak.IgnoreAnyFunction("go.opencensus.io/stats/view.(*worker).start"),
-	}
-}
+// leakIgnored are goroutines started once per process by libraries etcd's
+// client links in.
+var leakIgnored = []string{"go.opencensus.io/stats/view.(*worker).start"}

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"math/big"
 	"net"
-	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,10 +20,7 @@ import (
 	"github.com/dlockdev/dlock"
 	_ "github.com/dlockdev/dlock/etcddlock"
 	"github.com/dlockdev/dlock/internal/testserver"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
-	"golang.org/x/crypto/bcrypt"
 )
 
 func TestOpen_badURL(t *testing.T) {
@@ -68,7 +64,7 @@ func TestOpen_unreachable(t *testing.T) {
 // permission on the prefix give ErrAuth; the right user works.
 func TestOpen_auth(t *testing.T) {
 	// The cheapest password hashing: the test is not about bcrypt.
-	srv := testserver.StartEtcd(t, func(cfg *embed.Config) { cfg.BcryptCost = uint(bcrypt.MinCost) })
+	srv := testserver.StartEtcd(t, testserver.EtcdFlags("--bcrypt-cost=4"))
 	ctx := testCtx(t)
 	admin := adminClient(t, srv.Addr())
 	must := func(_ any, err error) {
@@ -120,14 +116,7 @@ func TestOpen_auth(t *testing.T) {
 func TestOpen_TLS(t *testing.T) {
 	dir := t.TempDir()
 	ca, cert, key := writeCerts(t, dir)
-	srv := testserver.StartEtcd(t, func(cfg *embed.Config) {
-		for _, u := range [][]neturl.URL{cfg.ListenClientUrls, cfg.AdvertiseClientUrls} {
-			for i := range u {
-				u[i].Scheme = "https"
-			}
-		}
-		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: cert, KeyFile: key}
-	})
+	srv := testserver.StartEtcd(t, testserver.EtcdTLS(cert, key))
 	ctx := testCtx(t)
 	c, err := dlock.Open(ctx, "etcds://"+srv.Addr()+"?cacert="+ca)
 	if err != nil {

@@ -2,7 +2,7 @@
 // backend and under faults, the safety properties dlock documents, and
 // proves that its checkers fire by running each scenario against a
 // deliberately weakened variant too. The scenarios are its tests
-// (go test ./faultinject); docs/reliability.md describes them and their
+// (go -C faultinject test .); docs/reliability.md describes them and their
 // figures. It is test tooling, not for applications.
 //
 // The exported pieces are the parts the holder processes share with the

@@ -2,19 +2,40 @@ package redisdlock_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"testing"
 
+	"github.com/dlockdev/dlock/internal/leakcheck"
+	"github.com/dlockdev/dlock/internal/testserver"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
 type quietLogger struct{}
 
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
-// Every client, lease and waiter must stop its goroutines when closed,
-// released or cancelled.
+// exampleAddr and exampleURL point the examples at the redis-server that
+// TestMain starts.
+var exampleAddr, exampleURL string
+
+// TestMain starts the examples' server; afterwards, every client, lease and
+// waiter must have stopped its goroutines.
 func TestMain(m *testing.M) {
 	redis.SetLogger(quietLogger{}) // go-redis reports reconnects the tests cause on purpose
-	goleak.VerifyTestMain(m)
+	addr, stop, err := testserver.StartRedisForMain()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "redisdlock tests:", err)
+		os.Exit(1)
+	}
+	exampleAddr, exampleURL = addr, "redis://"+addr+"/0"
+	code := m.Run()
+	stop()
+	if code == 0 {
+		if err := leakcheck.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goroutine leak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }

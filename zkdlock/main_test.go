@@ -5,8 +5,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/dlockdev/dlock/internal/leakcheck"
 	"github.com/dlockdev/dlock/internal/testserver"
-	"go.uber.org/goleak"
 )
 
 // TestMain stops the package's ZooKeeper server after the tests, then checks
@@ -15,8 +15,8 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	testserver.StopSharedZooKeeper()
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+		if err := leakcheck.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goroutine leak: %v\n", err)
 			code = 1
 		}
 	}

@@ -10,7 +10,7 @@ redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$d
 redis=$!
 trap 'kill $redis 2>/dev/null; rm -rf "$dir"' EXIT
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
-go build -o "$dir/singleton-job" ./examples/singleton-job
+(cd examples && go build -o "$dir/singleton-job" ./singleton-job)
 export DLOCK_BACKEND="redis://127.0.0.1:$port/0"
 "$dir/singleton-job" & a=$!
 "$dir/singleton-job" & b=$!

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // StartRedisCluster starts a Redis Cluster of n masters (no replicas) on
@@ -29,30 +27,25 @@ func StartRedisCluster(t testing.TB, n int) []string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	clients := make([]*redis.Client, n)
-	for i, a := range addrs {
-		clients[i] = redis.NewClient(&redis.Options{Addr: a})
-		defer clients[i].Close()
-	}
 	per := 16384 / n
-	for i, c := range clients {
+	for i, a := range addrs {
 		start, end := i*per, (i+1)*per-1
 		if i == n-1 {
 			end = 16383
 		}
-		if err := c.ClusterAddSlotsRange(ctx, start, end).Err(); err != nil {
-			t.Fatalf("testserver: cluster addslots on %s: %v", addrs[i], err)
+		if _, err := RedisCommand(ctx, a, "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(start), strconv.Itoa(end)); err != nil {
+			t.Fatalf("testserver: cluster addslots on %s: %v", a, err)
 		}
 		if i > 0 {
-			host, port, _ := strings.Cut(addrs[i], ":")
-			if err := clients[0].ClusterMeet(ctx, host, port).Err(); err != nil {
-				t.Fatalf("testserver: cluster meet %s: %v", addrs[i], err)
+			host, port, _ := strings.Cut(a, ":")
+			if _, err := RedisCommand(ctx, addrs[0], "CLUSTER", "MEET", host, port); err != nil {
+				t.Fatalf("testserver: cluster meet %s: %v", a, err)
 			}
 		}
 	}
-	for _, c := range clients {
+	for _, a := range addrs {
 		for {
-			info, err := c.ClusterInfo(ctx).Result()
+			info, err := RedisCommand(ctx, a, "CLUSTER", "INFO")
 			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(n)) {
 				break
 			}
@@ -83,13 +76,11 @@ func StartRedisSentinel(t testing.TB) (master, sentinel string) {
 	p := StartProcess(t, "redis-sentinel", dir, bin, []string{conf, "--sentinel"})
 	sentinel = Addr(port)
 	err := p.WaitReady(30*time.Second, func(ctx context.Context) error {
-		s := redis.NewSentinelClient(&redis.Options{Addr: sentinel})
-		defer s.Close()
-		a, err := s.GetMasterAddrByName(ctx, "mymaster").Result()
+		reply, err := RedisCommand(ctx, sentinel, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster")
 		if err != nil {
 			return err
 		}
-		if len(a) != 2 || a[1] != mport {
+		if a := strings.Split(reply, "\n"); len(a) != 2 || a[1] != mport {
 			return fmt.Errorf("sentinel reports master %v", a)
 		}
 		return nil

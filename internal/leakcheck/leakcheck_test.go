@@ -1,0 +1,36 @@
+package leakcheck
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestFind_reportsALeftGoroutineAndIgnoresIt(t *testing.T) {
+	stop := make(chan struct{})
+	go leaky(stop)
+	err := findNow()
+	if err == nil || !strings.Contains(err.Error(), "leakcheck.leaky") {
+		t.Fatalf("Find = %v, want a report naming leakcheck.leaky", err)
+	}
+	if err := findNow("github.com/dlockdev/dlock/internal/leakcheck.leaky"); err != nil {
+		t.Fatalf("Find with leaky ignored = %v, want nil", err)
+	}
+	close(stop)
+	if err := Find(); err != nil {
+		t.Fatalf("Find after the goroutine exited = %v", err)
+	}
+}
+
+func leaky(stop chan struct{}) { <-stop }
+
+// findNow is Find without the wait.
+func findNow(ignore ...string) error {
+	if leaked := others(append(ignore, standard...)); len(leaked) > 0 {
+		return &leakErr{strings.Join(leaked, "\n\n")}
+	}
+	return nil
+}
+
+type leakErr struct{ s string }
+
+func (e *leakErr) Error() string { return e.s }

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# What a library user downloads: for each backend, a fresh module that
+# imports dlock and that backend (the working tree, through replace
+# directives), and a second one that imports only the backend's client
+# library. It prints the user's go.sum lines and `go list -m all` count.
+#
+#   scripts/deps.sh             print the figures
+#   scripts/deps.sh --check     also fail unless every module in the user's
+#                               graph is dlock's or in the client's own graph
+#   scripts/deps.sh --download  also measure what a fresh `go mod tidy`
+#                               downloads, in an empty module cache (slow)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+check=false download=false
+for a in "$@"; do
+  case "$a" in
+  --check) check=true ;;
+  --download) download=true ;;
+  *) echo "usage: scripts/deps.sh [--check] [--download]" >&2; exit 2 ;;
+  esac
+done
+export GOWORK=off GOFLAGS=-modcacherw
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# backend package, its client's module, a package of that client to import.
+backends=(
+  "redisdlock github.com/redis/go-redis/v9 github.com/redis/go-redis/v9"
+  "zkdlock github.com/go-zookeeper/zk github.com/go-zookeeper/zk"
+  "etcddlock go.etcd.io/etcd/client/v3 go.etcd.io/etcd/client/v3"
+)
+
+# module dir name imports... writes a main package importing the given
+# packages for their side effects.
+module() {
+  local dir=$1 name=$2
+  shift 2
+  mkdir -p "$dir"
+  {
+    echo "package main"
+    echo
+    for p in "$@"; do echo "import _ \"$p\""; done
+    echo
+    echo "func main() {}"
+  } >"$dir/main.go"
+  printf 'module %s\n\ngo 1.26.0\n' "$name" >"$dir/go.mod"
+}
+
+tidy() { # dir [modcache]
+  (cd "$1" && if [ -n "${2:-}" ]; then GOMODCACHE=$2 go mod tidy; else go mod tidy; fi) >/dev/null 2>&1 ||
+    (cd "$1" && go mod tidy)
+}
+
+printf '%-11s %14s %16s %s\n' backend "go.sum lines" "modules (-m all)" "client alone: go.sum / modules"
+fail=false
+for b in "${backends[@]}"; do
+  read -r pkg client clientpkg <<<"$b"
+  user=$work/user-$pkg alone=$work/alone-$pkg
+  module "$user" example.com/user github.com/dlockdev/dlock "github.com/dlockdev/dlock/$pkg"
+  (cd "$user" &&
+    go mod edit -require=github.com/dlockdev/dlock@v0.0.0-00010101000000-000000000000 \
+      -require="github.com/dlockdev/dlock/$pkg@v0.0.0-00010101000000-000000000000" \
+      -replace=github.com/dlockdev/dlock="$root" -replace="github.com/dlockdev/dlock/$pkg=$root/$pkg")
+  module "$alone" example.com/alone "$clientpkg"
+  # The client at the version the backend requires.
+  version=$(cd "$pkg" && go list -m -f '{{.Version}}' "$client")
+  (cd "$alone" && go mod edit -require="$client@$version")
+  tidy "$user"
+  tidy "$alone"
+  sum=$(wc -l <"$user/go.sum")
+  mods=$(cd "$user" && go list -m all | wc -l)
+  asum=$(wc -l <"$alone/go.sum")
+  amods=$(cd "$alone" && go list -m all | wc -l)
+  printf '%-11s %14s %16s %s / %s\n' "$pkg" "$sum" "$mods" "$asum" "$amods"
+  if $check; then
+    # Every module of the user's graph but the user and dlock's own must be
+    # in the graph of the client alone.
+    extra=$(comm -23 \
+      <(cd "$user" && go list -m -f '{{.Path}}' all | grep -v -e '^example.com/' -e '^github.com/dlockdev/dlock' | sort) \
+      <(cd "$alone" && go list -m -f '{{.Path}}' all | sort))
+    if [ -n "$extra" ]; then
+      echo "deps.sh: a user of $pkg gets modules its client does not need:" >&2
+      echo "$extra" | sed 's/^/  /' >&2
+      fail=true
+    fi
+  fi
+  if $download; then
+    cache=$work/cache-$pkg
+    rm -f "$user/go.sum"
+    tidy "$user" "$cache"
+    echo "  a fresh go mod tidy downloads $(du -sh "$cache/cache/download" | cut -f1)"
+  fi
+done
+if $fail; then
+  exit 1
+fi
