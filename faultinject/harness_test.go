@@ -32,8 +32,20 @@ type proc struct {
 	waiting map[int]chan faultinject.Event // guarded by mu
 	notices []faultinject.Event            // done, lease…; guarded by mu
 	changed chan struct{}                  // closed and replaced when notices grows; guarded by mu
-	exited  chan struct{}
-	stderr  strings.Builder // guarded by mu
+	stderr  strings.Builder                // guarded by mu
+
+	// reaped is closed once the process has been waited for. exited is
+	// closed after that, once the reader has also delivered every line
+	// the holder wrote before it went: a reply or notice written just
+	// before exiting is never beaten by the exit, however the two
+	// goroutines are scheduled (see await).
+	reaped chan struct{}
+	exited chan struct{}
+
+	// beforeDeliver, if set, is called by the reader with each event just
+	// before delivering it: a test seam that lets TestAwaitReplyBeforeExit
+	// hold a reply back until the exit has been noticed.
+	beforeDeliver func(p *proc, ev faultinject.Event)
 }
 
 // startHolder starts a holder process: the test binary itself, or the weak
@@ -50,25 +62,52 @@ func startHolder(t *testing.T, cfg faultinject.HolderConfig, weak bool) *proc {
 	b, _ := json.Marshal(cfg)
 	cmd := exec.Command(exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), faultinject.HolderEnv+"="+string(b))
+	return launch(t, cfg.Name, cmd, nil)
+}
+
+// launch starts cmd as the holder process called name, which speaks the
+// holder protocol on its stdin and stdout, and waits until it is ready.
+// beforeDeliver, if not nil, becomes the process's test seam.
+func launch(t *testing.T, name string, cmd *exec.Cmd, beforeDeliver func(*proc, faultinject.Event)) *proc {
+	t.Helper()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, err := cmd.StdoutPipe()
+	// The holder's stdout is a pipe of our own rather than cmd.StdoutPipe:
+	// Wait closes a StdoutPipe as soon as the process has exited, which
+	// would throw away lines still in the pipe that the reader has not
+	// read yet (the reply to close, typically). Ours is closed by the
+	// reader, after EOF. os.Pipe's ends are close-on-exec, so no other
+	// process started meanwhile inherits the write end: EOF comes when
+	// the holder exits.
+	stdout, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{t: t, name: cfg.Name, cmd: cmd, stdin: stdin, waiting: map[int]chan faultinject.Event{},
-		changed: make(chan struct{}), exited: make(chan struct{})}
+	cmd.Stdout = w
+	p := &proc{t: t, name: name, cmd: cmd, stdin: stdin, waiting: map[int]chan faultinject.Event{},
+		changed: make(chan struct{}), reaped: make(chan struct{}), exited: make(chan struct{}),
+		beforeDeliver: beforeDeliver}
 	cmd.Stderr = &lockedWriter{p: p}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start holder %s: %v", cfg.Name, err)
+	err = cmd.Start()
+	_ = w.Close() // the holder has its own copy
+	if err != nil {
+		_ = stdout.Close()
+		t.Fatalf("start holder %s: %v", name, err)
 	}
 	p.pid = cmd.Process.Pid
 	ready := make(chan faultinject.Event, 1)
-	go p.read(stdout, ready)
 	go func() {
 		_ = cmd.Wait()
+		close(p.reaped)
+	}()
+	go func() {
+		// The process has exited, for the harness, only once both its
+		// exit status and the end of its output are in.
+		p.read(stdout, ready)
+		<-p.reaped
+		_ = stdout.Close()
 		close(p.exited)
 	}()
 	t.Cleanup(func() {
@@ -86,15 +125,23 @@ func startHolder(t *testing.T, cfg faultinject.HolderConfig, weak bool) *proc {
 			t.Logf("holder %s stderr:\n%s", p.name, stderr)
 		}
 	})
+	timer := time.NewTimer(90 * time.Second)
+	defer timer.Stop()
+	var ev faultinject.Event
 	select {
-	case ev := <-ready:
-		if ev.Ev != "ready" {
-			t.Fatalf("holder %s: %s: %s", cfg.Name, ev.Ev, ev.Err)
-		}
+	case ev = <-ready:
 	case <-p.exited:
-		t.Fatalf("holder %s exited before it was ready: %s", cfg.Name, p.stderrText())
-	case <-time.After(90 * time.Second):
-		t.Fatalf("holder %s not ready after 90s", cfg.Name)
+		// A fatal event written before exiting is in ready by now.
+		select {
+		case ev = <-ready:
+		default:
+			t.Fatalf("holder %s exited before it was ready: %s", name, p.stderrText())
+		}
+	case <-timer.C:
+		t.Fatalf("holder %s not ready after 90s", name)
+	}
+	if ev.Ev != "ready" {
+		t.Fatalf("holder %s: %s: %s", name, ev.Ev, ev.Err)
 	}
 	return p
 }
@@ -116,13 +163,22 @@ func (p *proc) stderrText() string {
 	return p.stderr.String()
 }
 
+// read delivers the holder's events, in order, until the end of its output:
+// replies to their waiting channels, notices to the list. It returns only at
+// EOF (after a line too long to parse, it discards the rest), so that a
+// holder never blocks on a full pipe and every line is delivered before
+// exited is closed.
 func (p *proc) read(r io.Reader, ready chan<- faultinject.Event) {
+	defer func() { _, _ = io.Copy(io.Discard, r) }()
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		var ev faultinject.Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			continue
+		}
+		if p.beforeDeliver != nil {
+			p.beforeDeliver(p, ev)
 		}
 		switch {
 		case ev.Ev == "ready" || ev.Ev == "fatal":
@@ -163,15 +219,27 @@ func (p *proc) send(c faultinject.Command) <-chan faultinject.Event {
 	return ch
 }
 
-// await waits for a reply, failing the test after timeout.
+// await waits for a reply, failing the test after timeout (a watchdog) or
+// when the holder exited without sending it.
 func (p *proc) await(ch <-chan faultinject.Event, timeout time.Duration, what string) faultinject.Event {
 	p.t.Helper()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
 	select {
 	case ev := <-ch:
 		return ev
 	case <-p.exited:
+		// exited is closed only after the reader has delivered every line
+		// the holder wrote, so a reply written before the exit (the reply
+		// to close, say) is in ch now: when both are ready, select may
+		// have picked this case.
+		select {
+		case ev := <-ch:
+			return ev
+		default:
+		}
 		p.t.Fatalf("holder %s exited while %s: %s", p.name, what, p.stderrText())
-	case <-time.After(timeout):
+	case <-timer.C:
 		p.t.Fatalf("holder %s: no answer after %v while %s", p.name, timeout, what)
 	}
 	return faultinject.Event{}
@@ -190,6 +258,9 @@ func (p *proc) notice(from int, timeout time.Duration, what string, match func(f
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
+		// Looked at before the scan: once the holder has exited, every
+		// notice it wrote is in the list, and one last scan is final.
+		gone := closed(p.exited)
 		p.mu.Lock()
 		for i := from; i < len(p.notices); i++ {
 			if match(p.notices[i]) {
@@ -201,13 +272,25 @@ func (p *proc) notice(from int, timeout time.Duration, what string, match func(f
 		from = len(p.notices)
 		changed := p.changed
 		p.mu.Unlock()
+		if gone {
+			return faultinject.Event{}, 0, false
+		}
 		select {
 		case <-changed:
 		case <-timer.C:
 			return faultinject.Event{}, 0, false
 		case <-p.exited:
-			return faultinject.Event{}, 0, false
 		}
+	}
+}
+
+// closed reports whether ch is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -271,7 +354,7 @@ func (p *proc) closeEv(quick bool) faultinject.Event {
 	ev := p.call(faultinject.Command{Op: "close", Quick: quick}, 2*time.Minute)
 	select {
 	case <-p.exited:
-	case <-time.After(30 * time.Second):
+	case <-time.After(2 * time.Minute): // a watchdog: it exits at once
 		p.t.Fatalf("holder %s did not exit after close", p.name)
 	}
 	code := p.cmd.ProcessState.ExitCode()

@@ -114,10 +114,16 @@ func passThenRetry(t *testing.T, b *proc, locked <-chan faultinject.Event, d *ar
 	return d.answered(30 * time.Second)
 }
 
+// newGrantTTL is the lease of the new holder B in scenario 3: long, so that
+// only a wrongful release or renewal can end B's grant while the trial
+// looks. With the rig's TTL, a B starved on a busy machine could lose its
+// grant by itself, and C's lock would count as a wrongful release.
+const newGrantTTL = 20 * time.Second
+
 func runLostRelease(t *testing.T, r *rig, weak bool, trials int) wrongStats {
 	pa := r.proxy()
 	a := r.holder("A", weak, pa)
-	b := r.holder("B", weak)
+	b := r.holderTTL("B", weak, newGrantTTL)
 	c := r.holder("C", weak)
 	var s wrongStats
 	for range trials {
@@ -144,7 +150,7 @@ func runLostRelease(t *testing.T, r *rig, weak bool, trials int) wrongStats {
 // runLostRenew: A (TTL 1 s) loses a renew reply and its retries are held
 // until its key has expired and passed to B (TTL 20 s).
 func runLostRenew(t *testing.T, r *rig, weak bool, trials int) wrongStats {
-	const bTTL = 20 * time.Second
+	const bTTL = newGrantTTL
 	pa := r.proxy()
 	a := r.holder("A", weak, pa)
 	b := r.holderTTL("B", weak, bTTL)

@@ -32,7 +32,11 @@ func TestScenario2_LostAcquireReply(t *testing.T) {
 				}
 			})
 			t.Run("naive", func(t *testing.T) {
-				s := runLostAcquire(t, newKindRig(t, kind, "naive"), 2, 0)
+				// The naive recipe's orphan lasts as long as its lease
+				// (Redis, etcd) or session (ZooKeeper): a long one, so that
+				// it is still there when the trial looks, however slow
+				// the machine is between the drop and the look.
+				s := runLostAcquire(t, newKindRigTTL(t, kind, "naive", naiveOrphanTTL), 2, 0)
 				record(t, "2 lost acquire reply", kind, "naive recipe: blind retry", caught(s.orphans > 0 && s.selfBlocked > 0),
 					"orphan keys/nodes %d, self-blocked acquisitions %d, of %d", s.orphans, s.selfBlocked, s.trials)
 				if s.orphans == 0 || s.selfBlocked == 0 {
@@ -66,6 +70,10 @@ func newKindRigTTL(t *testing.T, kind, recipe string, ttl time.Duration) *rig {
 	}
 	return newEtcdRig(t, recipe, ttl)
 }
+
+// naiveOrphanTTL is the lease of the naive recipe in scenario 2: far longer
+// than a trial takes, so that the negative control cannot miss its orphan.
+const naiveOrphanTTL = 30 * time.Second
 
 type lostAcquireStats struct{ trials, orphans, selfBlocked int }
 
