@@ -40,9 +40,11 @@ import (
 // *redis.Client, *redis.ClusterClient, *redis.Ring-free UniversalClient such
 // as a Sentinel failover client. Client.Close leaves rdb open.
 //
-// New checks that the server answers and subscribes to the client's
+// New checks that the server answers, that its maxmemory-policy cannot evict
+// lock keys (see Options.AllowEviction), and subscribes to the client's
 // notification channel; it returns errors satisfying errors.Is with
-// dlock.ErrUnavailable or dlock.ErrAuth when that fails.
+// dlock.ErrUnavailable or dlock.ErrAuth when that fails, and with
+// ErrUnsafeServer for an evicting policy.
 //
 // Set ContextTimeoutEnabled in rdb's options so that cancelling a Lock
 // interrupts a request blocked on a dead connection at once, rather than
@@ -83,6 +85,12 @@ func newDriver(ctx context.Context, rdb redis.UniversalClient, opts *Options, ow
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return nil, wrapErr(fmt.Sprintf("redis at %s", addr), err)
+	}
+	// Before subscribing, so that a refused server is left as it was.
+	if !o.AllowEviction {
+		if err := checkEviction(ctx, rdb, addr); err != nil {
+			return nil, err
+		}
 	}
 	var id [12]byte
 	_, _ = rand.Read(id[:])
