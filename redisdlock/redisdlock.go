@@ -11,9 +11,14 @@
 //	redis+cluster://[user:password@]host:port[,host:port…][?options]
 //
 // Options are go-redis' own URL options (dial_timeout, read_timeout,
-// pool_size, …) plus prefix (default "dlock:"), waiter_timeout (default 3s)
-// and poll_interval (default waiter_timeout/3); sentinel URLs also take
+// pool_size, …) plus prefix (default "dlock:"), waiter_timeout (default 3s),
+// poll_interval (default waiter_timeout/3) and allow_eviction (default
+// false: see Options.AllowEviction); sentinel URLs also take
 // sentinel_username and sentinel_password. See docs/redis.md.
+//
+// The server must run with maxmemory-policy noeviction, and its clock must
+// not step: see the exceptions for Redis in the Safety section of package
+// dlock.
 //
 // Or build a Client from a go-redis client the program already has with New;
 // that works unchanged with a plain client, Sentinel (redis.NewFailoverClient)
