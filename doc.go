@@ -43,6 +43,28 @@
 // Check Done before each step of the protected work, and use the fencing
 // token wherever a late write would do harm.
 //
+// The exceptions, by backend. On Redis (redisdlock; docs/redis.md):
+//
+//   - A failover can lose a lock: Redis replicates asynchronously, so a new
+//     master may not know a grant its predecessor acknowledged, and grants
+//     the key again. A restart without persistence does the same. Tokens
+//     still go up as long as the server's clock is not behind the last one
+//     (docs/reliability.md).
+//   - Redis expires keys by its wall clock. If that clock steps ahead, held
+//     keys expire early, and another client can be granted one while its
+//     holder's lease is still valid locally: the second guarantee above
+//     fails. The holder finds out at its next renewal (about TTL/3 later, at
+//     most one TTL), whose ErrLeaseLost says how far the server's clock ran
+//     ahead; until then two clients hold the key, and only the fencing token
+//     (the later grant's is higher) orders them. If the clock steps back,
+//     leases last longer on the server, and tokens still only go up while
+//     the server keeps its data.
+//   - A maxmemory-policy other than noeviction lets Redis evict a held key
+//     and grant it twice. redisdlock refuses such a server
+//     (redisdlock.ErrUnsafeServer) unless told to accept it; a server that
+//     will not report its policy is accepted, and must be configured with
+//     noeviction.
+//
 // # Errors
 //
 // Errors are values to test with errors.Is: ErrLocked, ErrNotHeld,

@@ -200,7 +200,7 @@ func (r *rig) isAcquire(f *faultinject.Frame) bool {
 func (r *rig) isRelease(f *faultinject.Frame) bool {
 	switch {
 	case r.kind == "redis" && r.recipe == "dlock":
-		return isScript(f, 8)
+		return isScript(f, 9)
 	case r.kind == "redis":
 		return f.Command() == "DEL"
 	case r.kind == "zk" && r.recipe == "dlock":
@@ -218,7 +218,7 @@ func (r *rig) isRelease(f *faultinject.Frame) bool {
 func (r *rig) isRenew(f *faultinject.Frame) bool {
 	switch {
 	case r.kind == "redis" && r.recipe == "dlock":
-		return isScript(f, 9)
+		return isScript(f, 6)
 	case r.kind == "redis":
 		return f.Command() == "PEXPIRE"
 	}
@@ -226,8 +226,8 @@ func (r *rig) isRenew(f *faultinject.Frame) bool {
 }
 
 // isScript matches a redisdlock script call with n arguments in all:
-// EVALSHA sha numkeys 4 keys, then 6 (acquire), 1 (release) or 2 (renew)
-// arguments.
+// EVALSHA sha numkeys, then 4 keys and 6 arguments (acquire), 4 keys and 2
+// (release), or 1 key and 2 (renew).
 func isScript(f *faultinject.Frame, n int) bool {
 	c := f.Command()
 	return (c == "EVALSHA" || c == "EVAL") && len(f.Args) == n

@@ -17,11 +17,13 @@ const (
 )
 
 type acquireReply struct {
-	status int64
-	token  uint64
-	pttl   time.Duration // holder's time left; negative when unknown
-	head   bool          // first in the queue
-	holder uint64        // queued: the current holder's token
+	status   int64
+	token    uint64
+	tokenArg any           // granted: the token as the reply's string, to send back with the release
+	serverUs int64         // granted: the server's TIME in µs
+	pttl     time.Duration // holder's time left; negative when unknown
+	head     bool          // first in the queue
+	holder   uint64        // queued: the current holder's token
 }
 
 // acquireArgs are acquire.lua's arguments, boxed once per Lock call: a
@@ -48,8 +50,13 @@ func (d *redisDriver) runAcquire(ctx context.Context, keys, args []any) (acquire
 	switch r.status {
 	case statusGranted:
 		s, _ := v[1].(string)
-		if r.token, err = strconv.ParseUint(s, 10, 64); err != nil {
-			return r, fmt.Errorf("redisdlock: bad token %q in acquire reply", s)
+		if r.token, err = strconv.ParseUint(s, 10, 64); err != nil || len(v) < 3 {
+			return r, fmt.Errorf("redisdlock: bad acquire reply %v", v)
+		}
+		r.tokenArg = v[1] // boxed already
+		now, _ := v[2].(string)
+		if r.serverUs, err = parseInt(now); err != nil {
+			return r, fmt.Errorf("redisdlock: bad server time %q in acquire reply", now)
 		}
 	default:
 		p, _ := v[1].(int64)
@@ -107,7 +114,8 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 			r.status = statusQueued
 			r.pttl = -1
 		case r.status == statusGranted:
-			g.token, g.validFrom = r.token, sent
+			g.token, g.tokenArg, g.validFrom = r.token, r.tokenArg, sent
+			g.clock = clockReading{sent: sent, received: time.Now(), serverUs: r.serverUs}
 			return g, nil
 		case r.status == statusLocked:
 			return nil, fmt.Errorf("%w: key %q is held by another owner (expires in %v unless renewed)", driver.ErrLocked, req.Key, r.pttl)
@@ -133,7 +141,12 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 		// notBefore remains; otherwise (we were slow to get here) poll,
 		// which extends the grant from now if it is still ours.
 		if token != pollNow && time.Since(notBefore) < req.TTL/3 {
-			g.token, g.validFrom = token, notBefore
+			g.token, g.tokenArg, g.validFrom = token, token, notBefore
+			// The token is at least the server's clock (µs) at the
+			// hand-off, which came after notBefore: a reading of the
+			// server's clock, perhaps high, which can only make
+			// clockReading.ahead report less.
+			g.clock = clockReading{sent: notBefore, received: time.Now(), serverUs: int64(token)}
 			return g, nil
 		}
 	}
@@ -161,6 +174,10 @@ func waitTurn(ctx context.Context, w waiter, d time.Duration, staleUpTo uint64) 
 	}
 }
 
+// noToken is release.lua's token argument for an attempt that was never
+// granted: no fence holds it.
+var noToken any = "0"
+
 // abandon removes every trace of an attempt that will not be returned to the
 // caller: its queue entry and, if the key was granted meanwhile, the grant
 // (handing it to the next waiter). It returns ctx's error, or nil.
@@ -168,7 +185,7 @@ func (d *redisDriver) abandon(ctx context.Context, g *grant) error {
 	// ctx may be over; cleaning up must not be, but it must not hang either.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.opts.WaiterTimeout)
 	defer cancel()
-	_ = releaseScript.run(cctx, d.rdb, g.keys, g.owner).Err()
+	_ = releaseScript.run(cctx, d.rdb, g.keys, g.owner, noToken).Err()
 	// If that failed too, the queue entry expires after WaiterTimeout and a
 	// grant after its TTL.
 	return ctx.Err()

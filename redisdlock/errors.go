@@ -12,6 +12,12 @@ import (
 
 var errNotHeld = driver.ErrNotHeld
 
+// ErrUnsafeServer is returned by New and Open (wrapped, with the server's
+// address and the setting) when the server is configured in a way that can
+// break the lock's guarantees: a maxmemory-policy that may evict keys. See
+// Options.AllowEviction.
+var ErrUnsafeServer = errors.New("redisdlock: unsafe server configuration")
+
 // wrapErr classifies a go-redis error for dlock's callers: where names the
 // server and the operation.
 func wrapErr(where string, err error) error {

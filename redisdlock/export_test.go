@@ -7,3 +7,6 @@ func RedisKeyForTest(prefix, key string) string {
 
 // AcquireScriptHashForTest is the SHA1 that EVALSHA sends for acquire.lua.
 func AcquireScriptHashForTest() string { return acquireScript.Hash() }
+
+// ReleaseScriptHashForTest is the SHA1 that EVALSHA sends for release.lua.
+func ReleaseScriptHashForTest() string { return releaseScript.Hash() }

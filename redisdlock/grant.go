@@ -13,7 +13,14 @@ type grant struct {
 	owner     any   // the owner id (a string), boxed once
 	ttl       time.Duration
 	token     uint64
+	tokenArg  any // the token as release.lua's argument, boxed once
 	validFrom time.Time
+
+	// clock is the latest reading of the server's clock, from the grant or
+	// the last renewal: what the next renewal's reading is compared with.
+	// Only Renew uses it after the grant, and the lease engine runs one
+	// renewal at a time.
+	clock clockReading
 }
 
 func (g *grant) Token() uint64           { return g.token }
@@ -23,23 +30,66 @@ func (g *grant) Validity() time.Duration { return g.ttl }
 // Lost returns nil: Redis cannot tell us, and renewals find out soon enough.
 func (g *grant) Lost() <-chan error { return nil }
 
-// Renew extends the lease if the key is still ours (renew.lua). Extending
-// counts from when the server runs the script, which is after this call
-// started, as the lease engine assumes.
+// Renew extends the lease if the key is still ours (renew.lua, which gets
+// the lock's key only). Extending counts from when the server runs the
+// script, which is after this call started, as the lease engine assumes.
+//
+// The script also reads the server's clock. Redis expires keys by its wall
+// clock, so when that clock steps ahead the key may expire long before the
+// lease's local deadline, and pass to another owner. Nothing tells us before
+// we ask; this renewal finds the key gone, and its error then says how far
+// the server's clock ran ahead (clockReading.ahead), so that the cause is
+// plain. A renewal that finds the key still ours needs no such check: the
+// hash names its owner, and no grant to anybody else leaves it that way, so
+// nobody else can have held the key, whatever the clock did.
 func (g *grant) Renew(ctx context.Context) error {
-	n, err := renewScript.run(ctx, g.d.rdb, g.keys, g.owner, ms(g.ttl)).Int()
+	sent := time.Now()
+	v, err := renewScript.run(ctx, g.d.rdb, g.keys[:1], g.owner, ms(g.ttl)).Slice()
+	received := time.Now()
 	if err != nil {
 		return wrapErr(fmt.Sprintf("redis at %s: renew", g.d.addr), err)
 	}
-	if n == 0 {
+	held, server, ok := parseRenewReply(v)
+	if !ok {
+		return fmt.Errorf("redis at %s: renew: unexpected reply %v", g.d.addr, v)
+	}
+	now := clockReading{sent: sent, received: received, serverUs: server}
+	if !held {
+		if ahead := g.clock.ahead(now); ahead > 0 {
+			return fmt.Errorf("%w: the key expired or passed to another owner, and the server's clock ran at least %v ahead of this process's since the grant or the last renewal "+
+				"(the server's clock was stepped, or this machine was suspended): Redis expires keys by its own clock, so the key may have expired early, while the lease was still valid here",
+				errNotHeld, ahead.Round(time.Millisecond))
+		}
 		return fmt.Errorf("%w: the key expired or passed to another owner", errNotHeld)
 	}
+	g.clock = now
 	return nil
 }
 
+// parseRenewReply reads renew.lua's {held, seconds, microseconds}.
+func parseRenewReply(v []any) (held bool, serverUs int64, ok bool) {
+	if len(v) != 3 {
+		return false, 0, false
+	}
+	n, _ := v[0].(int64)
+	s, ok1 := v[1].(string)
+	us, ok2 := v[2].(string)
+	if !ok1 || !ok2 {
+		return false, 0, false
+	}
+	sec, err1 := parseInt(s)
+	usec, err2 := parseInt(us)
+	if err1 != nil || err2 != nil {
+		return false, 0, false
+	}
+	return n == 1, sec*1_000_000 + usec, true
+}
+
 // Release gives the key up and hands it to the next waiter (release.lua).
+// The token lets a release resent after a lost reply recognise that its
+// first attempt freed the key.
 func (g *grant) Release(ctx context.Context) error {
-	n, err := releaseScript.run(ctx, g.d.rdb, g.keys, g.owner).Int()
+	n, err := releaseScript.run(ctx, g.d.rdb, g.keys, g.owner, g.tokenArg).Int()
 	if err != nil {
 		return wrapErr(fmt.Sprintf("redis at %s: release", g.d.addr), err)
 	}

@@ -37,6 +37,16 @@ type Options struct {
 	// Default WaiterTimeout/3; it must be below WaiterTimeout.
 	PollInterval time.Duration
 
+	// AllowEviction lets New and Open accept a server whose
+	// maxmemory-policy may evict keys (anything but noeviction). By default
+	// they refuse one with ErrUnsafeServer: under memory pressure such a
+	// server may evict a held lock's key and grant the key to a second
+	// owner while the first still holds a valid lease. Lock keys all have
+	// an expiry, so the volatile-* policies take them too. Set it only if a
+	// double grant is acceptable, or the server can never run out of
+	// memory. URL parameter: allow_eviction=true.
+	AllowEviction bool
+
 	// ClientOptions are passed to dlock.NewClient (WithTTL, WithMetadata,
 	// WithLogger defaults for every lock).
 	ClientOptions []dlock.Option

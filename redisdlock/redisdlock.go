@@ -11,9 +11,14 @@
 //	redis+cluster://[user:password@]host:port[,host:port…][?options]
 //
 // Options are go-redis' own URL options (dial_timeout, read_timeout,
-// pool_size, …) plus prefix (default "dlock:"), waiter_timeout (default 3s)
-// and poll_interval (default waiter_timeout/3); sentinel URLs also take
+// pool_size, …) plus prefix (default "dlock:"), waiter_timeout (default 3s),
+// poll_interval (default waiter_timeout/3) and allow_eviction (default
+// false: see Options.AllowEviction); sentinel URLs also take
 // sentinel_username and sentinel_password. See docs/redis.md.
+//
+// The server must run with maxmemory-policy noeviction, and its clock must
+// not step: see the exceptions for Redis in the Safety section of package
+// dlock.
 //
 // Or build a Client from a go-redis client the program already has with New;
 // that works unchanged with a plain client, Sentinel (redis.NewFailoverClient)
@@ -40,9 +45,11 @@ import (
 // *redis.Client, *redis.ClusterClient, *redis.Ring-free UniversalClient such
 // as a Sentinel failover client. Client.Close leaves rdb open.
 //
-// New checks that the server answers and subscribes to the client's
+// New checks that the server answers, that its maxmemory-policy cannot evict
+// lock keys (see Options.AllowEviction), and subscribes to the client's
 // notification channel; it returns errors satisfying errors.Is with
-// dlock.ErrUnavailable or dlock.ErrAuth when that fails.
+// dlock.ErrUnavailable or dlock.ErrAuth when that fails, and with
+// ErrUnsafeServer for an evicting policy.
 //
 // Set ContextTimeoutEnabled in rdb's options so that cancelling a Lock
 // interrupts a request blocked on a dead connection at once, rather than
@@ -83,6 +90,12 @@ func newDriver(ctx context.Context, rdb redis.UniversalClient, opts *Options, ow
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return nil, wrapErr(fmt.Sprintf("redis at %s", addr), err)
+	}
+	// Before subscribing, so that a refused server is left as it was.
+	if !o.AllowEviction {
+		if err := checkEviction(ctx, rdb, addr); err != nil {
+			return nil, err
+		}
 	}
 	var id [12]byte
 	_, _ = rand.Read(id[:])

@@ -2,6 +2,7 @@ package redisdlock_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -42,7 +43,7 @@ func (h *urlHarness) Leftovers(ctx context.Context, key string) ([]string, error
 			left = append(left, k)
 		}
 	}
-	return left, nil
+	return withoutFence(ctx, h.admin, left)
 }
 
 // The same suite passes on a three-master Redis Cluster: every key of a lock
@@ -53,6 +54,30 @@ func TestConformance_cluster(t *testing.T) {
 	defer admin.Close()
 	h := &urlHarness{url: "redis+cluster://" + strings.Join(addrs, ","), admin: admin}
 	dlocktest.Run(t, func(ctx context.Context, t *testing.T) (dlocktest.Harness, error) { return h, nil })
+}
+
+// On a Cluster, New and Open ask every master for its maxmemory-policy: one
+// that may evict is enough to refuse (issue 10, item 2).
+func TestOpen_refusesEvictingClusterMaster(t *testing.T) {
+	addrs := testserver.StartRedisCluster(t, 3)
+	ctx := testCtx(t)
+	bad := redis.NewClient(&redis.Options{Addr: addrs[2]})
+	defer bad.Close()
+	if err := bad.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := dlock.Open(ctx, "redis+cluster://"+strings.Join(addrs, ","))
+	if err == nil {
+		_ = c.Close()
+	}
+	if !errors.Is(err, redisdlock.ErrUnsafeServer) || !strings.Contains(err.Error(), addrs[2]) {
+		t.Fatalf("Open of a cluster with one volatile-lru master: err = %v, want ErrUnsafeServer naming %s", err, addrs[2])
+	}
+	c, err = dlock.Open(ctx, "redis+cluster://"+strings.Join(addrs, ",")+"?allow_eviction=true")
+	if err != nil {
+		t.Fatalf("Open with allow_eviction=true: %v", err)
+	}
+	_ = c.Close()
 }
 
 // And through Sentinel, which tells the client where the master is.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,6 +37,9 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, badURL(u, err)
 	}
 	if o.PollInterval, err = takeParam(q, "poll_interval", time.ParseDuration); err != nil {
+		return nil, badURL(u, err)
+	}
+	if o.AllowEviction, err = takeParam(q, "allow_eviction", strconv.ParseBool); err != nil {
 		return nil, badURL(u, err)
 	}
 	if _, err := o.withDefaults(); err != nil {

@@ -15,7 +15,8 @@ redis.call('DEL', lock)
 return 1
 `)
 	renewScript = newScript(commonLua + `
+local t = redis.call('TIME')
 redis.call('PEXPIRE', lock, tonumber(ARGV[2]))
-return 1
+return {1, t[1], t[2]}
 `)
 }

@@ -18,6 +18,7 @@ type Redis struct {
 	dir     string
 	port    int
 	extra   []string
+	env     []string // added to the process's environment
 	process *Process
 }
 
@@ -27,6 +28,11 @@ type Redis struct {
 // The server stops when the test ends.
 func StartRedis(t testing.TB, extra ...string) *Redis {
 	t.Helper()
+	return startRedis(t, nil, extra)
+}
+
+func startRedis(t testing.TB, env, extra []string) *Redis {
+	t.Helper()
 	SkipIfShort(t)
 	r := &Redis{
 		t:     t,
@@ -34,6 +40,7 @@ func StartRedis(t testing.TB, extra ...string) *Redis {
 		dir:   t.TempDir(),
 		port:  FreePort(t),
 		extra: extra,
+		env:   env,
 	}
 	// The free port may be taken by another process between FreePort and
 	// the server's bind: try a few ports.
@@ -67,7 +74,7 @@ func (r *Redis) start() error {
 		"--daemonize", "no",
 		"--loglevel", "warning",
 	}, r.extra...)
-	r.process = StartProcess(r.t, "redis-server", r.dir, r.bin, args)
+	r.process = StartProcess(r.t, "redis-server", r.dir, r.bin, args, r.env...)
 	return r.process.WaitReady(20*time.Second, r.ping)
 }
 

@@ -3,7 +3,8 @@
 -- periodic poll, which also keeps its queue entry alive.
 -- ARGV[1] owner id, ARGV[2] ttl ms, ARGV[3] metadata, ARGV[4] "1" to wait,
 -- ARGV[5] waiter timeout ms, ARGV[6] notification channel.
--- Returns {1, token} granted; {0, pttl} held by another (not waiting);
+-- Returns {1, token, now} granted (now: the server's TIME in µs, for the
+-- client's watch on the server's clock); {0, pttl} held by another (not waiting);
 -- {2, pttl, head, token} queued (head = 1 when first in line, and pttl -1
 -- unless head: only the first in line uses it; token is the current
 -- holder's: a hand-off notice with a token up to it announces a grant the
@@ -18,21 +19,19 @@ if holder == owner then
   -- that missed its hand-off notice. Extend from now, which is later than
   -- when this request was sent, so the caller's deadline stays safe.
   redis.call('PEXPIRE', lock, ttl)
-  return {1, token}
+  now()
+  return {1, token, now_us_s}
 end
 
 if not holder then
-  -- Free. The previous token is in the fence key if anywhere (a free lock
-  -- has no hash); it exists only for a moment after a release in the
-  -- microsecond of its grant.
+  -- Free. The previous token is in the fence (a free lock has no hash),
+  -- unless the key was never locked or the server lost its data.
   token = redis.call('GET', fence)
-  if token then
-    redis.call('DEL', fence)
-  end
   -- A fair lock serves its queue first.
   local head, wttl, wchannel, wmeta = pop_live_waiter()
   if head == nil or head == owner then
-    return {1, grant(owner, ARGV[2], meta, '', token)}
+    local granted = grant(owner, ARGV[2], meta, '', token)
+    return {1, granted, now_us_s}
   end
   -- The holder expired without releasing (it crashed), so nobody has woken
   -- the first waiter yet: hand the lock to it now (it is popped already).

@@ -4,9 +4,12 @@
 --                   before a hand-off). PEXPIRE = lease TTL.
 --   KEYS[2] queue   list of waiting owner ids, arrival order.
 --   KEYS[3] waiters hash: owner id -> "deadline_ms|ttl_ms|since_ms|channel|meta"
---   KEYS[4] fence   string: the last token of a free lock, kept only in the
---                   rare case that the server clock alone could not keep
---                   tokens increasing (release.lua).
+--   KEYS[4] fence   string: the token of the lock's latest grant, written
+--                   by every grant and kept for good (no expiry): the next
+--                   token is above it whatever the server's clock does, and
+--                   a release resent after a lost reply finds in it whether
+--                   anybody was granted the lock since (release.lua).
+-- renew.lua is sent KEYS[1] only: it touches nothing else.
 -- The queue and the waiters hash always hold the same owner ids: every script
 -- adds or removes an id in both, and both get the same expiry.
 -- Times come from the server's clock (TIME), never from a client's. Every
@@ -76,9 +79,10 @@ end
 -- grant makes owner the holder with a fresh fencing token and returns it (as
 -- a string). last is the previous token: the lock hash's on a hand-off, the
 -- fence's (or nil) when the lock was free. The token is max(last + 1, server
--- clock in µs): above the previous one, and increasing even after the server
--- lost all data in a restart without persistence. HSET overwrites every
--- field, so no DEL is needed first.
+-- clock in µs): above the previous one while the server keeps its data,
+-- however its clock steps, and increasing by the clock alone after a
+-- restart that lost every key. HSET overwrites every field, so no DEL is
+-- needed first.
 local function grant(owner, ttl, meta, prev, last)
   local us = now()
   local previous = tonumber(last or '0')
@@ -89,6 +93,11 @@ local function grant(owner, ttl, meta, prev, last)
   redis.call('HSET', lock, 'owner', owner, 'token', token, 'meta', meta,
     'since', now_ms_s, 'prev', prev)
   redis.call('PEXPIRE', lock, ttl)
+  -- The token outlives the hash, which goes with a release or its expiry
+  -- (a holder that crashed): the fence keeps it for the next grant, since
+  -- the clock may step back behind it at any time. No expiry: an integer
+  -- string, a few dozen bytes per key ever locked (docs/redis.md).
+  redis.call('SET', fence, token)
   return token
 end
 
