@@ -3,16 +3,17 @@ package testserver
 import (
 	"context"
 	_ "embed"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 	"unsafe"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // clockShimSource is an LD_PRELOAD library that offsets a process's wall
@@ -85,13 +86,15 @@ func (c *Clock) Offset() time.Duration { return time.Duration(atomic.LoadInt64(c
 // not load would make every clock test pass vacuously.
 func (c *Clock) check() {
 	c.t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: c.addr})
-	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	before := time.Now()
-	server, err := rdb.Time(ctx).Result()
+	reply, err := RedisCommand(ctx, c.addr, "TIME")
 	after := time.Now()
+	if err != nil {
+		c.t.Fatalf("testserver: TIME on %s: %v", c.addr, err)
+	}
+	server, err := parseTime(reply)
 	if err != nil {
 		c.t.Fatalf("testserver: TIME on %s: %v", c.addr, err)
 	}
@@ -101,4 +104,15 @@ func (c *Clock) check() {
 		c.t.Fatalf("testserver: the clock of redis-server on %s reads %v, want %v (offset %v) within [%v, %v]: the clock library is not in effect",
 			c.addr, server, unshifted, c.Offset(), before, after)
 	}
+}
+
+// parseTime reads TIME's reply, seconds and microseconds on two lines.
+func parseTime(reply string) (time.Time, error) {
+	secs, usecs, ok := strings.Cut(reply, "\n")
+	s, err1 := strconv.ParseInt(secs, 10, 64)
+	us, err2 := strconv.ParseInt(usecs, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return time.Time{}, fmt.Errorf("unexpected TIME reply %q", reply)
+	}
+	return time.Unix(s, us*1000), nil
 }
