@@ -24,7 +24,7 @@ type grant struct {
 
 	// proofMu guards the last answered request of this grant whose report
 	// to the leader the next renewal should prove (see Renew).
-	proofMu                   sync.Mutex
+	proofMu                  sync.Mutex
 	proofSent, proofAnswered time.Time
 
 	lost chan error // receives the reason once, when the watch says the node is gone
