@@ -30,6 +30,12 @@ func TestOpen_badURL(t *testing.T) {
 		"zk://user@h:2181",
 		"zk://h:2181#fragment",
 		"zk://u:s3cret@h:2181?bogus=1",
+		"zk://h:2181?tick_time=0s",
+		"zk://h:2181?tick_time=-2s",
+		"zk://h:2181?tick_time=6s",                    // more than half the default session timeout
+		"zk://h:2181?session_timeout=4s&tick_time=3s", // more than half the session timeout
+		"zk://h:2181?tick_time=2s&standalone=true",
+		"zk://h:2181?standalone=maybe",
 	} {
 		_, err := dlock.Open(ctx, raw)
 		if !errors.Is(err, dlock.ErrInvalidURL) {
@@ -148,5 +154,14 @@ func TestNew_requiresSessionTimeout(t *testing.T) {
 	}
 	if _, err := zkdlock.New(ctx, conn, &zkdlock.Options{SessionTimeout: time.Second, Root: "/"}); !errors.Is(err, dlock.ErrInvalidOption) {
 		t.Fatalf("New with root /: err = %v, want ErrInvalidOption", err)
+	}
+	for _, o := range []zkdlock.Options{
+		{SessionTimeout: time.Second, TickTime: 600 * time.Millisecond},
+		{SessionTimeout: time.Second, TickTime: -time.Millisecond},
+		{SessionTimeout: time.Second, TickTime: 100 * time.Millisecond, Standalone: true},
+	} {
+		if _, err := zkdlock.New(ctx, conn, &o); !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Errorf("New with %+v: err = %v, want ErrInvalidOption", o, err)
+		}
 	}
 }
