@@ -7,7 +7,7 @@
 //
 // Import it to register the URL scheme used by dlock.Open:
 //
-//	zk://[user:password@]host1:2181[,host2:2181…][/root][?session_timeout=10s&connect_timeout=5s]
+//	zk://[user:password@]host1:2181[,host2:2181…][/root][?session_timeout=10s&connect_timeout=5s&tick_time=2s|standalone=true]
 //
 // The path is the root node under which dlock keeps one node per key
 // (default DefaultRoot); user and password enable digest authentication, and
@@ -31,9 +31,13 @@
 // A lease survives losing the connection as long as the Client gets it back
 // (to any server of the ensemble, keeping its session) and renews before the
 // local deadline: the session timeout, less 1% and 2 ms, counted from the
-// start of the last successful renewal. Otherwise the lease is lost at that
-// deadline, which is before the server can expire the session and give the
-// key to somebody else. When the Client learns that its session expired, or
+// start of the renewal before the last successful one — the last one the
+// leader, which alone expires sessions, is known to have heard of: it hears
+// of a follower's clients only with the follower's replies to its pings,
+// every half tick (tick_time; see docs/zookeeper.md). With standalone=true,
+// for a single server, from the start of the last successful renewal.
+// Otherwise the lease is lost at that deadline, which is before the server
+// can expire the session and give the key to somebody else. When the Client learns that its session expired, or
 // that its node was deleted, every lease concerned is lost at once. A waiting
 // Lock keeps its place through connection loss, and joins the end of the
 // queue again if its session expired.
