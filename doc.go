@@ -40,6 +40,16 @@
 //   - Unlock and renewal only ever act on the caller's own grant, identified
 //     by a random 128-bit owner id, even when replies are lost and retried.
 //
+// On a ZooKeeper ensemble the deadline counts from an earlier moment: only
+// the leader expires sessions, and it hears of a follower's clients only
+// with the follower's next ping reply, so a renewal counts from the renewal
+// before it (and a grant from activity the leader is known to have heard
+// of). The guarantee above holds there as long as ZooKeeper's servers answer
+// their pings within half a tick (plus an eighth), with the tick the
+// zk:// URL's tick_time or, without it, at most half the session timeout;
+// the lease then survives one missed renewal instead of two. See
+// docs/zookeeper.md.
+//
 // Check Done before each step of the protected work, and use the fencing
 // token wherever a late write would do harm.
 //
@@ -81,7 +91,7 @@
 //   - redisdlock: redis://[user:password@]host:port[/db],
 //     rediss:// for TLS, redis+sentinel://, redis+cluster://.
 //     See docs/redis.md.
-//   - zkdlock: zk://[user:password@]host:port[,host:port…][/root][?session_timeout=10s].
+//   - zkdlock: zk://[user:password@]host:port[,host:port…][/root][?session_timeout=10s&tick_time=2s].
 //     The lease length is the ZooKeeper session timeout. See docs/zookeeper.md.
 //   - etcddlock: etcd://[user:password@]host:port[,host:port…][/prefix],
 //     etcds:// for TLS. See docs/etcd.md.

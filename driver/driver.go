@@ -76,7 +76,8 @@ type Grant interface {
 	// grant after ValidFrom and after the start of every successful Renew.
 	Validity() time.Duration
 
-	// Renew extends the grant by Validity from the moment it was called. It
+	// Renew extends the grant by Validity from the moment it was called
+	// (for a LaggingGrant: from its HeardFrom after the call). It
 	// returns an error satisfying errors.Is(err, ErrNotHeld) when the server
 	// says the grant is gone; any other error is taken as transient and
 	// retried until the local deadline. Renew must be idempotent.
@@ -91,6 +92,29 @@ type Grant interface {
 	// learns by itself that the grant is gone (a session expired, the key
 	// was deleted). It may return nil when the backend has no such signal.
 	Lost() <-chan error
+}
+
+// LaggingGrant is implemented by a Grant whose server may learn of a
+// request only some time after answering it, so that the moment its
+// validity counts from can be earlier than the start of the request that
+// made or renewed it: a ZooKeeper follower answers its clients itself, and
+// the leader, which alone expires sessions, hears of them only with the
+// follower's next ping reply.
+//
+// For such a grant the lease engine counts Validity from the earlier of
+// HeardFrom and ValidFrom (at the start) or the renewal's start (after each
+// successful Renew), and uses ValidFrom and the renewals' starts only to
+// schedule renewals. Other grants are unaffected.
+type LaggingGrant interface {
+	Grant
+
+	// HeardFrom returns a local time that is certainly not later than the
+	// last moment the server that expires the grant is known to have heard
+	// from its owner. The engine calls it after Start and after every
+	// successful Renew. It may return the zero time when nothing is known
+	// (the lease then ends at its current deadline unless a later call
+	// knows better).
+	HeardFrom() time.Time
 }
 
 // Inspector is implemented by drivers that can report who holds a key and

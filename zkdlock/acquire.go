@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
+	"github.com/dlockdev/dlock/internal/lease"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -236,11 +237,16 @@ func (a *attempt) listAndWatch(ctx context.Context) ([]lockNode, time.Time, erro
 		// that the listing sees a Create whose reply was lost. ZooKeeper
 		// rejects, as "session moved", requests that a previous server
 		// forwards after the session moved, so nothing older can land later.
-		if err := call0(ctx, nil, a.callTimeout(), func() error {
+		sid, sent := d.conn.SessionID(), time.Now()
+		err := call0(ctx, nil, a.callTimeout(), func() error {
 			_, err := d.conn.Sync(a.keyPath)
 			return err
-		}); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		})
+		if err != nil && !errors.Is(err, zk.ErrNoNode) {
 			return nil, time.Time{}, err
+		}
+		if err == nil {
+			d.noteViaLeader(sid, sent)
 		}
 		a.syncFirst = false
 	}
@@ -358,6 +364,7 @@ func (a *attempt) create(ctx context.Context) error {
 	d := a.d
 	sid := d.conn.SessionID()
 	a.created++
+	sent := time.Now()
 	// create -e -s: ZooKeeper appends the sequence number to the name.
 	rs, err := call(ctx, &a.creates, a.callTimeout(), func() ([]zk.MultiResponse, error) {
 		return d.conn.Multi(
@@ -388,6 +395,8 @@ func (a *attempt) create(ctx context.Context) error {
 		// Answered on the session it was sent on (session ids never come
 		// back): the node is that session's.
 		a.sid, a.czxid = sid, rs[1].Stat.Mzxid
+		// A write, so it went through the leader (see heard).
+		d.noteViaLeader(sid, sent)
 	}
 	return nil
 }
@@ -472,17 +481,27 @@ func (a *attempt) grant(ctx context.Context, listSent time.Time) (*grant, error)
 // grantFrom makes the grant of our node, known to be first, given a moment
 // after which the server is known to have heard from the session. The
 // grant's ValidFrom must be such a moment; the latest known is the last
-// answered request of this session. If even that is more than a third of
-// the session timeout ago (a long wait on an idle Client, or a slow
-// server), one exists on our node renews the proof, and checks the node
-// once more; nil, nil means it is gone.
+// answered request of this session. On a standalone server, if even that
+// is more than a third of the session timeout ago (a long wait on an idle
+// Client, or a slow server), one exists on our node renews the proof, and
+// checks the node once more; nil, nil means it is gone. In an ensemble
+// the lease counts from what the leader is known to have heard (see heard
+// and proveHeard).
 func (a *attempt) grantFrom(ctx context.Context, validFrom time.Time) (*grant, error) {
 	d := a.d
 	sid := a.sid
 	if t, ok := d.aliveSince(sid); ok && t.After(validFrom) {
 		validFrom = t
 	}
-	if time.Since(validFrom) > d.timeout()/3 {
+	if d.lag() > 0 {
+		synced, ok, err := a.proveHeard(ctx)
+		if err != nil || !ok {
+			return nil, err
+		}
+		if synced.After(validFrom) {
+			validFrom = synced
+		}
+	} else if time.Since(validFrom) > d.timeout()/3 {
 		path := a.keyPath + "/" + a.me.name
 		sent := time.Now()
 		r, err := call(ctx, nil, a.callTimeout(), func() (existsW, error) {
@@ -500,6 +519,69 @@ func (a *attempt) grantFrom(ctx context.Context, validFrom time.Time) (*grant, e
 		validFrom = sent
 	}
 	return newGrant(d, a.req.Key, a.keyPath+"/"+a.me.name, sid, a.czxid, validFrom, a.own), nil
+}
+
+// proveHeard makes sure, before a grant, that the leader is known to have
+// heard from the session recently enough for the lease to live until its
+// first renewal: the lease counts from that moment (grant.HeardFrom), and
+// the engine renews a third of the session timeout before the deadline at
+// the latest, so the moment must leave at least that much (with the
+// engine's margins). An uncontended Lock has its proof already, mostly: a
+// fresh session's handshake, or the session's pings, which the create (a
+// write through the leader) proves reported. A waiter that waited long on
+// an otherwise idle Client sends a sync, which proves the pings (or the
+// waiter's own requests) answered half a tick and more before it; when the
+// Client saw nothing answered in that window (a Client made with New,
+// which cannot see the pings), it waits until the sync it just sent can be
+// proved and sends another. It returns when the last sync was sent (zero
+// if none was), and ok false when the node or the session was lost
+// meanwhile (the listing will tell).
+func (a *attempt) proveHeard(ctx context.Context) (synced time.Time, ok bool, err error) {
+	d := a.d
+	sid := a.sid
+	for i := 0; ; i++ {
+		if from, known := d.heard.since(sid); known {
+			safe := d.timeout() - time.Duration(float64(d.timeout())*lease.DriftFactor) - lease.DriftMargin
+			if from.Add(safe - d.timeout()/3).After(time.Now()) {
+				return synced, true, nil
+			}
+		}
+		if i == 2 {
+			// A sync proves the one lag before it (the lag is at most 9/32
+			// of the timeout): only a slow server gets here. The lease
+			// counts from what is known, however short.
+			return synced, true, nil
+		}
+		if i == 1 {
+			// Nothing answered long enough ago: wait until the sync just
+			// sent can be proved.
+			if _, answered, known := d.heard.last(sid); known {
+				wait := time.NewTimer(time.Until(d.heard.provableAt(answered)))
+				select {
+				case <-wait.C:
+				case <-ctx.Done():
+					wait.Stop()
+					return time.Time{}, false, ctx.Err()
+				}
+			}
+		}
+		sent := time.Now()
+		// sync: through the leader, after the follower's ping replies.
+		if err := call0(ctx, nil, a.callTimeout(), func() error {
+			_, err := d.conn.Sync(a.keyPath)
+			return err
+		}); err != nil {
+			return time.Time{}, false, err
+		}
+		d.noteViaLeader(sid, sent)
+		synced = sent
+		// Our node is still there: had it been deleted before the sync was
+		// answered, its watch would have fired first.
+		if a.ownFired() || d.conn.SessionID() != sid {
+			a.syncFirst = true
+			return time.Time{}, false, nil
+		}
+	}
 }
 
 // waitFor watches pred, the node just before ours, and waits until it

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
@@ -20,6 +21,11 @@ type grant struct {
 	token     uint64 // the node's creation zxid
 	validFrom time.Time
 	validity  time.Duration
+
+	// proofMu guards the last answered request of this grant whose report
+	// to the leader the next renewal should prove (see Renew).
+	proofMu                  sync.Mutex
+	proofSent, proofAnswered time.Time
 
 	lost chan error // receives the reason once, when the watch says the node is gone
 
@@ -42,6 +48,9 @@ func newGrant(d *zkDriver, key, path string, sid, czxid int64, validFrom time.Ti
 		ctx:       ctx,
 		cancel:    cancel,
 	}
+	// The first renewal proves the report of the last request the session
+	// had answered when the key was granted.
+	g.proofSent, g.proofAnswered, _ = d.heard.last(sid)
 	go g.watch(watch)
 	return g
 }
@@ -56,9 +65,20 @@ func (g *grant) Token() uint64 { return g.token }
 // ValidFrom is when a request of the session that the server answered was
 // sent (the listing that found the node at the head of the queue, or the
 // latest answered request of the session): the session was alive after
-// that moment, and ZooKeeper keeps a live session for at least its timeout
-// after the last request it received.
+// that moment. On a standalone server, which keeps a live session for at
+// least its timeout after the last request it received, the lease counts
+// from it; in an ensemble the engine counts from HeardFrom, and renews on
+// the schedule of ValidFrom.
 func (g *grant) ValidFrom() time.Time { return g.validFrom }
+
+// HeardFrom implements driver.LaggingGrant: the last moment the server
+// that expires the session — the leader of an ensemble — is known to have
+// heard from it (see heard). The zero time once the session is no longer
+// the grant's.
+func (g *grant) HeardFrom() time.Time {
+	t, _ := g.d.heard.since(g.sid)
+	return t
+}
 
 // Validity is the session timeout the server granted.
 func (g *grant) Validity() time.Duration { return g.validity }
@@ -157,13 +177,24 @@ func (g *grant) sessionGone() error {
 // Renew proves that the grant still holds: the session is the one that owns
 // the node, and the node exists, unwritten (a write is a release to the
 // waiter behind, see Release). It extends nothing on the server (the
-// session's pings do that); a successful round trip started at time t proves
-// that the session was alive after t, so the server keeps it, and the node,
-// until at least t plus the session timeout.
+// session's pings do that). On a standalone server a successful round trip
+// started at time t proves that the session was alive after t, so the
+// server keeps it, and the node, until at least t plus the session timeout.
+// In an ensemble the leader may not have heard of that round trip yet: its
+// sync, which goes through the leader, proves instead that the leader heard
+// of the requests answered lag or more before it (see heard) — the previous
+// renewal, when renewals are that far apart. So Renew waits, if need be,
+// until its sync can prove the report of the previous renewal (or, the
+// first time, of the last request before the grant) before it sends it:
+// the engine then counts the lease from that renewal (HeardFrom), a third
+// of the session timeout earlier than from this one.
 func (g *grant) Renew(ctx context.Context) error {
 	d := g.d
 	if d.conn.SessionID() != g.sid {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.sessionGone())
+	}
+	if err := g.awaitProvable(ctx); err != nil {
+		return d.wrapErr("renew "+g.path, err)
 	}
 	sent := time.Now()
 	// sync: a round trip through the leader, which checks the session. A
@@ -175,6 +206,11 @@ func (g *grant) Renew(ctx context.Context) error {
 	}); err != nil {
 		return g.renewErr(err)
 	}
+	answered := time.Now()
+	d.noteViaLeader(g.sid, sent)
+	g.proofMu.Lock()
+	g.proofSent, g.proofAnswered = sent, answered
+	g.proofMu.Unlock()
 	// exists: the node is still there and still ours.
 	var stat *zk.Stat
 	ok, err := call(ctx, nil, g.validity, func() (bool, error) {
@@ -198,12 +234,41 @@ func (g *grant) Renew(ctx context.Context) error {
 	return nil
 }
 
+// awaitProvable waits until a request through the leader sent now proves
+// that the leader heard of the grant's last proof request (see Renew), or
+// until ctx ends. It does not wait when that is known already.
+func (g *grant) awaitProvable(ctx context.Context) error {
+	g.proofMu.Lock()
+	sent, answered := g.proofSent, g.proofAnswered
+	g.proofMu.Unlock()
+	if answered.IsZero() {
+		return nil
+	}
+	if from, ok := g.d.heard.since(g.sid); ok && !from.Before(sent) {
+		return nil
+	}
+	wait := time.Until(g.d.heard.provableAt(answered))
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func (g *grant) renewErr(err error) error {
 	if errors.Is(err, zk.ErrSessionExpired) {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.sessionGone())
 	}
 	return g.d.wrapErr("renew "+g.path, err)
 }
+
+var _ driver.LaggingGrant = (*grant)(nil)
 
 type getW struct {
 	stat *zk.Stat

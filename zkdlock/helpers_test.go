@@ -78,11 +78,20 @@ func dialZK(t *testing.T, ctx context.Context, addr string, o connOpts) *zk.Conn
 // list makes a slice of go-zookeeper's options, whose type is unexported.
 func list[T any](xs ...T) []T { return xs }
 
-// newClient builds a Client on conn with New.
+// newClient builds a Client on conn with New. The test server is a
+// standalone ZooKeeper, which expires sessions itself, and the Clients say
+// so (Options.Standalone) unless o gives a tick time: the tests that count
+// requests then pin the recipe itself. The ensemble rule, which makes a
+// grant prove that the leader heard from the session (heard.go), has tests
+// of its own (ensemble_test.go), and the conformance suite runs on Open's
+// default, which assumes an ensemble.
 func newClient(t *testing.T, ctx context.Context, conn zkdlock.Conn, o zkdlock.Options) *dlock.Client {
 	t.Helper()
 	if o.SessionTimeout == 0 {
 		o.SessionTimeout = testTTL
+	}
+	if o.TickTime == 0 {
+		o.Standalone = true
 	}
 	c, err := zkdlock.New(ctx, conn, &o)
 	if err != nil {

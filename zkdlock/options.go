@@ -51,6 +51,24 @@ type Options struct {
 	// needs the delete permission on the key node).
 	ACL []zk.ACL
 
+	// TickTime is the ensemble's tickTime, or more: never less. In an
+	// ensemble only the leader expires sessions, and it hears of a
+	// follower's clients only from the follower's replies to its pings,
+	// every half tick; a lease counts only from activity the leader is
+	// known to have heard of, which a Client learns about half a tick
+	// (plus an eighth for delivery) after the activity (docs/zookeeper.md,
+	// "Ensembles"). Zero: unknown, and zkdlock assumes the largest tick
+	// that ZooKeeper's default minSessionTimeout (two ticks) allows for
+	// SessionTimeout, half of it. At most SessionTimeout/2.
+	TickTime time.Duration
+
+	// Standalone says that the server is a single ZooKeeper in standalone
+	// mode (or otherwise the server that expires the session: every request
+	// then counts from when it was sent, as in releases before the ensemble
+	// rule). Never set it for an ensemble: a lease could outlive its session
+	// by up to half a tick. Excludes TickTime.
+	Standalone bool
+
 	// ClientOptions are passed to dlock.NewClient (WithMetadata, WithLogger
 	// defaults for every lock; WithTTL does not change the lease length on
 	// ZooKeeper).
@@ -74,8 +92,46 @@ func (o *Options) withDefaults(needTimeout bool) (Options, error) {
 	if out.SessionTimeout != 0 && (out.SessionTimeout < dlock.MinTTL || out.SessionTimeout > dlock.MaxTTL) {
 		return out, fmt.Errorf("%w: zkdlock: session timeout %v is outside [%v, %v]", dlock.ErrInvalidOption, out.SessionTimeout, dlock.MinTTL, dlock.MaxTTL)
 	}
+	if err := checkTick(out.TickTime, out.Standalone, out.SessionTimeout); err != nil {
+		return out, fmt.Errorf("%w: zkdlock: %v", dlock.ErrInvalidOption, err)
+	}
 	if len(out.ACL) == 0 {
 		out.ACL = zk.WorldACL(zk.PermAll)
 	}
 	return out, nil
+}
+
+// checkTick validates TickTime and Standalone against a session timeout (0:
+// not known yet). A tick above half the timeout would keep renewals from
+// proving anything before the lease runs out.
+func checkTick(tick time.Duration, standalone bool, timeout time.Duration) error {
+	switch {
+	case tick < 0:
+		return fmt.Errorf("tick time %v is negative", tick)
+	case tick > 0 && standalone:
+		return fmt.Errorf("a tick time (%v) is for an ensemble: it excludes standalone", tick)
+	case tick > 0 && timeout > 0 && tick > timeout/2:
+		return fmt.Errorf("tick time %v is more than half the session timeout %v: ZooKeeper's default minSessionTimeout is two ticks, and a lease could not be kept", tick, timeout)
+	}
+	return nil
+}
+
+// reportLag returns the bound on how long after a request touched the
+// session on the server it was sent to the leader has heard of it (see
+// heard): 0 for a standalone server; otherwise half a tick, the leader's
+// ping interval, plus an eighth of it for the ping's delivery and the
+// follower's scheduling. Without a tick it assumes the largest that
+// ZooKeeper's default minSessionTimeout (two ticks) allows for the session
+// timeout: timeout/2, so a lag of 9/32 of the timeout.
+func reportLag(tick time.Duration, standalone bool, timeout func() time.Duration) func() time.Duration {
+	return func() time.Duration {
+		if standalone {
+			return 0
+		}
+		t := tick
+		if t == 0 {
+			t = timeout() / 2
+		}
+		return t/2 + t/16
+	}
 }

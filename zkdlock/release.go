@@ -69,9 +69,10 @@ func (g *grant) remove(ctx context.Context) error {
 		err = call0(ctx, nil, g.validity, func() error { return d.conn.Delete(g.path, -1) })
 	}
 	if err == nil {
-		// Answered: the session was alive after sent, which spares the
-		// Client's next hand-off an exists (see attempt.grantFrom).
-		d.noteAlive(g.sid, sent)
+		// Answered, and through the leader: the session was alive after
+		// sent, which spares the Client's next hand-off a request (see
+		// attempt.grantFrom).
+		d.noteViaLeader(g.sid, sent)
 	}
 	return err
 }

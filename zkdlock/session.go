@@ -1,6 +1,7 @@
 package zkdlock
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -17,10 +18,12 @@ import (
 
 // sessionInfo learns, from the connections go-zookeeper dials, what it does
 // not report: the session timeout the server granted (which is the lease
-// length and must not be guessed) and why the last dial failed (for error
-// messages).
+// length and must not be guessed), why the last dial failed (for error
+// messages), and for heard when session handshakes began and when the
+// session's pings were sent and answered.
 type sessionInfo struct {
 	timeoutMs atomic.Int64 // negotiated session timeout; 0 until a session exists
+	heard     *heard       // nil: nothing to report to
 
 	mu      sync.Mutex
 	lastErr error // last dial error; guarded by mu
@@ -28,6 +31,7 @@ type sessionInfo struct {
 
 // dial is a zk.Dialer.
 func (s *sessionInfo) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	start := time.Now()
 	c, err := net.DialTimeout(network, addr, timeout)
 	if err != nil {
 		s.mu.Lock()
@@ -35,7 +39,7 @@ func (s *sessionInfo) dial(network, addr string, timeout time.Duration) (net.Con
 		s.mu.Unlock()
 		return nil, err
 	}
-	return &sniffConn{Conn: c, info: s}, nil
+	return &sniffConn{Conn: c, info: s, dialed: start}, nil
 }
 
 func (s *sessionInfo) lastDialErr() error {
@@ -55,35 +59,139 @@ func (s *sessionInfo) timeout() time.Duration {
 //	int32 length | int32 protocolVersion | int32 timeOut | int64 sessionId | buffer passwd
 //
 // and records timeOut unless sessionId is 0 (the server's way of saying the
-// session expired). It passes everything through unchanged. Only
-// go-zookeeper's reading goroutine calls Read, one at a time.
+// session expired). A handshake that succeeded also tells heard that the
+// server that expires sessions touched the session after the dial began
+// (it creates or revalidates the session before answering). After the
+// handshake it follows the frames only to pair the
+// session's pings (xid -2, sent by go-zookeeper every third of the session
+// timeout, answered in order) with their replies for heard: an idle Client
+// has nothing else to show that its session was touched recently. It
+// passes everything through unchanged. Only go-zookeeper's reading
+// goroutine calls Read, one at a time; only its sending goroutine calls
+// Write.
 type sniffConn struct {
 	net.Conn
-	info *sessionInfo
-	buf  []byte
-	done bool
+	info   *sessionInfo
+	dialed time.Time // when the dial began
+	buf    []byte
+	done   bool
+
+	// Read side, after the handshake: the session, and where the reader
+	// is in the current frame (its first 8 bytes, length and xid, are
+	// gathered in hdr; skip bytes of its body remain).
+	sid  int64
+	hdr  [8]byte
+	nhdr int
+	skip int
+	lost bool // a frame could not be parsed: stop following
+
+	pingMu sync.Mutex
+	pings  []time.Time // send times of the pings not answered yet; guarded by pingMu
+}
+
+// maxPings bounds the pings waiting for a reply. A ping that is not
+// recorded only makes a later reply pair with an older ping, which is
+// conservative (an earlier send time); so is a ping whose reply never
+// comes (a proxy dropped it).
+const maxPings = 64
+
+// zkPing is a ping as go-zookeeper writes it: length 8, xid -2, opcode 11.
+var zkPing = []byte{0, 0, 0, 8, 0xff, 0xff, 0xff, 0xfe, 0, 0, 0, 11}
+
+func (c *sniffConn) Write(p []byte) (int, error) {
+	if c.info.heard != nil && bytes.Equal(p, zkPing) {
+		c.pingMu.Lock()
+		if len(c.pings) < maxPings {
+			c.pings = append(c.pings, time.Now())
+		}
+		c.pingMu.Unlock()
+	}
+	return c.Conn.Write(p)
 }
 
 func (c *sniffConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	if !c.done && n > 0 {
-		c.buf = append(c.buf, p[:n]...)
-		if len(c.buf) >= 4 {
-			size := int(binary.BigEndian.Uint32(c.buf))
-			if len(c.buf) >= 4+size {
-				body := c.buf[4 : 4+size]
-				if len(body) >= 16 {
-					timeout := int32(binary.BigEndian.Uint32(body[4:8]))
-					sid := int64(binary.BigEndian.Uint64(body[8:16]))
-					if sid != 0 && timeout > 0 {
-						c.info.timeoutMs.Store(int64(timeout))
-					}
-				}
-				c.done, c.buf = true, nil
-			}
+	if n > 0 {
+		if c.done {
+			c.follow(p[:n])
+		} else {
+			c.handshake(p[:n])
 		}
 	}
 	return n, err
+}
+
+// handshake gathers the first packet.
+func (c *sniffConn) handshake(b []byte) {
+	c.buf = append(c.buf, b...)
+	if len(c.buf) < 4 {
+		return
+	}
+	size := int(binary.BigEndian.Uint32(c.buf))
+	if len(c.buf) < 4+size {
+		return
+	}
+	body := c.buf[4 : 4+size]
+	if len(body) >= 16 {
+		timeout := int32(binary.BigEndian.Uint32(body[4:8]))
+		sid := int64(binary.BigEndian.Uint64(body[8:16]))
+		if sid != 0 && timeout > 0 {
+			c.info.timeoutMs.Store(int64(timeout))
+			c.sid = sid
+			if c.info.heard != nil {
+				c.info.heard.leaderTouched(sid, c.dialed)
+			}
+		}
+	}
+	rest := c.buf[4+size:]
+	c.done, c.buf = true, nil
+	if len(rest) > 0 {
+		c.follow(rest)
+	}
+}
+
+// follow reads the frames after the handshake for ping replies.
+func (c *sniffConn) follow(b []byte) {
+	if c.info.heard == nil || c.sid == 0 || c.lost {
+		return
+	}
+	for len(b) > 0 {
+		if c.skip > 0 {
+			n := min(c.skip, len(b))
+			c.skip -= n
+			b = b[n:]
+			continue
+		}
+		n := copy(c.hdr[c.nhdr:], b)
+		c.nhdr += n
+		b = b[n:]
+		if c.nhdr < len(c.hdr) {
+			return
+		}
+		size := int(int32(binary.BigEndian.Uint32(c.hdr[:4])))
+		xid := int32(binary.BigEndian.Uint32(c.hdr[4:]))
+		if size < 4 {
+			c.lost = true
+			return
+		}
+		c.nhdr, c.skip = 0, size-4
+		if xid == -2 {
+			c.pingAnswered()
+		}
+	}
+}
+
+// pingAnswered pairs a ping reply with the oldest ping not answered yet.
+func (c *sniffConn) pingAnswered() {
+	c.pingMu.Lock()
+	if len(c.pings) == 0 {
+		c.pingMu.Unlock()
+		return
+	}
+	sent := c.pings[0]
+	c.pings = c.pings[1:]
+	c.pingMu.Unlock()
+	c.info.heard.answered(c.sid, sent, time.Now())
 }
 
 // quickRetry is go-zookeeper's DNSHostProvider, except that after losing a
@@ -125,9 +233,8 @@ func (slogger) Printf(format string, args ...any) {
 
 // connect opens a zk.Conn to servers and waits until it has a session, the
 // server refuses our credentials, ctx ends or connectTimeout passes.
-func connect(ctx context.Context, servers []string, sessionTimeout, connectTimeout time.Duration) (*zk.Conn, *sessionInfo, error) {
+func connect(ctx context.Context, servers []string, sessionTimeout, connectTimeout time.Duration, info *sessionInfo) (*zk.Conn, *sessionInfo, error) {
 	addr := strings.Join(servers, ",")
-	info := &sessionInfo{}
 	events := make(chan zk.State, 1)
 	conn, _, err := zk.Connect(servers, sessionTimeout,
 		zk.WithLogger(slogger{}),

@@ -33,10 +33,12 @@ type urlConfig struct {
 	sessionTimeout time.Duration
 	connectTimeout time.Duration
 	user, password string // digest credentials; empty user: none
+	tickTime       time.Duration
+	standalone     bool
 }
 
 // The query parameters a zk:// URL may carry, with their meaning.
-var urlParams = []string{"session_timeout", "connect_timeout"}
+var urlParams = []string{"session_timeout", "connect_timeout", "tick_time", "standalone"}
 
 func parseURL(u *url.URL) (urlConfig, error) {
 	cfg := urlConfig{sessionTimeout: DefaultSessionTimeout, connectTimeout: DefaultConnectTimeout, root: DefaultRoot}
@@ -97,6 +99,23 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	if cfg.connectTimeout <= 0 {
 		return cfg, fmt.Errorf("connect_timeout=%v must be positive", cfg.connectTimeout)
 	}
+	if cfg.tickTime, err = durationParam(q, "tick_time", 0); err != nil {
+		return cfg, err
+	}
+	if _, ok := q["tick_time"]; ok && cfg.tickTime <= 0 {
+		return cfg, fmt.Errorf("tick_time=%v must be positive", cfg.tickTime)
+	}
+	if vs, ok := q["standalone"]; ok {
+		if len(vs) != 1 {
+			return cfg, fmt.Errorf("parameter standalone given %d times", len(vs))
+		}
+		if cfg.standalone, err = strconv.ParseBool(vs[0]); err != nil {
+			return cfg, fmt.Errorf("parameter standalone=%q: want true or false", vs[0])
+		}
+	}
+	if err := checkTick(cfg.tickTime, cfg.standalone, cfg.sessionTimeout); err != nil {
+		return cfg, fmt.Errorf("tick_time=%v: %v", cfg.tickTime, err)
+	}
 	return cfg, nil
 }
 
@@ -121,12 +140,21 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %q: %v", driver.ErrInvalidURL, u.Redacted(), err)
 	}
-	conn, info, err := connect(ctx, cfg.servers, cfg.sessionTimeout, cfg.connectTimeout)
+	info := &sessionInfo{}
+	timeout := func() time.Duration {
+		if t := info.timeout(); t > 0 {
+			return t
+		}
+		return cfg.sessionTimeout
+	}
+	// Before the first handshake, which it learns of.
+	info.heard = newHeard(cfg.sessionTimeout, reportLag(cfg.tickTime, cfg.standalone, timeout))
+	conn, info, err := connect(ctx, cfg.servers, cfg.sessionTimeout, cfg.connectTimeout, info)
 	if err != nil {
 		return nil, err
 	}
 	addr := strings.Join(cfg.servers, ",")
-	o := Options{Root: cfg.root, ACL: zk.WorldACL(zk.PermAll)}
+	o := Options{Root: cfg.root, ACL: zk.WorldACL(zk.PermAll), TickTime: cfg.tickTime, Standalone: cfg.standalone}
 	identities := []string{} // not nil: check the root's ACL for anonymous clients too
 	if cfg.user != "" {
 		// addauth digest: go-zookeeper sends it again after every reconnect.
@@ -141,13 +169,7 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		o.ACL = append(mine, zk.WorldACL(zk.PermRead)...)
 		identities = []string{"digest:" + mine[0].ID}
 	}
-	timeout := func() time.Duration {
-		if t := info.timeout(); t > 0 {
-			return t
-		}
-		return cfg.sessionTimeout
-	}
-	d := newDriver(conn, o, addr, timeout)
+	d := newDriver(conn, o, addr, timeout, info.heard)
 	d.closeConn = conn.Close
 	if err := d.init(ctx, identities); err != nil {
 		_ = d.Close()

@@ -30,6 +30,12 @@ func TestOpen_badURL(t *testing.T) {
 		"zk://user@h:2181",
 		"zk://h:2181#fragment",
 		"zk://u:s3cret@h:2181?bogus=1",
+		"zk://h:2181?tick_time=0s",
+		"zk://h:2181?tick_time=-2s",
+		"zk://h:2181?tick_time=6s",                    // more than half the default session timeout
+		"zk://h:2181?session_timeout=4s&tick_time=3s", // more than half the session timeout
+		"zk://h:2181?tick_time=2s&standalone=true",
+		"zk://h:2181?standalone=maybe",
 	} {
 		_, err := dlock.Open(ctx, raw)
 		if !errors.Is(err, dlock.ErrInvalidURL) {
@@ -114,16 +120,18 @@ func TestOpen_digestAuth(t *testing.T) {
 // TestOpen_usesNegotiatedSessionTimeout: the server caps session timeouts
 // (the test server at 60 s). Asking for more must give a lease as long as
 // what the server granted, not as long as what was asked: otherwise a
-// cut-off holder would outlive its session.
+// cut-off holder would outlive its session. The lease counts from the
+// session's handshake (what the leader of an ensemble is known to have
+// heard), so from before Open returned.
 func TestOpen_usesNegotiatedSessionTimeout(t *testing.T) {
 	ctx := testCtx(t)
 	srv := testserver.SharedZooKeeper(t)
+	before := time.Now()
 	c, err := dlock.Open(ctx, "zk://"+srv.Addr()+testRoot(t)+"?session_timeout=90s")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	before := time.Now()
 	l, err := c.Lock(ctx, "k")
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +141,7 @@ func TestOpen_usesNegotiatedSessionTimeout(t *testing.T) {
 	const granted = 60 * time.Second
 	safe := granted - granted/100 - 2*time.Millisecond
 	if d := l.Deadline(); d.Before(before.Add(safe)) || d.After(after.Add(safe)) {
-		t.Fatalf("deadline %v after the Lock call, want %v (the server's 60 s less the margin)", d.Sub(before), safe)
+		t.Fatalf("deadline %v after Open was called, want %v at most (the server's 60 s less the margin)", d.Sub(before), safe)
 	}
 }
 
@@ -146,5 +154,14 @@ func TestNew_requiresSessionTimeout(t *testing.T) {
 	}
 	if _, err := zkdlock.New(ctx, conn, &zkdlock.Options{SessionTimeout: time.Second, Root: "/"}); !errors.Is(err, dlock.ErrInvalidOption) {
 		t.Fatalf("New with root /: err = %v, want ErrInvalidOption", err)
+	}
+	for _, o := range []zkdlock.Options{
+		{SessionTimeout: time.Second, TickTime: 600 * time.Millisecond},
+		{SessionTimeout: time.Second, TickTime: -time.Millisecond},
+		{SessionTimeout: time.Second, TickTime: 100 * time.Millisecond, Standalone: true},
+	} {
+		if _, err := zkdlock.New(ctx, conn, &o); !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Errorf("New with %+v: err = %v, want ErrInvalidOption", o, err)
+		}
 	}
 }

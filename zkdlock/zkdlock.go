@@ -7,7 +7,7 @@
 //
 // Import it to register the URL scheme used by dlock.Open:
 //
-//	zk://[user:password@]host1:2181[,host2:2181…][/root][?session_timeout=10s&connect_timeout=5s]
+//	zk://[user:password@]host1:2181[,host2:2181…][/root][?session_timeout=10s&connect_timeout=5s&tick_time=2s|standalone=true]
 //
 // The path is the root node under which dlock keeps one node per key
 // (default DefaultRoot); user and password enable digest authentication, and
@@ -31,9 +31,13 @@
 // A lease survives losing the connection as long as the Client gets it back
 // (to any server of the ensemble, keeping its session) and renews before the
 // local deadline: the session timeout, less 1% and 2 ms, counted from the
-// start of the last successful renewal. Otherwise the lease is lost at that
-// deadline, which is before the server can expire the session and give the
-// key to somebody else. When the Client learns that its session expired, or
+// start of the renewal before the last successful one — the last one the
+// leader, which alone expires sessions, is known to have heard of: it hears
+// of a follower's clients only with the follower's replies to its pings,
+// every half tick (tick_time; see docs/zookeeper.md). With standalone=true,
+// for a single server, from the start of the last successful renewal.
+// Otherwise the lease is lost at that deadline, which is before the server
+// can expire the session and give the key to somebody else. When the Client learns that its session expired, or
 // that its node was deleted, every lease concerned is lost at once. A waiting
 // Lock keeps its place through connection loss, and joins the end of the
 // queue again if its session expired.
@@ -89,7 +93,7 @@ func New(ctx context.Context, conn Conn, opts *Options) (*dlock.Client, error) {
 	if s, ok := conn.(interface{ Server() string }); ok && s.Server() != "" {
 		addr = s.Server() // *zk.Conn: the server it is connected to
 	}
-	d := newDriver(conn, o, addr, func() time.Duration { return timeout })
+	d := newDriver(conn, o, addr, func() time.Duration { return timeout }, nil)
 	if err := d.init(ctx, nil); err != nil {
 		_ = d.Close()
 		return nil, err
@@ -119,12 +123,10 @@ type zkDriver struct {
 	closed   bool // guarded by mu
 	janitors sync.WaitGroup
 
-	// alive is the moment the latest request that the server answered was
-	// sent, and the session it was sent on: the server heard from that
-	// session after that moment.
-	aliveMu  sync.Mutex
-	aliveSID int64     // guarded by aliveMu
-	aliveAt  time.Time // guarded by aliveMu
+	// heard is what the server that expires the session (the leader) is
+	// known to have heard from it, and when the latest request that the
+	// server answered was sent.
+	heard *heard
 
 	// listNext and listBusy coalesce listings (see listing): the listing
 	// of a key node to send when the one in flight returns, and the key
@@ -166,39 +168,52 @@ func (d *zkDriver) wasFree(keyPath string) bool {
 }
 
 // noteAlive records that a request sent at sent on session sid was
-// answered. sid is the session read before sending; the caller checks
-// nothing else: a session id never comes back, so a reply on a later
-// session only makes the record older than it could be.
+// answered (now, or a little before). sid is the session read before
+// sending; the caller checks nothing else: a session id never comes back,
+// so a reply on a later session only makes the record older than it could
+// be.
 func (d *zkDriver) noteAlive(sid int64, sent time.Time) {
 	if sid == 0 || sid != d.conn.SessionID() {
 		return
 	}
-	d.aliveMu.Lock()
-	defer d.aliveMu.Unlock()
-	if sid != d.aliveSID || sent.After(d.aliveAt) {
-		d.aliveSID, d.aliveAt = sid, sent
+	d.heard.answered(sid, sent, time.Now())
+}
+
+// noteViaLeader records that a request sent at sent on session sid, which
+// the server forwards to the leader (a sync, a write), succeeded; it was
+// answered too. See heard.
+func (d *zkDriver) noteViaLeader(sid int64, sent time.Time) {
+	d.noteAlive(sid, sent)
+	if sid != 0 && sid == d.conn.SessionID() {
+		d.heard.viaLeader(sid, sent)
 	}
 }
 
 // aliveSince returns the moment the latest answered request of session sid
 // was sent.
 func (d *zkDriver) aliveSince(sid int64) (time.Time, bool) {
-	d.aliveMu.Lock()
-	defer d.aliveMu.Unlock()
-	if sid == 0 || sid != d.aliveSID {
-		return time.Time{}, false
-	}
-	return d.aliveAt, true
+	sent, _, ok := d.heard.last(sid)
+	return sent, ok
 }
 
-func newDriver(conn Conn, o Options, addr string, timeout func() time.Duration) *zkDriver {
+// lag bounds how long after a request the leader has heard of it: 0 when
+// the server expires sessions itself. See reportLag.
+func (d *zkDriver) lag() time.Duration { return d.heard.lag() }
+
+// newDriver makes a driver; h is the record of what the leader heard, made
+// before the connection when the driver dials it (nil: make one).
+func newDriver(conn Conn, o Options, addr string, timeout func() time.Duration, h *heard) *zkDriver {
 	ctx, cancel := context.WithCancel(context.Background())
+	if h == nil {
+		h = newHeard(timeout(), reportLag(o.TickTime, o.Standalone, timeout))
+	}
 	return &zkDriver{
 		conn:    conn,
 		addr:    addr,
 		root:    o.Root,
 		acl:     o.ACL,
 		timeout: timeout,
+		heard:   h,
 		ctx:     ctx,
 		cancel:  cancel,
 	}

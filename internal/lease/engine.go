@@ -13,7 +13,12 @@
 // which is earlier even if the two clocks run at rates that differ by up to
 // DriftFactor. Renewals move ValidFrom to the moment the renew request was
 // SENT, never to when its reply arrived, because the server may have acted on
-// it at any point in between. Done and Err compare the clock with the deadline
+// it at any point in between. A driver.LaggingGrant (ZooKeeper, whose leader
+// hears of a follower's clients only with the follower's next ping reply)
+// also reports HeardFrom, the last moment the server that expires the grant
+// is known to have heard from its owner; the engine then counts from the
+// earlier of the two, and uses the requests' send times only to schedule
+// renewals. Done and Err compare the clock with the deadline
 // on every call, so a caller that checks them observes the loss even when the
 // goroutine that would close the channel has not been scheduled yet.
 package lease
@@ -79,13 +84,14 @@ func Start(key string, g driver.Grant, log *slog.Logger) *Engine {
 		log:      log,
 		done:     make(chan struct{}),
 	}
-	from := countFrom(g.ValidFrom())
+	validFrom := g.ValidFrom()
+	from := countFrom(validFrom)
 	// The timers' functions take mu first, so they see both timers set
 	// even when one fires at once (a grant already past its deadline).
 	e.mu.Lock()
-	e.deadline = e.deadlineFrom(from)
+	e.deadline = e.deadlineFrom(e.heardFrom(validFrom))
 	e.deadlineTimer = time.AfterFunc(time.Until(e.deadline), e.onDeadline)
-	e.renewTimer = time.AfterFunc(time.Until(from.Add(e.renewInterval())), e.renew)
+	e.renewTimer = time.AfterFunc(time.Until(e.nextRenewal(from)), e.renew)
 	e.mu.Unlock()
 	if lost := g.Lost(); lost != nil {
 		e.stop = make(chan struct{})
@@ -96,6 +102,36 @@ func Start(key string, g driver.Grant, log *slog.Logger) *Engine {
 
 // renewInterval is the time between renewals.
 func (e *Engine) renewInterval() time.Duration { return e.validity / 3 }
+
+// heardFrom is the moment the validity of a grant made or renewed by a
+// request sent at sent counts from: sent itself, or for a
+// driver.LaggingGrant the earlier of sent and what the server is known to
+// have heard (a ZooKeeper leader may not have heard of the request yet).
+// countFrom applies to the result, so that the dlock_weak build stays
+// weak for every backend.
+func (e *Engine) heardFrom(sent time.Time) time.Time {
+	if lg, ok := e.grant.(driver.LaggingGrant); ok {
+		if h := lg.HeardFrom(); h.Before(sent) {
+			sent = h
+		}
+	}
+	return countFrom(sent)
+}
+
+// nextRenewal is when to renew a grant last made or renewed by a request
+// sent at start: a third of the validity later, but no later than a third
+// of the validity before the deadline, so that a failed renewal has the
+// same time to be retried whatever the deadline counts from. For a grant
+// counted from its renewals' starts the two coincide but for the drift
+// margin, and the first wins; a driver.LaggingGrant counted from an
+// earlier moment renews a little sooner. e.mu must be held.
+func (e *Engine) nextRenewal(start time.Time) time.Time {
+	next := start.Add(e.renewInterval())
+	if latest := e.deadline.Add(-e.renewInterval()); latest.Before(next) {
+		next = latest
+	}
+	return next
+}
 
 // deadlineFrom is the local deadline of a grant made or renewed no earlier
 // than start.
@@ -227,11 +263,11 @@ func (e *Engine) renew() {
 	}
 	switch {
 	case err == nil:
-		if d := e.deadlineFrom(start); d.After(e.deadline) {
+		if d := e.deadlineFrom(e.heardFrom(sent)); d.After(e.deadline) {
 			e.deadline = d
 			e.deadlineTimer.Reset(time.Until(d))
 		}
-		e.renewTimer.Reset(time.Until(start.Add(e.renewInterval())))
+		e.renewTimer.Reset(time.Until(e.nextRenewal(start)))
 	case errors.Is(err, driver.ErrNotHeld):
 		e.endLocked(fmt.Errorf("%w: key %q: the server no longer has this grant: %w", driver.ErrLeaseLost, e.key, err))
 	default:

@@ -216,3 +216,110 @@ func TestEngine_withoutLostChannelHoldsNoGoroutine(t *testing.T) {
 		t.Fatalf("Err = %v, want ErrLeaseLost at the deadline", err)
 	}
 }
+
+// laggingGrant is a fakeGrant that implements driver.LaggingGrant: its
+// server hears of the owner only at heard, which the test sets (as a
+// ZooKeeper leader that hears of a follower's clients with the follower's
+// next ping reply).
+type laggingGrant struct {
+	*fakeGrant
+	hmu   sync.Mutex
+	heard time.Time
+}
+
+func (g *laggingGrant) HeardFrom() time.Time {
+	g.hmu.Lock()
+	defer g.hmu.Unlock()
+	return g.heard
+}
+
+func (g *laggingGrant) setHeard(t time.Time) {
+	g.hmu.Lock()
+	defer g.hmu.Unlock()
+	g.heard = t
+}
+
+// Renew renews like fakeGrant, and then the server has heard of the
+// request before the renewal (ValidFrom for the first): the rule zkdlock
+// applies when renewals are far enough apart.
+func (g *laggingGrant) Renew(ctx context.Context) error {
+	err := g.fakeGrant.Renew(ctx)
+	g.mu.Lock()
+	prev := g.validFrom
+	if n := len(g.renews); n > 1 {
+		prev = g.renews[n-2]
+	}
+	g.mu.Unlock()
+	if err == nil {
+		g.setHeard(prev)
+	}
+	return err
+}
+
+var _ driver.LaggingGrant = (*laggingGrant)(nil)
+
+// The deadline of a LaggingGrant counts from HeardFrom when that is earlier
+// than ValidFrom, at the start and after every renewal; the renewals stay
+// on the schedule of the requests. Fails on an engine that ignores
+// HeardFrom (the deadline counts from ValidFrom and from each renewal's
+// start: issue 10, item 8).
+func TestEngine_laggingGrant_countsFromHeardFrom(t *testing.T) {
+	const v = 3 * time.Second
+	g := &laggingGrant{fakeGrant: newFake(v)}
+	g.gate = make(chan struct{})
+	g.setHeard(g.validFrom.Add(-v / 2))
+	e := Start("k", g, nil)
+	defer e.Release(context.Background())
+	defer close(g.gate)
+	if got, want := e.Deadline(), e.deadlineFrom(g.HeardFrom()); !got.Equal(want) {
+		t.Fatalf("deadline at start = %v, want HeardFrom + validity - margins = %v", got, want)
+	}
+	// HeardFrom is old, so the first renewal comes a third of the validity
+	// before the deadline, not a third after ValidFrom.
+	select {
+	case <-g.renewed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no renewal (watchdog)")
+	}
+	g.mu.Lock()
+	first := g.renews[0]
+	g.mu.Unlock()
+	if latest := e.deadlineFrom(g.HeardFrom()).Add(-v / 3); first.After(latest.Add(time.Second)) {
+		t.Fatalf("first renewal at %v, want about %v (a third of the validity before the deadline)", first, latest)
+	}
+	// The renewal succeeded; the server has heard only of ValidFrom so far.
+	select {
+	case <-g.renewed: // the second renewal started: the first one's result is in
+	case <-time.After(30 * time.Second):
+		t.Fatal("no second renewal (watchdog)")
+	}
+	if got, want := e.Deadline(), e.deadlineFrom(g.validFrom); !got.Equal(want) {
+		t.Fatalf("deadline after a renewal = %v, want HeardFrom + validity - margins = %v (not from the renewal's start %v)", got, want, first)
+	}
+}
+
+// A HeardFrom later than the request it follows does not stretch the
+// deadline: the engine counts from the earlier of the two.
+func TestEngine_laggingGrant_heardFromNeverLaterThanRequest(t *testing.T) {
+	g := &laggingGrant{fakeGrant: newFake(time.Hour)}
+	g.setHeard(g.validFrom.Add(time.Minute))
+	e := Start("k", g, nil)
+	defer e.Release(context.Background())
+	if got, want := e.Deadline(), e.deadlineFrom(g.validFrom); !got.Equal(want) {
+		t.Fatalf("deadline = %v, want ValidFrom + validity - margins = %v", got, want)
+	}
+}
+
+// A grant counted from its requests renews a third of the validity after
+// each, as before.
+func TestEngine_nextRenewal_unchangedForOtherGrants(t *testing.T) {
+	g := newFake(time.Hour)
+	e := Start("k", g, nil)
+	defer e.Release(context.Background())
+	e.mu.Lock()
+	next := e.nextRenewal(g.validFrom)
+	e.mu.Unlock()
+	if want := g.validFrom.Add(20 * time.Minute); !next.Equal(want) {
+		t.Fatalf("next renewal at %v, want ValidFrom + validity/3 = %v", next, want)
+	}
+}
