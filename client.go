@@ -81,18 +81,18 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...LockOption) (*
 
 func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []LockOption) (*Lease, error) {
 	if err := keys.Validate(key); err != nil {
-		return nil, err
+		return nil, opErr("lock", key, err)
 	}
 	cfg := c.defaults
 	for _, o := range opts {
 		if err := o.applyLock(&cfg); err != nil {
-			return nil, err
+			return nil, opErr("lock", key, err)
 		}
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, ErrClosed
+		return nil, opErr("lock", key, ErrClosed)
 	}
 	c.acquiring.Add(1)
 	c.mu.Unlock()
@@ -111,9 +111,9 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	g, err := c.drv.Acquire(ctx, req)
 	if err != nil {
 		if c.ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: lock %q: %w", ErrClosed, key, err)
+			return nil, opErr("lock", key, fmt.Errorf("%w: %w", ErrClosed, err))
 		}
-		return nil, fmt.Errorf("lock %q: %w", key, err)
+		return nil, opErr("lock", key, err)
 	}
 	l := &Lease{client: c, key: key, token: g.Token(), ttl: g.Validity(), eng: lease.Start(key, g, c.log)}
 
@@ -126,7 +126,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	if closed {
 		// Close ran while we were acquiring: do not leak the grant.
 		_ = l.eng.Release(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("%w: lock %q", ErrClosed, key)
+		return nil, opErr("lock", key, ErrClosed)
 	}
 	return l, nil
 }
@@ -151,15 +151,15 @@ func (c *Client) forget(l *Lease) {
 // cannot inspect.
 func (c *Client) Inspect(ctx context.Context, key string) (*LockInfo, error) {
 	if err := keys.Validate(key); err != nil {
-		return nil, err
+		return nil, opErr("inspect", key, err)
 	}
 	in, err := c.inspector()
 	if err != nil {
-		return nil, err
+		return nil, opErr("inspect", key, err)
 	}
 	info, err := in.Inspect(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("inspect %q: %w", key, err)
+		return nil, opErr("inspect", key, err)
 	}
 	return convertInfo(info), nil
 }
@@ -168,15 +168,15 @@ func (c *Client) Inspect(ctx context.Context, key string) (*LockInfo, error) {
 // sorted by key. An empty prefix lists every key.
 func (c *Client) List(ctx context.Context, prefix string) ([]*LockInfo, error) {
 	if err := keys.ValidatePrefix(prefix); err != nil {
-		return nil, err
+		return nil, opErr("list", prefix, err)
 	}
 	in, err := c.inspector()
 	if err != nil {
-		return nil, err
+		return nil, opErr("list", prefix, err)
 	}
 	infos, err := in.List(ctx, prefix)
 	if err != nil {
-		return nil, fmt.Errorf("list %q: %w", prefix, err)
+		return nil, opErr("list", prefix, err)
 	}
 	out := make([]*LockInfo, len(infos))
 	for i, info := range infos {
@@ -191,7 +191,7 @@ func (c *Client) inspector() (driver.Inspector, error) {
 	}
 	in, ok := c.drv.(driver.Inspector)
 	if !ok {
-		return nil, fmt.Errorf("dlock: this backend cannot inspect locks: %w", errors.ErrUnsupported)
+		return nil, fmt.Errorf("%w: the backend cannot inspect locks", errors.ErrUnsupported)
 	}
 	return in, nil
 }
@@ -257,4 +257,10 @@ func mergeCancel(ctx, other context.Context) (context.Context, context.CancelFun
 	ctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(other, func() { cancel(ErrClosed) })
 	return ctx, func() { stop(); cancel(nil) }
+}
+
+// opErr puts the call and its key (or prefix) before err, as the one place
+// that names them: see the rule for messages in package driver.
+func opErr(op, key string, err error) error {
+	return fmt.Errorf("%s %s: %w", op, keys.Quote(key), err)
 }

@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -32,11 +31,10 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 	switch {
 	case lost != nil:
 		return errors.Join(fnErr, lost)
-	case uerr != nil && errors.Is(uerr, ErrNotHeld):
-		// Lost between fn returning and Unlock.
-		return errors.Join(fnErr, uerr)
 	case uerr != nil:
-		return errors.Join(fnErr, fmt.Errorf("dlock: unlock %q: %w", key, uerr))
+		// Lost between fn returning and Unlock (ErrNotHeld), or the
+		// release could not be confirmed. Unlock names the key.
+		return errors.Join(fnErr, uerr)
 	}
 	return fnErr
 }

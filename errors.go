@@ -10,6 +10,20 @@ import (
 
 // Errors returned by dlock and its backends. They are wrapped with details
 // (the key, the address) where they are raised: test for them with errors.Is.
+//
+// A message says each detail once, in this order: the call and its subject
+// (from dlock), the sentinel's own text, then what only the backend knows
+// (the server's address, the holder's remaining TTL, the server's reply,
+// the cause):
+//
+//	lock "k": dlock: key is locked by another owner: expires in 9.8s unless renewed
+//	unlock "k": dlock: lock not held: lease lost: not renewed within its validity of 10s
+//	lease "k": dlock: lease lost: lock node lock-…-0000000003 was deleted by somebody else
+//	open "redis://:xxxxx@db:6379/0?colour=blue": dlock: invalid backend URL: redis: unexpected option: colour
+//	dlock: server unavailable: redis at db:6379: dial tcp 10.0.0.7:6379: connect: connection refused (…)
+//
+// Lease.Err begins with `lease "k": ` because it is read away from any call;
+// ErrReleased is returned as is. The rule for backends is in package driver.
 var (
 	// ErrLocked is returned by TryLock when another owner holds the key or
 	// waiters are queued ahead of the caller.

@@ -61,5 +61,8 @@ func (l *Lease) Deadline() time.Time { return l.eng.Deadline() }
 // confirmed; the server frees the key when the TTL runs out.
 func (l *Lease) Unlock(ctx context.Context) error {
 	defer l.client.forget(l)
-	return l.eng.Release(ctx)
+	if err := l.eng.Release(ctx); err != nil {
+		return opErr("unlock", l.key, err)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -55,12 +56,13 @@ func Schemes() []string {
 //	import _ "github.com/dlockdev/dlock/redisdlock" // redis://, rediss://, redis+sentinel://, redis+cluster://
 //
 // Open returns errors satisfying errors.Is with ErrInvalidURL, ErrUnavailable
-// or ErrAuth; their text names the address and what to check.
+// or ErrAuth; their text names the address and what to check. An invalid URL
+// is shown with its password, and the values of parameters named like one,
+// hidden.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		// url.Parse quotes the input, which may hold a password: say less.
-		return nil, fmt.Errorf("%w: cannot parse %q", ErrInvalidURL, redactUnparsable(rawURL))
+		return nil, fmt.Errorf("open %q: %w: cannot parse: %s", redactUnparsable(rawURL), ErrInvalidURL, parseReason(err))
 	}
 	schemesMu.RLock()
 	o, ok := schemes[u.Scheme]
@@ -70,9 +72,13 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 		if known == "" {
 			known = "none; import a backend package such as github.com/dlockdev/dlock/redisdlock"
 		}
-		return nil, fmt.Errorf("%w: unknown scheme %q in %q (registered schemes: %s)", ErrInvalidURL, u.Scheme, u.Redacted(), known)
+		return nil, fmt.Errorf("open %q: %w: unknown scheme %q (registered schemes: %s)", redactURL(rawURL, u), ErrInvalidURL, u.Scheme, known)
 	}
 	d, err := o(ctx, u)
+	if errors.Is(err, ErrInvalidURL) {
+		// Open owns the URL: drivers say only what is wrong with it.
+		return nil, fmt.Errorf("open %q: %w", redactURL(rawURL, u), err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -97,4 +103,52 @@ func redactUnparsable(s string) string {
 		}
 	}
 	return s
+}
+
+// parseReason is what url.Parse found wrong, without the input, which its
+// error quotes whole and which may hold a password. An escape error would
+// quote three characters of it, perhaps of the password: it is not shown.
+func parseReason(err error) string {
+	var uerr *url.Error
+	if !errors.As(err, &uerr) {
+		return "malformed"
+	}
+	var esc url.EscapeError
+	if errors.As(uerr.Err, &esc) {
+		return "invalid URL escape"
+	}
+	return uerr.Err.Error()
+}
+
+// redactURL renders a parsed URL for an error message, with the password
+// and the values of query parameters named like a secret hidden.
+func redactURL(rawURL string, u *url.URL) string {
+	v := *u
+	v.RawQuery = redactQuery(v.RawQuery)
+	s := v.Redacted()
+	if v.Host == "" && v.User == nil && v.Opaque == "" && strings.HasPrefix(rawURL, v.Scheme+"://") && !strings.HasPrefix(s, v.Scheme+"://") {
+		// String drops an empty authority: show "zk://" as typed, not "zk:".
+		s = v.Scheme + "://" + strings.TrimPrefix(s, v.Scheme+":")
+	}
+	return s
+}
+
+// redactQuery hides the values of parameters whose name mentions a password,
+// a secret or a token (sentinel_password=…), keeping the order of the rest.
+func redactQuery(q string) string {
+	if q == "" {
+		return q
+	}
+	parts := strings.Split(q, "&")
+	for i, p := range parts {
+		name, _, hasValue := strings.Cut(p, "=")
+		if n, err := url.QueryUnescape(name); err == nil {
+			name = n
+		}
+		name = strings.ToLower(name)
+		if hasValue && (strings.Contains(name, "password") || strings.Contains(name, "secret") || strings.Contains(name, "token")) {
+			parts[i] = p[:strings.Index(p, "=")] + "=xxxxx"
+		}
+	}
+	return strings.Join(parts, "&")
 }

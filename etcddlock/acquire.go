@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
@@ -143,7 +142,7 @@ func (a *attempt) try(ctx context.Context) error {
 		a.l.marker = ""
 		return nil
 	}
-	return fmt.Errorf("%w: held by another owner or waited for (etcd keys %s*)", driver.ErrLocked, a.dir)
+	return driver.ErrLocked // held, or waited for: a fair lock never lets TryLock barge
 }
 
 // queueReadLimit is how many keys a read of the queue returns at first: our

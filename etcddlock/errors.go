@@ -87,21 +87,22 @@ func isAuthErr(err error) bool {
 }
 
 // wrapErr gives an etcd error the dlock sentinel it deserves and names the
-// server; where says what was being done.
+// server; where is the driver's step ("take the lock", "read the queue"),
+// never the call dlock names already. The etcd error is wrapped.
 func (d *etcdDriver) wrapErr(where string, err error) error {
 	if err == nil {
 		return nil
 	}
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%s: %w", where, err)
+		return fmt.Errorf("etcd at %s: %s: %w", d.addr, where, err)
 	case isAuthErr(err):
-		return fmt.Errorf("%w: %s: etcd at %s refused it: %v (check the user name and password, and that the user's role may read and write the prefix %q)",
-			driver.ErrAuth, where, d.addr, err, d.prefix)
+		return fmt.Errorf("%w: etcd at %s: %s: %w (check the user name and password, and that the user's role may read and write the prefix %q)",
+			driver.ErrAuth, d.addr, where, err, d.prefix)
 	case transient(err):
-		return fmt.Errorf("%w: %s: etcd at %s: %v", driver.ErrUnavailable, where, d.addr, err)
+		return fmt.Errorf("%w: etcd at %s: %s: %w", driver.ErrUnavailable, d.addr, where, err)
 	}
-	return fmt.Errorf("%s: etcd at %s: %w", where, d.addr, err)
+	return fmt.Errorf("etcd at %s: %s: %w", d.addr, where, err)
 }
 
 // backoff spaces out retries after transient errors: 5 ms doubling to 1 s,
@@ -136,10 +137,10 @@ func retry(ctx context.Context, op func(ctx context.Context) error) error {
 			return err
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("%w (last etcd error: %v)", ctx.Err(), err)
+			return fmt.Errorf("%w (last etcd error: %w)", ctx.Err(), err)
 		}
 		if werr := b.wait(ctx); werr != nil {
-			return fmt.Errorf("%w (last etcd error: %v)", werr, err)
+			return fmt.Errorf("%w (last etcd error: %w)", werr, err)
 		}
 	}
 }

@@ -22,7 +22,7 @@ import (
 // that fails.
 func New(ctx context.Context, cli *clientv3.Client, opts *Options) (*dlock.Client, error) {
 	if cli == nil {
-		return nil, fmt.Errorf("%w: etcddlock: nil etcd client", dlock.ErrInvalidOption)
+		return nil, fmt.Errorf("%w: etcddlock.New: nil etcd client", dlock.ErrInvalidOption)
 	}
 	d, err := newDriver(ctx, cli.KV, clientv3.NewLease(cli), clientv3.NewWatcher(cli), opts, nil, strings.Join(cli.Endpoints(), ","))
 	if err != nil {
@@ -106,11 +106,11 @@ func (d *etcdDriver) keepWatchStream() {
 // checkErr explains why the first request to etcd failed after waited.
 func (d *etcdDriver) checkErr(ctx context.Context, err error, waited time.Duration) error {
 	if isAuthErr(err) {
-		return fmt.Errorf("%w: etcd at %s: %v (check the user name and password in the URL, and that the user may read and write keys under %q)",
+		return fmt.Errorf("%w: etcd at %s: %w (check the user name and password in the URL, and that the user may read and write keys under %q)",
 			driver.ErrAuth, d.addr, err, d.prefix)
 	}
 	if ctx.Err() != nil || transient(err) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: cannot reach etcd at %s: no answer after %v: %v (check that etcd runs there and serves clients on that port, 2379 by default, and that the scheme matches the server: etcd:// for plain TCP, etcds:// for TLS)",
+		return fmt.Errorf("%w: etcd at %s: no answer after %v: %w (check that etcd runs there and serves clients on that port, 2379 by default, and that the scheme matches the server: etcd:// for plain TCP, etcds:// for TLS)",
 			driver.ErrUnavailable, d.addr, waited.Round(time.Millisecond), err)
 	}
 	return fmt.Errorf("etcd at %s: %w", d.addr, err)
@@ -121,7 +121,7 @@ func (d *etcdDriver) enter() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return fmt.Errorf("%w: etcd driver closed", dlock.ErrClosed)
+		return dlock.ErrClosed
 	}
 	d.inflight.Add(1)
 	return nil

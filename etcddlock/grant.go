@@ -106,7 +106,7 @@ func (g *grant) watch(ctx context.Context) {
 			continue
 		}
 		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != g.token {
-			g.lost <- fmt.Errorf("its etcd key %q is gone", g.key)
+			g.lost <- fmt.Errorf("its etcd key is gone") // its name would repeat the lock's key
 			return
 		}
 		rev = resp.Header.Revision + 1
@@ -125,7 +125,7 @@ func (g *grant) watchFrom(ctx context.Context, rev *int64) bool {
 		}
 		for _, ev := range wr.Events {
 			if ev.Type == mvccpb.DELETE {
-				g.lost <- fmt.Errorf("its etcd key %q was deleted at revision %d", g.key, ev.Kv.ModRevision)
+				g.lost <- fmt.Errorf("its etcd key was deleted at revision %d", ev.Kv.ModRevision)
 				return true
 			}
 		}
@@ -175,7 +175,7 @@ func (g *grant) Release(ctx context.Context) error {
 	if err != nil {
 		// Nobody renews the lease any more: etcd drops it and our entry
 		// within the TTL.
-		return g.d.wrapErr("release", err)
+		return g.d.wrapErr("delete the entry", err)
 	}
 	if !resp.Succeeded {
 		if uncertain && g.leaseAlive(ctx) {
@@ -187,7 +187,7 @@ func (g *grant) Release(ctx context.Context) error {
 			return nil
 		}
 		g.d.revoke(ctx, g.l)
-		return fmt.Errorf("%w: its etcd key %q was gone already (lease expired or key deleted)", driver.ErrNotHeld, g.key)
+		return fmt.Errorf("%w: its etcd key was gone already (lease expired or key deleted)", driver.ErrNotHeld)
 	}
 	if !resp.Responses[len(resp.Responses)-1].GetResponseTxn().Succeeded {
 		g.l.marker = "" // nobody waited: no marker

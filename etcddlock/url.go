@@ -107,7 +107,7 @@ func tlsConfig(scheme string, q url.Values) (*tls.Config, error) {
 	if f := q.Get("cacert"); f != "" {
 		pem, err := os.ReadFile(f)
 		if err != nil {
-			return nil, fmt.Errorf("cacert: %v", err)
+			return nil, fmt.Errorf("cacert: %w", err)
 		}
 		t.RootCAs = x509.NewCertPool()
 		if !t.RootCAs.AppendCertsFromPEM(pem) {
@@ -118,7 +118,7 @@ func tlsConfig(scheme string, q url.Values) (*tls.Config, error) {
 	case cert != "" && key != "":
 		kp, err := tls.LoadX509KeyPair(cert, key)
 		if err != nil {
-			return nil, fmt.Errorf("cert and key: %v", err)
+			return nil, fmt.Errorf("cert and key: %w", err)
 		}
 		t.Certificates = []tls.Certificate{kp}
 	case cert != "" || key != "":
@@ -131,7 +131,7 @@ func tlsConfig(scheme string, q url.Values) (*tls.Config, error) {
 func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	c, err := parseURL(u)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %q: %v", driver.ErrInvalidURL, u.Redacted(), err)
+		return nil, fmt.Errorf("%w: %w", driver.ErrInvalidURL, err) // dlock.Open names the URL
 	}
 	addr := strings.Join(c.endpoints, ",")
 	timeout := c.dialTimeout

@@ -44,19 +44,19 @@ func (d *redisDriver) runAcquire(ctx context.Context, keys, args []any) (acquire
 	}
 	var r acquireReply
 	if len(v) < 2 {
-		return r, fmt.Errorf("redisdlock: unexpected acquire reply %v", v)
+		return r, fmt.Errorf("unexpected acquire reply %v", v)
 	}
 	r.status, _ = v[0].(int64)
 	switch r.status {
 	case statusGranted:
 		s, _ := v[1].(string)
 		if r.token, err = strconv.ParseUint(s, 10, 64); err != nil || len(v) < 3 {
-			return r, fmt.Errorf("redisdlock: bad acquire reply %v", v)
+			return r, fmt.Errorf("bad acquire reply %v", v)
 		}
 		r.tokenArg = v[1] // boxed already
 		now, _ := v[2].(string)
 		if r.serverUs, err = parseInt(now); err != nil {
-			return r, fmt.Errorf("redisdlock: bad server time %q in acquire reply", now)
+			return r, fmt.Errorf("bad server time %q in acquire reply", now)
 		}
 	default:
 		p, _ := v[1].(int64)
@@ -118,7 +118,10 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 			g.clock = clockReading{sent: sent, received: time.Now(), serverUs: r.serverUs}
 			return g, nil
 		case r.status == statusLocked:
-			return nil, fmt.Errorf("%w: key %q is held by another owner (expires in %v unless renewed)", driver.ErrLocked, req.Key, r.pttl)
+			if r.pttl < 0 {
+				return nil, driver.ErrLocked
+			}
+			return nil, fmt.Errorf("%w: expires in %v unless renewed", driver.ErrLocked, r.pttl)
 		default:
 			queued = true
 			notBefore = sent

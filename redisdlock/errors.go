@@ -19,7 +19,9 @@ var errNotHeld = driver.ErrNotHeld
 var ErrUnsafeServer = errors.New("redisdlock: unsafe server configuration")
 
 // wrapErr classifies a go-redis error for dlock's callers: where names the
-// server and the operation.
+// server, and the driver's own step if dlock does not name it already
+// ("renew", "subscribe"; not "release", which is Unlock). The go-redis error
+// is wrapped, for errors.Is and errors.As.
 func wrapErr(where string, err error) error {
 	if err == nil {
 		return nil
@@ -31,13 +33,13 @@ func wrapErr(where string, err error) error {
 	switch {
 	case strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOAUTH"),
 		strings.Contains(msg, "invalid username-password"), strings.HasPrefix(msg, "NOPERM"):
-		return fmt.Errorf("%w: %s: %v (check the user name and password in the URL)", driver.ErrAuth, where, err)
+		return fmt.Errorf("%w: %s: %w (check the user name and password)", driver.ErrAuth, where, err)
 	}
 	var netErr net.Error
 	var opErr *net.OpError
 	if errors.As(err, &netErr) || errors.As(err, &opErr) || errors.Is(err, net.ErrClosed) ||
 		strings.Contains(msg, "connection refused") || strings.Contains(msg, "EOF") {
-		return fmt.Errorf("%w: %s: %v (is redis-server running and reachable there?)", driver.ErrUnavailable, where, err)
+		return fmt.Errorf("%w: %s: %w (is redis-server running and reachable there?)", driver.ErrUnavailable, where, err)
 	}
 	return fmt.Errorf("%s: %w", where, err)
 }

@@ -91,7 +91,7 @@ func parseRenewReply(v []any) (held bool, serverUs int64, ok bool) {
 func (g *grant) Release(ctx context.Context) error {
 	n, err := releaseScript.run(ctx, g.d.rdb, g.keys, g.owner, g.tokenArg).Int()
 	if err != nil {
-		return wrapErr(fmt.Sprintf("redis at %s: release", g.d.addr), err)
+		return wrapErr(fmt.Sprintf("redis at %s", g.d.addr), err)
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: the key expired or passed to another owner before the release", errNotHeld)

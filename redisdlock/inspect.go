@@ -17,10 +17,10 @@ import (
 func (d *redisDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo, error) {
 	v, err := inspectScript.run(ctx, d.rdb, d.lockKeys(key)).Slice()
 	if err != nil {
-		return nil, wrapErr(fmt.Sprintf("redis at %s: inspect", d.addr), err)
+		return nil, wrapErr(fmt.Sprintf("redis at %s", d.addr), err)
 	}
 	if len(v) < 5 || (len(v)-5)%3 != 0 {
-		return nil, fmt.Errorf("redisdlock: unexpected inspect reply of %d items", len(v))
+		return nil, fmt.Errorf("redis at %s: unexpected inspect reply of %d items", d.addr, len(v))
 	}
 	str := func(i int) string { s, _ := v[i].(string); return s }
 	num := func(i int) int64 { n, _ := strconv.ParseInt(str(i), 10, 64); return n }
@@ -72,7 +72,7 @@ func (d *redisDriver) List(ctx context.Context, prefix string) ([]*driver.LockIn
 		err = scan(ctx, d.rdb)
 	}
 	if err != nil {
-		return nil, wrapErr(fmt.Sprintf("redis at %s: list", d.addr), err)
+		return nil, wrapErr(fmt.Sprintf("redis at %s", d.addr), err)
 	}
 	keys := make([]string, 0, len(seen))
 	for k := range seen {

@@ -52,6 +52,9 @@ type Options struct {
 	ClientOptions []dlock.Option
 }
 
+// withDefaults fills in the defaults and checks the values. Its errors say
+// what is wrong and no more: New makes them ErrInvalidOption, a URL's
+// parameters ErrInvalidURL.
 func (o *Options) withDefaults() (Options, error) {
 	var out Options
 	if o != nil {
@@ -61,19 +64,19 @@ func (o *Options) withDefaults() (Options, error) {
 		out.Prefix = DefaultPrefix
 	}
 	if strings.ContainsAny(out.Prefix, "{}") {
-		return out, fmt.Errorf("%w: redisdlock: prefix %q contains '{' or '}'", dlock.ErrInvalidOption, out.Prefix)
+		return out, fmt.Errorf("prefix %q contains '{' or '}'", out.Prefix)
 	}
 	if out.WaiterTimeout == 0 {
 		out.WaiterTimeout = DefaultWaiterTimeout
 	}
 	if out.WaiterTimeout < 100*time.Millisecond {
-		return out, fmt.Errorf("%w: redisdlock: waiter timeout %v is below 100ms", dlock.ErrInvalidOption, out.WaiterTimeout)
+		return out, fmt.Errorf("waiter timeout %v is below 100ms", out.WaiterTimeout)
 	}
 	if out.PollInterval == 0 {
 		out.PollInterval = out.WaiterTimeout / 3
 	}
 	if out.PollInterval <= 0 || out.PollInterval >= out.WaiterTimeout {
-		return out, fmt.Errorf("%w: redisdlock: poll interval %v must be positive and below the waiter timeout %v", dlock.ErrInvalidOption, out.PollInterval, out.WaiterTimeout)
+		return out, fmt.Errorf("poll interval %v must be positive and below the waiter timeout %v", out.PollInterval, out.WaiterTimeout)
 	}
 	return out, nil
 }

@@ -86,7 +86,7 @@ type redisDriver struct {
 func newDriver(ctx context.Context, rdb redis.UniversalClient, opts *Options, owns bool, addr string) (*redisDriver, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: redisdlock.Options: %w", dlock.ErrInvalidOption, err)
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return nil, wrapErr(fmt.Sprintf("redis at %s", addr), err)

@@ -31,23 +31,23 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	var o Options
 	var err error
 	if o.Prefix, err = takeParam(q, "prefix", func(s string) (string, error) { return s, nil }); err != nil {
-		return nil, badURL(u, err)
+		return nil, badURL(err)
 	}
 	if o.WaiterTimeout, err = takeParam(q, "waiter_timeout", time.ParseDuration); err != nil {
-		return nil, badURL(u, err)
+		return nil, badURL(err)
 	}
 	if o.PollInterval, err = takeParam(q, "poll_interval", time.ParseDuration); err != nil {
-		return nil, badURL(u, err)
+		return nil, badURL(err)
 	}
 	if o.AllowEviction, err = takeParam(q, "allow_eviction", strconv.ParseBool); err != nil {
-		return nil, badURL(u, err)
+		return nil, badURL(err)
 	}
 	if _, err := o.withDefaults(); err != nil {
-		return nil, fmt.Errorf("%w: %q: %v", driver.ErrInvalidURL, u.Redacted(), err)
+		return nil, badURL(err)
 	}
 	rdb, err := newUniversalClient(u, q)
 	if err != nil {
-		return nil, badURL(u, err)
+		return nil, badURL(err)
 	}
 	d, err := newDriver(ctx, rdb, &o, true, u.Host)
 	if err != nil {
@@ -130,11 +130,13 @@ func takeParam[T any](q url.Values, name string, parse func(string) (T, error)) 
 	q.Del(name)
 	v, err := parse(s)
 	if err != nil {
-		return zero, fmt.Errorf("option %s=%q: %v", name, s, err)
+		return zero, fmt.Errorf("option %s: %w", name, err) // err quotes s
 	}
 	return v, nil
 }
 
-func badURL(u *url.URL, err error) error {
-	return fmt.Errorf("%w: %q: %v", driver.ErrInvalidURL, u.Redacted(), err)
+// badURL makes err, which says what is wrong with the URL, ErrInvalidURL;
+// dlock.Open names the URL, with the password hidden.
+func badURL(err error) error {
+	return fmt.Errorf("%w: %w", driver.ErrInvalidURL, err)
 }

@@ -17,7 +17,7 @@ func TestOpen_badURLs(t *testing.T) {
 	ctx := testCtx(t)
 	cases := map[string]string{
 		"redis://127.0.0.1:6379/0?colour=blue":         `colour`,
-		"redis://127.0.0.1:6379/0?waiter_timeout=soon": `waiter_timeout="soon"`,
+		"redis://127.0.0.1:6379/0?waiter_timeout=soon": `waiter_timeout: time: invalid duration "soon"`,
 		"redis://127.0.0.1:6379/0?prefix=a{b":          `prefix`,
 		"redis://127.0.0.1:6379/zero":                  `zero`,
 		"redis+sentinel://127.0.0.1:26379":             `master name`,

@@ -104,13 +104,13 @@ func (a *attempt) run(ctx context.Context) (*grant, error) {
 					// The key node does not exist (yet, or any more: the
 					// server deletes empty containers).
 					if err := a.ensureKeyNode(ctx); err != nil {
-						if err := a.retry(ctx, "create "+a.keyPath, err); err != nil {
+						if err := a.retry(ctx, "create the key node", err); err != nil {
 							return nil, err
 						}
 					}
 					continue
 				}
-				if err := a.retry(ctx, "create a node under "+a.keyPath, err); err != nil {
+				if err := a.retry(ctx, "create a lock node", err); err != nil {
 					return nil, err
 				}
 				continue
@@ -124,7 +124,7 @@ func (a *attempt) run(ctx context.Context) (*grant, error) {
 			continue
 		}
 		if err != nil {
-			if err := a.retry(ctx, "list "+a.keyPath, err); err != nil {
+			if err := a.retry(ctx, "list the queue", err); err != nil {
 				return nil, err
 			}
 			continue
@@ -206,7 +206,11 @@ func (a *attempt) run(ctx context.Context) (*grant, error) {
 }
 
 func (a *attempt) locked(q []lockNode) error {
-	return fmt.Errorf("%w: key %q: held by another owner, %d in the queue", driver.ErrLocked, a.req.Key, len(q)-1)
+	// q has the holder and this attempt's node; the rest wait.
+	if waiting := len(q) - 2; waiting > 0 {
+		return fmt.Errorf("%w: %d waiting", driver.ErrLocked, waiting)
+	}
+	return driver.ErrLocked
 }
 
 // forget drops what the attempt knew of its node.

@@ -110,7 +110,7 @@ func (g *grant) watch(ch <-chan zk.Event) {
 		case ev := <-ch:
 			switch {
 			case ev.Type == zk.EventNodeDeleted:
-				g.report(fmt.Errorf("lock node %s was deleted by somebody else", g.path))
+				g.report(fmt.Errorf("lock node %s was deleted by somebody else", g.nodeName()))
 				return
 			case ev.Type == zk.EventNodeDataChanged:
 				g.report(g.overwritten())
@@ -146,7 +146,7 @@ func (g *grant) rearm() <-chan zk.Event {
 			g.report(g.sessionGone())
 			return nil
 		case errors.Is(err, zk.ErrNoNode):
-			g.report(fmt.Errorf("lock node %s was deleted", g.path))
+			g.report(fmt.Errorf("lock node %s was deleted", g.nodeName()))
 			return nil
 		case errors.Is(err, zk.ErrSessionExpired):
 			g.report(g.sessionGone())
@@ -165,13 +165,13 @@ func (g *grant) rearm() <-chan zk.Event {
 // after its create (its data version is no longer 0): only a release does
 // that, so the waiter behind has taken the key.
 func (g *grant) overwritten() error {
-	return fmt.Errorf("lock node %s was written by somebody else, which hands the key to the next waiter", g.path)
+	return fmt.Errorf("lock node %s was written by somebody else, which hands the key to the next waiter", g.nodeName())
 }
 
 // sessionGone is the error for a grant whose session has expired: the
 // server deleted its node with it.
 func (g *grant) sessionGone() error {
-	return fmt.Errorf("session 0x%x expired and its lock node %s with it: %w", g.sid, g.path, zk.ErrSessionExpired)
+	return fmt.Errorf("session 0x%x expired and its lock node %s with it: %w", g.sid, g.nodeName(), zk.ErrSessionExpired)
 }
 
 // Renew proves that the grant still holds: the session is the one that owns
@@ -222,7 +222,7 @@ func (g *grant) Renew(ctx context.Context) error {
 		return g.renewErr(err)
 	}
 	if !ok {
-		return fmt.Errorf("%w: lock node %s is gone", driver.ErrNotHeld, g.path)
+		return fmt.Errorf("%w: lock node %s is gone", driver.ErrNotHeld, g.nodeName())
 	}
 	if stat.EphemeralOwner != g.sid || d.conn.SessionID() != g.sid {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.sessionGone())
@@ -265,7 +265,7 @@ func (g *grant) renewErr(err error) error {
 	if errors.Is(err, zk.ErrSessionExpired) {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.sessionGone())
 	}
-	return g.d.wrapErr("renew "+g.path, err)
+	return g.d.wrapErr("renew "+g.nodeName(), err)
 }
 
 var _ driver.LaggingGrant = (*grant)(nil)

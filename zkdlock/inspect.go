@@ -26,7 +26,7 @@ func (d *zkDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo, e
 		return info, nil
 	}
 	if err != nil {
-		return nil, d.wrapErr("list "+path, err)
+		return nil, d.wrapErr("list the queue", err)
 	}
 	for _, n := range queue(children) {
 		type node struct {
@@ -41,7 +41,7 @@ func (d *zkDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo, e
 			continue // it left while we looked
 		}
 		if err != nil {
-			return nil, d.wrapErr("read "+path+"/"+n.name, err)
+			return nil, d.wrapErr("read "+n.name, err)
 		}
 		e := driver.Entry{Metadata: r.data, Since: time.UnixMilli(r.stat.Ctime), TTL: -1}
 		if info.Holder == nil {

@@ -1,7 +1,9 @@
 package zkdlock
 
 import (
+	"errors"
 	"fmt"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -160,25 +162,31 @@ func queue(children []string) []lockNode {
 // checkRoot validates a root path: absolute, no trailing '/', no empty,
 // "." or ".." components, only characters ZooKeeper accepts, and not "/"
 // itself (a key named "zookeeper" would collide with the server's own node).
+// Its errors continue a sentence the caller begins with the root:
+// `root "/a/" has an empty path component`.
 func checkRoot(root string) error {
 	if !strings.HasPrefix(root, "/") {
-		return fmt.Errorf("root %q must start with '/'", root)
+		return errors.New("must start with '/'")
 	}
 	if root == "/" {
-		return fmt.Errorf("root must not be \"/\": give dlock a node of its own such as %s", DefaultRoot)
+		return fmt.Errorf("is the server's own root: give dlock a node of its own such as %s", DefaultRoot)
 	}
 	for _, part := range strings.Split(root[1:], "/") {
 		switch part {
 		case "":
-			return fmt.Errorf("root %q has an empty path component", root)
+			return errors.New("has an empty path component")
 		case ".", "..":
-			return fmt.Errorf("root %q has a relative path component", root)
+			return errors.New("has a relative path component")
 		}
 		for _, r := range part {
 			if r != '%' && !nameSafe(r) { // '%' is fine in a root: only keys are escaped
-				return fmt.Errorf("root %q has a character ZooKeeper refuses (%U)", root, r)
+				return fmt.Errorf("has a character ZooKeeper refuses (%U)", r)
 			}
 		}
 	}
 	return nil
 }
+
+// nodeName is the name of the grant's lock node, for messages: its path
+// would repeat the key, which dlock names already.
+func (g *grant) nodeName() string { return path.Base(g.path) }

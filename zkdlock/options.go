@@ -84,13 +84,13 @@ func (o *Options) withDefaults(needTimeout bool) (Options, error) {
 		out.Root = DefaultRoot
 	}
 	if err := checkRoot(out.Root); err != nil {
-		return out, fmt.Errorf("%w: zkdlock: %v", dlock.ErrInvalidOption, err)
+		return out, fmt.Errorf("%w: zkdlock.Options.Root %q %w", dlock.ErrInvalidOption, out.Root, err)
 	}
 	if out.SessionTimeout == 0 && needTimeout {
-		return out, fmt.Errorf("%w: zkdlock: Options.SessionTimeout is required: the session timeout of the connection (the lease length)", dlock.ErrInvalidOption)
+		return out, fmt.Errorf("%w: zkdlock.Options.SessionTimeout is required: the session timeout of the connection (the lease length)", dlock.ErrInvalidOption)
 	}
 	if out.SessionTimeout != 0 && (out.SessionTimeout < dlock.MinTTL || out.SessionTimeout > dlock.MaxTTL) {
-		return out, fmt.Errorf("%w: zkdlock: session timeout %v is outside [%v, %v]", dlock.ErrInvalidOption, out.SessionTimeout, dlock.MinTTL, dlock.MaxTTL)
+		return out, fmt.Errorf("%w: zkdlock.Options.SessionTimeout %v is outside [%v, %v]", dlock.ErrInvalidOption, out.SessionTimeout, dlock.MinTTL, dlock.MaxTTL)
 	}
 	if err := checkTick(out.TickTime, out.Standalone, out.SessionTimeout); err != nil {
 		return out, fmt.Errorf("%w: zkdlock: %v", dlock.ErrInvalidOption, err)

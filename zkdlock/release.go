@@ -34,7 +34,7 @@ func (g *grant) Release(ctx context.Context) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, zk.ErrNoNode):
-		return fmt.Errorf("%w: lock node %s was already gone (session expired or node deleted)", driver.ErrNotHeld, g.path)
+		return fmt.Errorf("%w: lock node %s was already gone (session expired or node deleted)", driver.ErrNotHeld, g.nodeName())
 	}
 	d.goJanitor(func(ctx context.Context) {
 		for i := 0; ; i++ {
@@ -47,7 +47,7 @@ func (g *grant) Release(ctx context.Context) error {
 			}
 		}
 	})
-	return d.wrapErr("release "+g.path, err)
+	return d.wrapErr("delete lock node "+g.nodeName(), err)
 }
 
 // remove sends the release transaction. A multi is all or nothing, so when

@@ -252,7 +252,7 @@ func connect(ctx context.Context, servers []string, sessionTimeout, connectTimeo
 		}))
 	if err != nil {
 		// The host provider resolves every name first.
-		return nil, nil, fmt.Errorf("%w: zookeeper at %s: %v", driver.ErrUnavailable, addr, err)
+		return nil, nil, fmt.Errorf("%w: zookeeper at %s: %w", driver.ErrUnavailable, addr, err)
 	}
 	timer := time.NewTimer(connectTimeout)
 	defer timer.Stop()
@@ -263,19 +263,25 @@ func connect(ctx context.Context, servers []string, sessionTimeout, connectTimeo
 	select {
 	case st := <-events:
 		if st == zk.StateAuthFailed {
-			return fail(fmt.Errorf("%w: zookeeper at %s: the server refused the credentials", driver.ErrAuth, addr))
+			return fail(fmt.Errorf("%w: zookeeper at %s (check the user and password in the URL)", driver.ErrAuth, addr))
 		}
 		return conn, info, nil
 	case <-ctx.Done():
-		return fail(fmt.Errorf("%w: zookeeper at %s: no session before the context ended (%w)%s", driver.ErrUnavailable, addr, ctx.Err(), lastErrText(info)))
+		return fail(noSession(addr, "no session before the context ended", "", ctx.Err(), info.lastDialErr()))
 	case <-timer.C:
-		return fail(fmt.Errorf("%w: zookeeper at %s: no session within connect_timeout=%v%s (is ZooKeeper running and reachable there?)", driver.ErrUnavailable, addr, connectTimeout, lastErrText(info)))
+		return fail(noSession(addr, fmt.Sprintf("no session within connect_timeout=%v", connectTimeout), " (is ZooKeeper running and reachable there?)", info.lastDialErr()))
 	}
 }
 
-func lastErrText(info *sessionInfo) string {
-	if err := info.lastDialErr(); err != nil {
-		return ": " + err.Error()
+// noSession is the error of a connect that got no session: what says why it
+// gave up, causes (nil ones skipped) are wrapped, and hint ends the text.
+func noSession(addr, what, hint string, causes ...error) error {
+	format, args := "%w: zookeeper at %s: %s", []any{driver.ErrUnavailable, addr, what}
+	for _, c := range causes {
+		if c != nil {
+			format += ": %w"
+			args = append(args, c)
+		}
 	}
-	return ""
+	return fmt.Errorf(format+"%s", append(args, hint)...)
 }

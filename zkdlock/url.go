@@ -56,7 +56,7 @@ func parseURL(u *url.URL) (urlConfig, error) {
 			}
 		}
 		if err != nil {
-			return cfg, fmt.Errorf("bad server address %q: %v", h, err)
+			return cfg, fmt.Errorf("bad server address %q: %w", h, err)
 		}
 		if host == "" {
 			return cfg, fmt.Errorf("bad server address %q: no host", h)
@@ -68,7 +68,7 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	}
 	if p := u.Path; p != "" && p != "/" {
 		if err := checkRoot(p); err != nil {
-			return cfg, err
+			return cfg, fmt.Errorf("root %q %w", p, err)
 		}
 		cfg.root = p
 	}
@@ -138,7 +138,7 @@ func durationParam(q url.Values, name string, def time.Duration) (time.Duration,
 func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	cfg, err := parseURL(u)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %q: %v", driver.ErrInvalidURL, u.Redacted(), err)
+		return nil, fmt.Errorf("%w: %w", driver.ErrInvalidURL, err) // dlock.Open names the URL
 	}
 	info := &sessionInfo{}
 	timeout := func() time.Duration {
@@ -163,7 +163,7 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		})
 		if err != nil {
 			conn.Close()
-			return nil, fmt.Errorf("%w: zookeeper at %s: add digest credentials of user %q: %v", driver.ErrAuth, addr, cfg.user, err)
+			return nil, fmt.Errorf("%w: zookeeper at %s: add digest credentials of user %q: %w", driver.ErrAuth, addr, cfg.user, err)
 		}
 		mine := zk.DigestACL(zk.PermAll, cfg.user, cfg.password)
 		o.ACL = append(mine, zk.WorldACL(zk.PermRead)...)

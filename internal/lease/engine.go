@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,6 +67,7 @@ type Engine struct {
 	mu            sync.Mutex
 	deadline      time.Time          // local deadline; guarded by mu
 	err           error              // non-nil once done is closed; guarded by mu
+	reason        error              // err without the key, for Release's error; guarded by mu
 	released      bool               // Release was called; guarded by mu
 	renewTimer    *time.Timer        // runs renew; guarded by mu
 	deadlineTimer *time.Timer        // runs onDeadline; guarded by mu
@@ -171,15 +173,21 @@ func (e *Engine) checkDeadline() {
 }
 
 func (e *Engine) expiredErr() error {
-	return fmt.Errorf("%w: key %q: not renewed within its validity of %v (deadline passed)", driver.ErrLeaseLost, e.key, e.validity)
+	return fmt.Errorf("%w: not renewed within its validity of %v", driver.ErrLeaseLost, e.validity)
 }
 
-// endLocked closes done with err and stops renewing. e.mu must be held.
-func (e *Engine) endLocked(err error) {
+// endLocked closes done with reason and stops renewing. e.mu must be held.
+// A loss is reported by Err with the key, since Lease.Err is read away from
+// any call that would name it; Release says it once more, nested in its
+// own error, without (the caller of Unlock names the key).
+func (e *Engine) endLocked(reason error) {
 	if e.err != nil {
 		return
 	}
-	e.err = err
+	e.reason, e.err = reason, reason
+	if errors.Is(reason, driver.ErrLeaseLost) {
+		e.err = fmt.Errorf("lease %q: %w", e.key, reason)
+	}
 	close(e.done)
 	e.stopTimersLocked()
 }
@@ -213,7 +221,7 @@ func (e *Engine) watchLost(lost <-chan error) {
 	select {
 	case <-e.stop:
 	case err := <-lost:
-		e.end(fmt.Errorf("%w: key %q: %w", driver.ErrLeaseLost, e.key, err))
+		e.end(fmt.Errorf("%w: %w", driver.ErrLeaseLost, err))
 	}
 }
 
@@ -269,7 +277,9 @@ func (e *Engine) renew() {
 		}
 		e.renewTimer.Reset(time.Until(e.nextRenewal(start)))
 	case errors.Is(err, driver.ErrNotHeld):
-		e.endLocked(fmt.Errorf("%w: key %q: the server no longer has this grant: %w", driver.ErrLeaseLost, e.key, err))
+		// The driver's "not held" is what "lease lost" means here: say
+		// only the latter, and the driver's detail.
+		e.endLocked(nest(driver.ErrLeaseLost, err, driver.ErrNotHeld.Error()+": "))
 	default:
 		// Transient: the server may still hold the grant. Try again soon;
 		// the deadline timer ends the lease if nothing works.
@@ -286,7 +296,7 @@ func (e *Engine) Release(ctx context.Context) error {
 	e.mu.Lock()
 	if e.released {
 		e.mu.Unlock()
-		return fmt.Errorf("%w: key %q: already unlocked", driver.ErrNotHeld, e.key)
+		return fmt.Errorf("%w: already unlocked", driver.ErrNotHeld)
 	}
 	e.released = true
 	// Stop renewing without waiting for a renewal in flight: it acts only
@@ -299,7 +309,7 @@ func (e *Engine) Release(ctx context.Context) error {
 	e.checkDeadline()
 
 	e.mu.Lock()
-	lostErr := e.err
+	lostErr := e.reason
 	e.mu.Unlock()
 
 	// Release even a lease we consider lost: the server may still have it
@@ -312,9 +322,28 @@ func (e *Engine) Release(ctx context.Context) error {
 	e.mu.Unlock()
 	switch {
 	case lostErr != nil:
-		return fmt.Errorf("%w: key %q: %w", driver.ErrNotHeld, e.key, lostErr)
+		// "dlock: lock not held: lease lost: …", not "dlock: … dlock: …".
+		return nest(driver.ErrNotHeld, lostErr, "dlock: ")
 	case err != nil:
 		return err
 	}
 	return nil
+}
+
+// nested is an error of one category caused by another error: errors.Is
+// finds both, and the text says each category once.
+type nested struct {
+	text string
+	errs []error
+}
+
+func (e *nested) Error() string   { return e.text }
+func (e *nested) Unwrap() []error { return e.errs }
+
+// nest returns an error that satisfies errors.Is with cat and with all that
+// cause does, reading "<cat>: <cause>" with the prefix trim (what cat
+// already says, or the "dlock: " of a nested dlock sentinel) cut from the
+// front of cause's text.
+func nest(cat, cause error, trim string) error {
+	return &nested{text: cat.Error() + ": " + strings.TrimPrefix(cause.Error(), trim), errs: []error{cat, cause}}
 }

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"testing"
@@ -322,4 +323,38 @@ func TestEngine_nextRenewal_unchangedForOtherGrants(t *testing.T) {
 	if want := g.validFrom.Add(20 * time.Minute); !next.Equal(want) {
 		t.Fatalf("next renewal at %v, want ValidFrom + validity/3 = %v", next, want)
 	}
+}
+
+// TestEngine_errorTextSaysEachThingOnce pins the messages of a lost lease:
+// they said the key twice and the category three times ("dlock: lock not
+// held: key "k": dlock: lease lost: key "k": the server no longer has this
+// grant: dlock: lock not held: …"). Lease.Err names the key once; Release
+// does not (Unlock does), and neither repeats a category.
+func TestEngine_errorTextSaysEachThingOnce(t *testing.T) {
+	g := newFake(300 * time.Millisecond)
+	g.setRenewErr(fmt.Errorf("%w: the key expired", driver.ErrNotHeld))
+	e := Start("k", g, nil)
+	waitDone(t, e)
+	if got, want := e.Err().Error(), `lease "k": dlock: lease lost: the key expired`; got != want {
+		t.Errorf("Err = %s\nwant  %s", got, want)
+	}
+	err := e.Release(context.Background())
+	if got, want := err.Error(), `dlock: lock not held: lease lost: the key expired`; got != want {
+		t.Errorf("Release = %s\nwant      %s", got, want)
+	}
+	if !errors.Is(err, driver.ErrNotHeld) || !errors.Is(err, driver.ErrLeaseLost) {
+		t.Errorf("Release = %v, want ErrNotHeld and ErrLeaseLost", err)
+	}
+	if got, want := e.Release(context.Background()).Error(), `dlock: lock not held: already unlocked`; got != want {
+		t.Errorf("second Release = %s\nwant             %s", got, want)
+	}
+
+	g = newFake(300 * time.Millisecond)
+	e = Start("k", g, nil)
+	g.lost <- errors.New("node deleted")
+	waitDone(t, e)
+	if got, want := e.Err().Error(), `lease "k": dlock: lease lost: node deleted`; got != want {
+		t.Errorf("Err after Lost = %s\nwant            %s", got, want)
+	}
+	_ = e.Release(context.Background())
 }

@@ -1,0 +1,104 @@
+package etcddlock_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/dlocktest"
+	"github.com/dlockdev/dlock/etcddlock"
+	"github.com/dlockdev/dlock/internal/errtext"
+	"github.com/dlockdev/dlock/internal/testserver"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TestErrorMessages pins the text of every error a user of the etcd backend
+// can see, against real servers: testdata/errors.golden. Each detail must
+// appear once (issue 11). Rewrite the file with -update after a deliberate
+// change.
+func TestErrorMessages(t *testing.T) {
+	testserver.SkipIfShort(t)
+	ctx := testCtx(t)
+	srv := testserver.SharedEtcd(t)
+	// A prefix of its own, named the same in the golden file on every run.
+	prefix := fmt.Sprintf("errtext-%d/", time.Now().UnixNano())
+	r := errtext.New(t, prefix, "PREFIX/")
+	r.Forbid("s3cret")
+	admin := adminClient(t, srv.Addr())
+
+	open := func(ctx context.Context, t *testing.T, addr string, opts ...dlock.Option) (*dlock.Client, error) {
+		c, err := dlock.Open(ctx, "etcd://"+addr+"/"+prefix, opts...)
+		if err == nil {
+			t.Cleanup(func() { _ = c.Close() })
+		}
+		return c, err
+	}
+	errtext.RecordCommon(ctx, t, r, errtext.Backend{
+		Open: func(ctx context.Context, t *testing.T, opts ...dlock.Option) (*dlock.Client, error) {
+			return open(ctx, t, srv.Addr(), opts...)
+		},
+		DeleteKey: func(ctx context.Context, key string) error {
+			_, err := admin.Delete(ctx, etcddlock.QueueDirForTest(prefix, key), clientv3.WithPrefix())
+			return err
+		},
+		NewFaultyClient: func(ctx context.Context, t *testing.T) (*dlock.Client, dlocktest.Link, error) {
+			p := dlocktest.NewProxy(t, srv.Addr())
+			c, err := open(ctx, t, p.Addr())
+			return c, p, err
+		},
+		TTL: 3 * time.Second,
+	})
+
+	_, err := etcddlock.New(ctx, nil, nil)
+	r.Record("new-nil-client", err, dlock.ErrInvalidOption)
+
+	// Malformed URLs. The password must never show.
+	for _, c := range []struct{ name, url string }{
+		{"url-no-host", "etcd://"},
+		{"url-empty-host", "etcd://h1,,h2"},
+		{"url-unknown-parameter", "etcd://alice:s3cret@host?ttl=3s"},
+		{"url-bad-duration", "etcd://host?dial_timeout=soon"},
+		{"url-empty-parameter", "etcd://host?dial_timeout="},
+		{"url-user-no-password", "etcd://user@host"},
+		{"url-tls-parameter", "etcd://host?cacert=/certs/ca.pem"},
+		{"url-cacert-missing", "etcds://host?cacert=/does/not/exist"},
+		{"url-cert-without-key", "etcds://host?cert=/certs/c.pem"},
+	} {
+		_, err := dlock.Open(ctx, c.url)
+		r.Record(c.name, err, dlock.ErrInvalidURL)
+	}
+
+	// Nobody listens.
+	closed := testserver.Addr(testserver.FreePort(t))
+	_, err = dlock.Open(ctx, "etcd://"+closed+"?dial_timeout=300ms")
+	r.Record("open-unavailable", err, dlock.ErrUnavailable)
+
+	// Refused credentials.
+	asrv := testserver.StartEtcd(t, testserver.EtcdFlags("--bcrypt-cost=4"))
+	aadmin := adminClient(t, asrv.Addr())
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(aadmin.UserAdd(ctx, "root", "rootpw"))
+	must(aadmin.UserGrantRole(ctx, "root", "root"))
+	must(aadmin.RoleAdd(ctx, "locker"))
+	must(aadmin.RoleGrantPermission(ctx, "locker", "dlock/", clientv3.GetPrefixRangeEnd("dlock/"), clientv3.PermissionType(clientv3.PermReadWrite)))
+	must(aadmin.UserAdd(ctx, "alice", "s3cret"))
+	must(aadmin.UserGrantRole(ctx, "alice", "locker"))
+	must(aadmin.AuthEnable(ctx))
+	for _, c := range []struct{ name, url string }{
+		{"open-auth-wrong-password", "etcd://alice:wrong@" + asrv.Addr()},
+		{"open-auth-no-user", "etcd://" + asrv.Addr()},
+		{"open-auth-no-permission", "etcd://alice:s3cret@" + asrv.Addr() + "/other"},
+	} {
+		_, err := dlock.Open(ctx, c.url)
+		r.Record(c.name, err, dlock.ErrAuth)
+	}
+
+	r.Check()
+}

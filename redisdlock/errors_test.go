@@ -1,0 +1,110 @@
+package redisdlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/dlocktest"
+	"github.com/dlockdev/dlock/internal/errtext"
+	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/redisdlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestErrorMessages pins the text of every error a user of the Redis
+// backend can see, against real servers: testdata/errors.golden. Each
+// detail must appear once (issue 11: `lock "k": dlock: key is locked by
+// another owner: key "k" is held by another owner` said the key and the
+// category twice). Rewrite the file with -update after a deliberate change.
+func TestErrorMessages(t *testing.T) {
+	testserver.SkipIfShort(t)
+	ctx := testCtx(t)
+	srv := testserver.StartRedis(t, "--requirepass", "s3cret")
+	r := errtext.New(t)
+	r.Forbid("s3cret")
+	url := "redis://:s3cret@" + srv.Addr() + "/0"
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: "s3cret"})
+	t.Cleanup(func() { _ = admin.Close() })
+
+	open := func(ctx context.Context, t *testing.T, addr string, opts ...dlock.Option) (*dlock.Client, error) {
+		c, err := dlock.Open(ctx, "redis://:s3cret@"+addr+"/0", opts...)
+		if err == nil {
+			t.Cleanup(func() { _ = c.Close() })
+		}
+		return c, err
+	}
+	errtext.RecordCommon(ctx, t, r, errtext.Backend{
+		Open: func(ctx context.Context, t *testing.T, opts ...dlock.Option) (*dlock.Client, error) {
+			return open(ctx, t, srv.Addr(), opts...)
+		},
+		DeleteKey: func(ctx context.Context, key string) error {
+			k := redisdlock.RedisKeyForTest(redisdlock.DefaultPrefix, key)
+			return admin.Del(ctx, k, k+":q", k+":w").Err()
+		},
+		NewFaultyClient: func(ctx context.Context, t *testing.T) (*dlock.Client, dlocktest.Link, error) {
+			p := dlocktest.NewProxy(t, srv.Addr())
+			c, err := open(ctx, t, p.Addr())
+			return c, p, err
+		},
+		TTL: 3 * time.Second,
+	})
+
+	// Options of New.
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: "s3cret"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	for _, c := range []struct {
+		name string
+		o    redisdlock.Options
+	}{
+		{"new-prefix-brace", redisdlock.Options{Prefix: "a{b"}},
+		{"new-waiter-timeout-low", redisdlock.Options{WaiterTimeout: 50 * time.Millisecond}},
+		{"new-poll-interval-above", redisdlock.Options{PollInterval: time.Hour}},
+	} {
+		_, err := redisdlock.New(ctx, rdb, &c.o)
+		r.Record(c.name, err, dlock.ErrInvalidOption)
+	}
+
+	// Malformed URLs. The password must never show.
+	for _, c := range []struct{ name, url string }{
+		{"url-unknown-option", url + "?colour=blue"},
+		{"url-bad-duration", url + "?waiter_timeout=soon"},
+		{"url-prefix-brace", url + "?prefix=a{b"},
+		{"url-poll-interval-above", url + "?poll_interval=1h"},
+		{"url-bad-db", "redis://:s3cret@" + srv.Addr() + "/zero"},
+		{"url-sentinel-no-master", "redis+sentinel://127.0.0.1:26379"},
+		{"url-sentinel-unknown-option", "redis+sentinel://u:s3cret@127.0.0.1:26379/m?sentinel_password=s3cret&colour=blue"},
+		{"url-unknown-scheme", "mysql://127.0.0.1:3306"},
+		{"url-unparsable", "redis://user:s3cret@[::1"},
+	} {
+		_, err := dlock.Open(ctx, c.url)
+		r.Record(c.name, err, dlock.ErrInvalidURL)
+	}
+
+	// Nobody listens.
+	closed := testserver.Addr(testserver.FreePort(t))
+	_, err := dlock.Open(ctx, "redis://"+closed+"/0?max_retries=-1")
+	r.Record("open-unavailable", err, dlock.ErrUnavailable)
+	down := redis.NewClient(&redis.Options{Addr: closed, MaxRetries: -1})
+	t.Cleanup(func() { _ = down.Close() })
+	_, err = redisdlock.New(ctx, down, nil)
+	r.Record("new-unavailable", err, dlock.ErrUnavailable)
+
+	// Refused credentials.
+	for _, c := range []struct{ name, url string }{
+		{"open-auth-no-password", "redis://" + srv.Addr() + "/0"},
+		{"open-auth-wrong-password", "redis://:wrong@" + srv.Addr() + "/0"},
+		{"open-auth-unknown-user", "redis://nobody:s3cret@" + srv.Addr() + "/0"},
+	} {
+		_, err := dlock.Open(ctx, c.url)
+		r.Record(c.name, err, dlock.ErrAuth)
+	}
+
+	// A server that may evict lock keys.
+	lru := testserver.StartRedis(t, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")
+	_, err = dlock.Open(ctx, lru.URL())
+	r.Record("open-unsafe-server", err, redisdlock.ErrUnsafeServer)
+
+	r.Check()
+}

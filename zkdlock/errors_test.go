@@ -1,0 +1,128 @@
+package zkdlock_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/dlocktest"
+	"github.com/dlockdev/dlock/internal/errtext"
+	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/zkdlock"
+)
+
+// TestErrorMessages pins the text of every error a user of the ZooKeeper
+// backend can see, against a real server: testdata/errors.golden. Each
+// detail must appear once (issue 11). Rewrite the file with -update after a
+// deliberate change.
+func TestErrorMessages(t *testing.T) {
+	testserver.SkipIfShort(t)
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	// Roots of their own, named the same in the golden file on every run.
+	stamp := time.Now().UnixNano()
+	root := fmt.Sprintf("/errtext-%d", stamp)
+	authRoot := fmt.Sprintf("/errtext-auth-%d", stamp)
+	r := errtext.New(t, authRoot, "/AUTHROOT", root, "/ROOT")
+	r.Forbid("s3cret")
+	admin := dialZK(t, ctx, srv.Addr(), connOpts{timeout: 10 * time.Second})
+	h := &harness{srv: srv, admin: admin}
+
+	open := func(ctx context.Context, t *testing.T, addr string, opts ...dlock.Option) (*dlock.Client, error) {
+		c, err := dlock.Open(ctx, "zk://"+addr+root+"?session_timeout=2s", opts...)
+		if err == nil {
+			t.Cleanup(func() { _ = c.Close() })
+		}
+		return c, err
+	}
+	errtext.RecordCommon(ctx, t, r, errtext.Backend{
+		Open: func(ctx context.Context, t *testing.T, opts ...dlock.Option) (*dlock.Client, error) {
+			return open(ctx, t, srv.Addr(), opts...)
+		},
+		DeleteKey: func(ctx context.Context, key string) error {
+			return deleteKeyUnder(h, root, key)
+		},
+		NewFaultyClient: func(ctx context.Context, t *testing.T) (*dlock.Client, dlocktest.Link, error) {
+			p := dlocktest.NewProxy(t, srv.Addr())
+			c, err := open(ctx, t, p.Addr())
+			return c, p, err
+		},
+		// The lease length is the session timeout, from the URL.
+	})
+
+	// Options of New.
+	conn := dialZK(t, ctx, srv.Addr(), connOpts{})
+	for _, c := range []struct {
+		name string
+		o    *zkdlock.Options
+	}{
+		{"new-no-session-timeout", nil},
+		{"new-session-timeout-short", &zkdlock.Options{SessionTimeout: time.Millisecond}},
+		{"new-root-slash", &zkdlock.Options{SessionTimeout: time.Second, Root: "/"}},
+		{"new-root-relative", &zkdlock.Options{SessionTimeout: time.Second, Root: "dlock"}},
+	} {
+		_, err := zkdlock.New(ctx, conn, c.o)
+		r.Record(c.name, err, dlock.ErrInvalidOption)
+	}
+
+	// Malformed URLs. The password must never show.
+	for _, c := range []struct{ name, url string }{
+		{"url-no-host", "zk://"},
+		{"url-port-zero", "zk://h:0"},
+		{"url-root-trailing-slash", "zk://h:2181/a/"},
+		{"url-root-dotdot", "zk://h:2181/a/../b"},
+		{"url-unknown-parameter", "zk://u:s3cret@h:2181?bogus=1"},
+		{"url-bad-duration", "zk://h:2181?session_timeout=soon"},
+		{"url-session-timeout-short", "zk://h:2181?session_timeout=1ms"},
+		{"url-parameter-twice", "zk://h:2181?session_timeout=1s&session_timeout=2s"},
+		{"url-connect-timeout-negative", "zk://h:2181?connect_timeout=-1s"},
+		{"url-user-no-password", "zk://user@h:2181"},
+		{"url-fragment", "zk://h:2181#fragment"},
+	} {
+		_, err := dlock.Open(ctx, c.url)
+		r.Record(c.name, err, dlock.ErrInvalidURL)
+	}
+
+	// Nobody listens.
+	closed := testserver.Addr(testserver.FreePort(t))
+	_, err := dlock.Open(ctx, "zk://"+closed+"/dlock?connect_timeout=1500ms")
+	r.Record("open-unavailable", err, dlock.ErrUnavailable)
+
+	// Refused credentials: alice's root does not let anybody else in.
+	authURL := func(userinfo string) string {
+		return fmt.Sprintf("zk://%s%s%s?session_timeout=2s", userinfo, srv.Addr(), authRoot)
+	}
+	alice, err := dlock.Open(ctx, authURL("alice:s3cret@"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alice.Close()
+	for _, c := range []struct{ name, userinfo string }{
+		{"open-auth-wrong-password", "alice:wrong@"},
+		{"open-auth-other-user", "mallory:s3cret@"},
+		{"open-auth-anonymous", ""},
+	} {
+		_, err := dlock.Open(ctx, authURL(c.userinfo))
+		r.Record(c.name, err, dlock.ErrAuth)
+	}
+
+	r.Check()
+}
+
+// deleteKeyUnder deletes the lock nodes of key under root, as an operator
+// might.
+func deleteKeyUnder(h *harness, root, key string) error {
+	path := zkdlock.KeyPathForTest(root, key)
+	names, _, err := h.admin.Children(path)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if err := h.admin.Delete(path+"/"+n, -1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
