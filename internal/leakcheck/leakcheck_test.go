@@ -6,8 +6,9 @@ import (
 )
 
 func TestFind_reportsALeftGoroutineAndIgnoresIt(t *testing.T) {
-	stop := make(chan struct{})
-	go leaky(stop)
+	stop, started := make(chan struct{}), make(chan struct{})
+	go leaky(started, stop)
+	<-started // so that its stack shows it waiting in leaky
 	err := findNow()
 	if err == nil || !strings.Contains(err.Error(), "leakcheck.leaky") {
 		t.Fatalf("Find = %v, want a report naming leakcheck.leaky", err)
@@ -21,7 +22,10 @@ func TestFind_reportsALeftGoroutineAndIgnoresIt(t *testing.T) {
 	}
 }
 
-func leaky(stop chan struct{}) { <-stop }
+func leaky(started, stop chan struct{}) {
+	close(started)
+	<-stop
+}
 
 // findNow is Find without the wait.
 func findNow(ignore ...string) error {
