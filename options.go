@@ -21,6 +21,13 @@ const (
 	// to a TTL, so longer leases are almost always a mistake.
 	MaxTTL = 24 * time.Hour
 
+	// CloseTimeout is the longest that Client.Close waits for the server to
+	// confirm the releases of the leases it ends, all together (and for
+	// each lease at most its TTL). A healthy server answers in
+	// milliseconds; one that has not answered in ten seconds is not
+	// reachable, and it frees the keys by itself when their TTLs run out.
+	CloseTimeout = 10 * time.Second
+
 	// MaxKeyLen is the longest key, in bytes.
 	MaxKeyLen = 256
 
