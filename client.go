@@ -41,7 +41,10 @@ type Client struct {
 }
 
 // NewClient wraps a driver in a Client. Backend packages call it from their
-// New and Open functions; applications normally call those, or Open.
+// New and Open functions; applications normally call those, or Open. It
+// returns an error satisfying errors.Is(err, ErrInvalidOption) for a bad
+// option, including a WithTTL that the driver cannot honour (see
+// driver.FixedTTL).
 func NewClient(d driver.Driver, opts ...Option) (*Client, error) {
 	host, _ := os.Hostname()
 	cfg := clientConfig{
@@ -52,6 +55,9 @@ func NewClient(d driver.Driver, opts ...Option) (*Client, error) {
 		if err := o.applyClient(&cfg); err != nil {
 			return nil, err
 		}
+	}
+	if err := checkFixedTTL(d, &cfg.lock); err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Client{
@@ -68,7 +74,8 @@ func NewClient(d driver.Driver, opts ...Option) (*Client, error) {
 // served (waiters are served in arrival order), or until ctx ends.
 //
 // It returns an error satisfying errors.Is with ErrInvalidKey or
-// ErrInvalidOption for bad arguments, ErrClosed after Close, ErrUnavailable
+// ErrInvalidOption for bad arguments (including a WithTTL that the backend
+// cannot honour, see WithTTL), ErrClosed after Close, ErrUnavailable
 // when the server cannot be reached, or ctx.Err() wrapped. When it returns an
 // error it leaves nothing behind on the server.
 func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lease, error) {
@@ -91,6 +98,9 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		if err := o.applyLock(&cfg); err != nil {
 			return nil, err
 		}
+	}
+	if err := checkFixedTTL(c.drv, &cfg); err != nil {
+		return nil, fmt.Errorf("lock %q: %w", key, err)
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -144,6 +154,23 @@ func (l *Lease) closeWithin(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, l.ttl)
 	defer cancel()
 	return l.eng.ReleaseWith(ctx, fmt.Errorf("%w: the lease on %q was released by Close", ErrClosed, l.key))
+}
+
+// checkFixedTTL refuses a TTL given with WithTTL that a driver.FixedTTL
+// cannot honour, and otherwise sets cfg's TTL to the fixed one. Silently
+// granting another length than asked would let a caller plan its work on
+// a lease that ends sooner (or later) than it thinks.
+func checkFixedTTL(d driver.Driver, cfg *lockConfig) error {
+	f, ok := d.(driver.FixedTTL)
+	if !ok {
+		return nil
+	}
+	fixed, hint := f.FixedTTL()
+	if cfg.ttlSet && cfg.ttl != fixed {
+		return fmt.Errorf("%w: TTL %v cannot be honoured: %s", ErrInvalidOption, cfg.ttl, hint)
+	}
+	cfg.ttl = fixed
+	return nil
 }
 
 func (c *Client) checkOpen() error {

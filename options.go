@@ -59,6 +59,7 @@ type clientConfig struct {
 
 type lockConfig struct {
 	ttl      time.Duration
+	ttlSet   bool // by WithTTL: checked against a driver.FixedTTL
 	metadata Metadata
 }
 
@@ -69,7 +70,7 @@ func (o ttlOption) applyLock(c *lockConfig) error {
 	if d < MinTTL || d > MaxTTL {
 		return fmt.Errorf("%w: TTL %v is outside [%v, %v]", ErrInvalidOption, d, MinTTL, MaxTTL)
 	}
-	c.ttl = d
+	c.ttl, c.ttlSet = d, true
 	return nil
 }
 
@@ -80,7 +81,10 @@ func (o ttlOption) applyClient(c *clientConfig) error { return o.applyLock(&c.lo
 // lease renews itself about every TTL/3 while held. Default DefaultTTL; it
 // must lie within [MinTTL, MaxTTL].
 //
-// Some backends round it: see the backend's documentation.
+// Some backends round it: see the backend's documentation. On a backend
+// whose leases all last one length set by the connection (ZooKeeper: the
+// session timeout), a TTL other than that length is refused with
+// ErrInvalidOption; leave WithTTL out there.
 func WithTTL(d time.Duration) CommonOption { return ttlOption(d) }
 
 type metadataOption Metadata
