@@ -93,7 +93,8 @@ func (c *cli) cmdDemo(ctx context.Context, args []string) int {
 			cmd := exec.Command(exe, demoWorkerCommand,
 				"--backend", w.Backend, "--ledger", w.Ledger, "--name", w.Name,
 				"--ttl", w.TTL.String(), "--job-time", w.JobTime.String())
-			setParentDeathSignal(cmd)
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
+			setParentDeathSignal(cmd.SysProcAttr)
 			return cmd
 		},
 	})
