@@ -67,6 +67,9 @@ func startGroup(cmd *exec.Cmd, stdin io.Reader, dog *watchdog) (*group, error) {
 		// (started in these few microseconds) to run on; PROGRAM itself
 		// gets the parent-death signal on Linux.
 		if err := dog.arm(g.pgid); err != nil {
+			// The watchdog died: go on without, as if it had not
+			// started.
+			dog.stop(false)
 			g.dog = nil
 		}
 	}

@@ -77,7 +77,7 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 		return c.usageError("run", "%s %v: must be positive; use --no-wait to give up at once, or leave it out to wait as long as it takes", f.source("wait"), *wait)
 	}
 	// --grace is checked against the lease's real TTL once the lock is
-	// taken (see checkGrace); a contradiction visible now fails now.
+	// taken, below; a contradiction visible now fails now.
 	graceSet := f.isSet("grace")
 	if graceSet && (*grace <= 0 || ttlSet && *grace >= *ttl) {
 		return c.usageError("run", "%s %v: must be positive and shorter than the TTL (%v)", f.source("grace"), *grace, *ttl)
@@ -280,6 +280,11 @@ func (c *cli) supervise(lease *dlock.Lease, program []string, sigs chan os.Signa
 	cmd.Env = append(os.Environ(),
 		"DLOCK_KEY="+lease.Key(),
 		"DLOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10))
+	// When stdout or stderr is not a file, Wait also waits for everybody
+	// holding the pipe os/exec copies from, leftovers of PROGRAM's group
+	// included; dlock learns that PROGRAM exited, and stops them, only
+	// when Wait returns.
+	cmd.WaitDelay = grace
 
 	becomeSubreaper()
 	dog, err := startWatchdog(c.stderr)
