@@ -35,10 +35,16 @@ type Client struct {
 	mu     sync.Mutex
 	leases map[*Lease]struct{} // held leases, released by Close; guarded by mu
 	closed bool                // guarded by mu
+	// closing bounds every release that Close causes, including that of a
+	// grant that arrives while Close runs; set with closed. Guarded by mu.
+	closing context.Context
 }
 
 // NewClient wraps a driver in a Client. Backend packages call it from their
-// New and Open functions; applications normally call those, or Open.
+// New and Open functions; applications normally call those, or Open. It
+// returns an error satisfying errors.Is(err, ErrInvalidOption) for a bad
+// option, including a WithTTL that the driver cannot honour (see
+// driver.FixedTTL).
 func NewClient(d driver.Driver, opts ...Option) (*Client, error) {
 	host, _ := os.Hostname()
 	cfg := clientConfig{
@@ -49,6 +55,9 @@ func NewClient(d driver.Driver, opts ...Option) (*Client, error) {
 		if err := o.applyClient(&cfg); err != nil {
 			return nil, err
 		}
+	}
+	if err := checkFixedTTL(d, &cfg.lock); err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Client{
@@ -65,7 +74,8 @@ func NewClient(d driver.Driver, opts ...Option) (*Client, error) {
 // served (waiters are served in arrival order), or until ctx ends.
 //
 // It returns an error satisfying errors.Is with ErrInvalidKey or
-// ErrInvalidOption for bad arguments, ErrClosed after Close, ErrUnavailable
+// ErrInvalidOption for bad arguments (including a WithTTL that the backend
+// cannot honour, see WithTTL), ErrClosed after Close, ErrUnavailable
 // when the server cannot be reached, or ctx.Err() wrapped. When it returns an
 // error it leaves nothing behind on the server.
 func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lease, error) {
@@ -88,6 +98,9 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		if err := o.applyLock(&cfg); err != nil {
 			return nil, opErr("lock", key, err)
 		}
+	}
+	if err := checkFixedTTL(c.drv, &cfg); err != nil {
+		return nil, opErr("lock", key, err)
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -118,17 +131,46 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	l := &Lease{client: c, key: key, token: g.Token(), ttl: g.Validity(), eng: lease.Start(key, g, c.log)}
 
 	c.mu.Lock()
-	closed := c.closed
+	closed, closing := c.closed, c.closing
 	if !closed {
 		c.leases[l] = struct{}{}
 	}
 	c.mu.Unlock()
 	if closed {
-		// Close ran while we were acquiring: do not leak the grant.
-		_ = l.eng.Release(context.WithoutCancel(ctx))
+		// Close ran while we were acquiring: do not leak the grant, but
+		// do not hold Close up for longer than its own releases either
+		// (Close waits for this call).
+		_ = l.closeWithin(closing)
 		return nil, opErr("lock", key, ErrClosed)
 	}
 	return l, nil
+}
+
+// closeWithin releases l for Close, waiting at most its TTL within ctx:
+// after a TTL the server frees the key by itself, since nobody renews it
+// any more. Its Err then satisfies errors.Is(err, ErrClosed).
+func (l *Lease) closeWithin(ctx context.Context) error {
+	defer l.client.forget(l)
+	ctx, cancel := context.WithTimeout(ctx, l.ttl)
+	defer cancel()
+	return l.eng.ReleaseWith(ctx, fmt.Errorf("lease %s: %w: released by Close", keys.Quote(l.key), ErrClosed))
+}
+
+// checkFixedTTL refuses a TTL given with WithTTL that a driver.FixedTTL
+// cannot honour, and otherwise sets cfg's TTL to the fixed one. Silently
+// granting another length than asked would let a caller plan its work on
+// a lease that ends sooner (or later) than it thinks.
+func checkFixedTTL(d driver.Driver, cfg *lockConfig) error {
+	f, ok := d.(driver.FixedTTL)
+	if !ok {
+		return nil
+	}
+	fixed, hint := f.FixedTTL()
+	if cfg.ttlSet && cfg.ttl != fixed {
+		return fmt.Errorf("%w: TTL %v cannot be honoured: %s", ErrInvalidOption, cfg.ttl, hint)
+	}
+	cfg.ttl = fixed
+	return nil
 }
 
 func (c *Client) checkOpen() error {
@@ -211,33 +253,45 @@ func convertInfo(in *driver.LockInfo) *LockInfo {
 	return out
 }
 
-// Close releases every lease still held through c (their Err becomes
-// ErrReleased), makes waiting Lock calls return ErrClosed, and closes the
-// connection if the Client opened it. A Client built by a backend's New from
-// an existing connection leaves that connection open.
+// Close releases every lease still held through c (their Err then satisfies
+// errors.Is(err, ErrClosed)), makes waiting Lock calls return ErrClosed, and
+// closes the connection if the Client opened it. A Client built by a
+// backend's New from an existing connection leaves that connection open.
+//
+// Close releases the leases all at once and waits for the server's answer
+// to each for at most the lease's TTL, and for all of them at most
+// CloseTimeout: a lease whose release is not confirmed by then is freed by
+// the server when its TTL runs out, since nobody renews it any more. Close
+// returns the errors of the releases that the server did not confirm.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil
 	}
-	c.closed = true
 	held := make([]*Lease, 0, len(c.leases))
 	for l := range c.leases {
 		held = append(held, l)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
+	defer cancel()
+	c.closed, c.closing = true, ctx
 	c.mu.Unlock()
 	c.cancel()
-	c.acquiring.Wait()
 
-	var errs []error
-	for _, l := range held {
-		ctx, cancel := context.WithTimeout(context.Background(), l.ttl)
-		if err := l.Unlock(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
-			errs = append(errs, err)
-		}
-		cancel()
+	// In parallel: on a server that does not answer, one after another
+	// would take a TTL per lease.
+	errs := make([]error, len(held))
+	var wg sync.WaitGroup
+	for i, l := range held {
+		wg.Go(func() {
+			if err := l.closeWithin(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
+				errs[i] = opErr("close: unlock", l.key, err)
+			}
+		})
 	}
+	wg.Wait()
+	c.acquiring.Wait()
 	if err := c.drv.Close(); err != nil {
 		errs = append(errs, err)
 	}

@@ -10,7 +10,8 @@ import (
 // cancelled as soon as the lease is lost, and unlocks. It returns fn's error;
 // if the lease was lost while fn ran, the error also satisfies
 // errors.Is(err, ErrLeaseLost), even when fn returned nil, because the work
-// may have overlapped with another holder's. The lease's fencing token is
+// may have overlapped with another holder's; if Client.Close ended the lease
+// while fn ran, it satisfies errors.Is(err, ErrClosed). The lease's fencing token is
 // available to fn through LeaseFromContext.
 func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...LockOption) error {
 	l, err := c.Lock(ctx, key, opts...)

@@ -92,7 +92,8 @@
 //     rediss:// for TLS, redis+sentinel://, redis+cluster://.
 //     See docs/redis.md.
 //   - zkdlock: zk://[user:password@]host:port[,host:port…][/root][?session_timeout=10s&tick_time=2s].
-//     The lease length is the ZooKeeper session timeout. See docs/zookeeper.md.
+//     The lease length is the ZooKeeper session timeout: WithTTL of any
+//     other length is refused with ErrInvalidOption. See docs/zookeeper.md.
 //   - etcddlock: etcd://[user:password@]host:port[,host:port…][/prefix],
 //     etcds:// for TLS. See docs/etcd.md.
 //

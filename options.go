@@ -21,6 +21,13 @@ const (
 	// to a TTL, so longer leases are almost always a mistake.
 	MaxTTL = 24 * time.Hour
 
+	// CloseTimeout is the longest that Client.Close waits for the server to
+	// confirm the releases of the leases it ends, all together (and for
+	// each lease at most its TTL). A healthy server answers in
+	// milliseconds; one that has not answered in ten seconds is not
+	// reachable, and it frees the keys by itself when their TTLs run out.
+	CloseTimeout = 10 * time.Second
+
 	// MaxKeyLen is the longest key, in bytes.
 	MaxKeyLen = 256
 
@@ -52,6 +59,7 @@ type clientConfig struct {
 
 type lockConfig struct {
 	ttl      time.Duration
+	ttlSet   bool // by WithTTL: checked against a driver.FixedTTL
 	metadata Metadata
 }
 
@@ -62,7 +70,7 @@ func (o ttlOption) applyLock(c *lockConfig) error {
 	if d < MinTTL || d > MaxTTL {
 		return fmt.Errorf("%w: TTL %v is outside [%v, %v]", ErrInvalidOption, d, MinTTL, MaxTTL)
 	}
-	c.ttl = d
+	c.ttl, c.ttlSet = d, true
 	return nil
 }
 
@@ -73,7 +81,10 @@ func (o ttlOption) applyClient(c *clientConfig) error { return o.applyLock(&c.lo
 // lease renews itself about every TTL/3 while held. Default DefaultTTL; it
 // must lie within [MinTTL, MaxTTL].
 //
-// Some backends round it: see the backend's documentation.
+// Some backends round it: see the backend's documentation. On a backend
+// whose leases all last one length set by the connection (ZooKeeper: the
+// session timeout), a TTL other than that length is refused with
+// ErrInvalidOption; leave WithTTL out there.
 func WithTTL(d time.Duration) CommonOption { return ttlOption(d) }
 
 type metadataOption Metadata

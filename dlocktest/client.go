@@ -131,8 +131,10 @@ var _ = register("Client_Close", func(s *suite) {
 	default:
 		s.t.Fatal("lease still open after Close")
 	}
-	if !errors.Is(la.Err(), dlock.ErrReleased) {
-		s.t.Fatalf("Err of a lease released by Close = %v, want ErrReleased", la.Err())
+	// Issue 10, item 6: the docs promised ErrClosed, the code gave
+	// ErrReleased.
+	if !errors.Is(la.Err(), dlock.ErrClosed) {
+		s.t.Fatalf("Err of a lease released by Close = %v, want ErrClosed", la.Err())
 	}
 	if _, err := a.TryLock(s.ctx, key); !errors.Is(err, dlock.ErrClosed) {
 		s.t.Fatalf("TryLock after Close: err = %v, want ErrClosed", err)
@@ -141,4 +143,43 @@ var _ = register("Client_Close", func(s *suite) {
 	s.unlock(lb)
 	s.checkNothingLeft(key)
 	s.checkNothingLeft(key2)
+})
+
+// Close on a server that stopped answering returns within about one TTL,
+// however many leases it holds (issue 10, item 6). The old Close released
+// its leases one after another, each with a timeout of a TTL, and so took
+// n × TTL here; the watchdog, at n/2 × TTL, leaves a wide margin on both
+// sides: the new Close needs one TTL and the time to close its connection.
+var _ = register("Client_Close_unreachableServerIsBounded", func(s *suite) {
+	const n = 20
+	a, link := s.faulty()
+	leases := make([]*dlock.Lease, n)
+	for i := range leases {
+		leases[i] = s.tryLock(a, s.key(), s.ttl())
+	}
+	link.Blackhole()
+	defer link.Restore()
+	closed := make(chan error, 1)
+	go func() { closed <- a.Close() }()
+	watchdog := time.NewTimer(n / 2 * s.h.TTL())
+	defer watchdog.Stop()
+	select {
+	case err := <-closed:
+		// An error is expected: the releases were not confirmed.
+		s.t.Logf("Close: %v", err)
+	case <-watchdog.C:
+		s.t.Fatalf("Close of a client holding %d leases on an unreachable server still runs after %v: it must not take a TTL per lease", n, n/2*s.h.TTL())
+	}
+	for _, l := range leases {
+		select {
+		case <-l.Done():
+		default:
+			s.t.Fatalf("lease on %q still open after Close", l.Key())
+		}
+		// A lease may have been found lost just before Close: the
+		// server stopped answering its renewals.
+		if err := l.Err(); !errors.Is(err, dlock.ErrClosed) && !errors.Is(err, dlock.ErrLeaseLost) {
+			s.t.Fatalf("Err of a lease ended by Close = %v, want ErrClosed (or ErrLeaseLost)", err)
+		}
+	}
 })

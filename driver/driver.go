@@ -46,7 +46,8 @@ type AcquireRequest struct {
 	// (32 hex digits). The server stores it with the grant; release and
 	// renew act only when it matches.
 	Owner string
-	// TTL is the lease length requested by the caller.
+	// TTL is the lease length requested by the caller (for a FixedTTL
+	// driver, its fixed length).
 	TTL time.Duration
 	// Metadata is an opaque JSON document stored with the grant and queue
 	// entry so that inspectors can show who holds and who waits.
@@ -115,6 +116,19 @@ type LaggingGrant interface {
 	// (the lease then ends at its current deadline unless a later call
 	// knows better).
 	HeardFrom() time.Time
+}
+
+// FixedTTL is implemented by drivers whose leases all have one length, set
+// by the connection rather than by each request, such as ZooKeeper's
+// session timeout. dlock then refuses a requested TTL that differs from it
+// (with ErrInvalidOption) instead of letting the caller believe in a lease
+// length the server does not keep.
+type FixedTTL interface {
+	// FixedTTL returns the length of every lease of the driver, and a
+	// hint for the error that refuses another: what sets the length and
+	// how to change it (for example "zk:// leases last the session
+	// timeout, 10s here; set session_timeout in the URL instead").
+	FixedTTL() (ttl time.Duration, hint string)
 }
 
 // Inspector is implemented by drivers that can report who holds a key and

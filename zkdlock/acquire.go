@@ -716,6 +716,11 @@ func (a *attempt) deleteNodeWithin(ctx context.Context, name string, timeout tim
 // after a whole session timeout of failures: by then the session has
 // either come back or expired, and the ensemble is unavailable to us.
 func (a *attempt) retry(ctx context.Context, op string, err error) error {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		// The caller gave up (or Close did): which step the wait was at
+		// is no news to them, and varies from one run to the next.
+		return err
+	}
 	if !transient(err) {
 		return a.d.wrapErr(op, err)
 	}
@@ -729,7 +734,7 @@ func (a *attempt) retry(ctx context.Context, op string, err error) error {
 		return a.d.wrapErr(fmt.Sprintf("%s (no success for %v)", op, failing.Round(time.Millisecond)), err)
 	}
 	if err := backoff(ctx, a.fails, a.d.timeout()/10); err != nil {
-		return a.d.wrapErr(op, err)
+		return err // only ctx ends a backoff
 	}
 	return nil
 }

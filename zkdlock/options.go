@@ -70,8 +70,8 @@ type Options struct {
 	Standalone bool
 
 	// ClientOptions are passed to dlock.NewClient (WithMetadata, WithLogger
-	// defaults for every lock; WithTTL does not change the lease length on
-	// ZooKeeper).
+	// defaults for every lock). WithTTL cannot change the lease length on
+	// ZooKeeper: New refuses one other than SessionTimeout.
 	ClientOptions []dlock.Option
 }
 

@@ -21,8 +21,10 @@
 // On ZooKeeper the lease length is the session timeout, not the TTL given
 // with dlock.WithTTL: the server deletes a holder's node when the holder's
 // session expires, not before, and one session serves every lease of a
-// Client. WithTTL is accepted and has no effect; set session_timeout (or the
-// timeout given to zk.Connect) instead. Each renewal (about every third of
+// Client. Set session_timeout in the URL (or the timeout given to zk.Connect,
+// with Options.SessionTimeout) instead: dlock.WithTTL of any other length is
+// refused with dlock.ErrInvalidOption, by Open, New, Lock, TryLock and Do,
+// rather than ignored; WithTTL of the session timeout itself is accepted. Each renewal (about every third of
 // the session timeout) is a round trip through the leader that checks that
 // the holder's node still exists and belongs to the Client's current session.
 //

@@ -39,6 +39,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return c.cmdDemo(ctx, rest)
 	case demoWorkerCommand: // hidden: the demo's worker processes
 		return c.cmdDemoWorker(ctx, rest)
+	case watchdogCommand: // hidden: dlock run's watchdog
+		return c.cmdWatchdog(rest)
 	case "help", "-h", "-help", "--help":
 		return c.cmdHelp(rest)
 	default:

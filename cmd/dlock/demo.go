@@ -67,9 +67,10 @@ func (c *cli) cmdDemo(ctx context.Context, args []string) int {
 		backendURL, desc = node.URL(), "embedded etcd at "+node.URL()
 	}
 
-	// Check the backend here, so that a bad URL is one clear error rather
-	// than one per worker.
-	client, code, ok := c.open(ctx, backendFlags{url: &backendURL, timeout: ptr(defaultConnectTimeout)})
+	// Check the backend here, so that a bad URL (or a TTL the backend
+	// cannot honour: on ZooKeeper it must equal the session timeout) is
+	// one clear error rather than one per worker.
+	client, code, ok := c.open(ctx, backendFlags{url: &backendURL, timeout: ptr(defaultConnectTimeout)}, dlock.WithTTL(*ttl))
 	if !ok {
 		return code
 	}
@@ -93,7 +94,8 @@ func (c *cli) cmdDemo(ctx context.Context, args []string) int {
 			cmd := exec.Command(exe, demoWorkerCommand,
 				"--backend", w.Backend, "--ledger", w.Ledger, "--name", w.Name,
 				"--ttl", w.TTL.String(), "--job-time", w.JobTime.String())
-			setParentDeathSignal(cmd)
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
+			setParentDeathSignal(cmd.SysProcAttr)
 			return cmd
 		},
 	})

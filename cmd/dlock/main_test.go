@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -26,6 +27,8 @@ func TestMain(m *testing.M) {
 		"dlock":    main,
 		"sigchild": sigchildMain,
 		"critical": criticalMain,
+		"tick":     tickMain,
+		"spawn":    spawnMain,
 	})
 }
 
@@ -35,6 +38,7 @@ type leakChecked struct{ m *testing.M }
 
 func (l leakChecked) Run() int {
 	code := l.m.Run()
+	testserver.StopSharedZooKeeper() // a JVM: not a goroutine of ours
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -51,30 +55,40 @@ func TestScripts(t *testing.T) {
 	for _, scheme := range []string{"etcd", "redis"} {
 		t.Run(scheme, func(t *testing.T) {
 			t.Parallel()
-			b := startBackend(t, scheme)
-			testscript.Run(t, testscript.Params{
-				Dir:                 "testdata",
-				RequireExplicitExec: true,
-				RequireUniqueNames:  true,
-				Setup: func(env *testscript.Env) error {
-					env.Setenv("DLOCK_BACKEND", b.url)
-					env.Setenv("BACKEND_SCHEME", b.scheme)
-					env.Setenv("BACKEND_ADDR", b.addr)
-					env.Values[backendKey{}] = b
-					env.Values[procsKey{}] = newProcs(env)
-					return nil
-				},
-				Cmds: scriptCommands(t),
-				// [etcd]: the scripts run against etcd.
-				Condition: func(cond string) (bool, error) {
-					if cond == "etcd" {
-						return b.scheme == "etcd", nil
-					}
-					return false, fmt.Errorf("unknown condition %q", cond)
-				},
-			})
+			runScripts(t, startBackend(t, scheme), "testdata")
 		})
 	}
+}
+
+// TestScripts_zk runs testdata/zk/*.txtar against ZooKeeper: what differs
+// there, the lease length that the session timeout fixes.
+func TestScripts_zk(t *testing.T) {
+	runScripts(t, startBackend(t, "zk"), filepath.Join("testdata", "zk"))
+}
+
+func runScripts(t *testing.T, b *backend, dir string) {
+	testscript.Run(t, testscript.Params{
+		Dir:                 dir,
+		RequireExplicitExec: true,
+		RequireUniqueNames:  true,
+		Setup: func(env *testscript.Env) error {
+			env.Setenv("DLOCK_BACKEND", b.url)
+			env.Setenv("BACKEND_SCHEME", b.scheme)
+			env.Setenv("BACKEND_ADDR", b.addr)
+			env.Values[backendKey{}] = b
+			env.Values[procsKey{}] = newProcs(env)
+			return nil
+		},
+		Cmds: scriptCommands(t),
+		// [etcd], [zk]: the scripts run against that backend.
+		Condition: func(cond string) (bool, error) {
+			switch cond {
+			case "etcd", "redis", "zk":
+				return b.scheme == cond, nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
+		},
+	})
 }
 
 // backend is the lock server the scripts share.
@@ -108,6 +122,12 @@ func startBackend(t *testing.T, scheme string) *backend {
 		testserver.SkipIfShort(t)
 		r := testserver.StartRedis(t)
 		return &backend{scheme: "redis", addr: r.Addr(), url: r.URL(), path: "/0"}
+	case "zk":
+		// Leases of one second: the session timeout, which the scripts
+		// check dlock run honours.
+		z := testserver.SharedZooKeeper(t)
+		path := "/dlock-cli?session_timeout=1s"
+		return &backend{scheme: "zk", addr: z.Addr(), url: "zk://" + z.Addr() + path, path: path}
 	}
 	t.Fatalf("no test server for %s", scheme)
 	return nil

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,7 +52,11 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	}
 	key, program := pos[0], pos[1:]
 
-	if *ttl < dlock.MinTTL || *ttl > dlock.MaxTTL {
+	// Without --ttl, the backend's default applies: dlock.DefaultTTL, or
+	// the fixed lease length of a backend that has one (ZooKeeper's
+	// session timeout), which refuses any other.
+	ttlSet := f.isSet("ttl")
+	if ttlSet && (*ttl < dlock.MinTTL || *ttl > dlock.MaxTTL) {
 		return c.usageError("run", "%s %v: the TTL must lie within [%v, %v]", f.source("ttl"), *ttl, dlock.MinTTL, dlock.MaxTTL)
 	}
 	waitSet, noWaitSet := f.isSet("wait"), f.isSet("no-wait") && *noWait
@@ -73,10 +76,10 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	if waitSet && *wait <= 0 {
 		return c.usageError("run", "%s %v: must be positive; use --no-wait to give up at once, or leave it out to wait as long as it takes", f.source("wait"), *wait)
 	}
-	if !f.isSet("grace") {
-		*grace = defaultGrace(*ttl)
-	}
-	if *grace <= 0 || *grace >= *ttl {
+	// --grace is checked against the lease's real TTL once the lock is
+	// taken, below; a contradiction visible now fails now.
+	graceSet := f.isSet("grace")
+	if graceSet && (*grace <= 0 || ttlSet && *grace >= *ttl) {
 		return c.usageError("run", "%s %v: must be positive and shorter than the TTL (%v)", f.source("grace"), *grace, *ttl)
 	}
 
@@ -88,7 +91,11 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	ctx, stopWatch := cancelOnSignal(ctx, sigs)
 
 	meta := dlock.Metadata{PID: os.Getpid(), Note: commandNote(program)}
-	client, code, ok := c.open(ctx, backend, dlock.WithTTL(*ttl), dlock.WithMetadata(meta))
+	opts := []dlock.Option{dlock.WithMetadata(meta)}
+	if ttlSet {
+		opts = append(opts, dlock.WithTTL(*ttl))
+	}
+	client, code, ok := c.open(ctx, backend, opts...)
 	if !ok {
 		if s := stopWatch(); s != nil {
 			return c.interrupted(s, key)
@@ -110,10 +117,31 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	if !ok {
 		return code
 	}
+	if !graceSet {
+		*grace = defaultGrace(lease.TTL())
+	}
+	if *grace >= lease.TTL() {
+		uctx, ucancel := context.WithTimeout(context.Background(), releaseTimeout)
+		_ = lease.Unlock(uctx)
+		ucancel()
+		return c.fail(exitUsage, fmt.Errorf("%s %v: must be shorter than the lease's TTL, %v; PROGRAM was not started", f.source("grace"), *grace, lease.TTL()),
+			graceHint(*backend.url, ttlSet))
+	}
 	if *verbose {
 		fmt.Fprintf(c.stderr, "dlock: acquired %q (token %d, TTL %v)\n", key, lease.Token(), lease.TTL())
 	}
 	return c.supervise(lease, program, sigs, *grace, *verbose)
+}
+
+// graceHint says how to fix a --grace that is not shorter than the TTL.
+func graceHint(backendURL string, ttlSet bool) string {
+	if strings.HasPrefix(backendURL, "zk:") {
+		return "on ZooKeeper the TTL is the session timeout: raise it with ?session_timeout= in the backend URL, or lower --grace"
+	}
+	if !ttlSet {
+		return "lower --grace, or raise the TTL with --ttl"
+	}
+	return "lower --grace, or raise --ttl"
 }
 
 // cancelOnSignal returns a context cancelled by the first signal from sigs,
@@ -204,7 +232,26 @@ func (c *cli) acquire(ctx context.Context, client *dlock.Client, key string, wai
 	return nil, c.fail(code, err, hints...), false
 }
 
+// killWait bounds the wait for PROGRAM's process group to be gone after
+// SIGKILL, which the kernel delivers at once but which a process blocked
+// in the kernel (a hung NFS write) obeys only when it returns. By then it
+// can run no more of its own code: dlock releases the lock and exits.
+const killWait = 5 * time.Second
+
+// drainPoll is how often dlock looks whether the processes PROGRAM left in
+// its group are gone: nothing signals it, as they are not all dlock's
+// children.
+const drainPoll = 10 * time.Millisecond
+
 // supervise runs PROGRAM under the lease and returns dlock's exit status.
+//
+// PROGRAM runs as the leader of a process group of its own, and dlock acts
+// on the whole group: it forwards signals to it; when the lease is lost it
+// sends it SIGTERM, then SIGKILL after the grace period; when PROGRAM exits
+// and processes it started are still in the group, they get the same
+// treatment, since they must not run on without the lock. dlock releases
+// the lock, and exits, only once the group is empty (or killWait after
+// SIGKILL). A watchdog process kills the group if dlock itself is killed.
 func (c *cli) supervise(lease *dlock.Lease, program []string, sigs chan os.Signal, grace time.Duration, verbose bool) int {
 	defer func() {
 		timeout := releaseTimeout
@@ -233,64 +280,134 @@ func (c *cli) supervise(lease *dlock.Lease, program []string, sigs chan os.Signa
 	cmd.Env = append(os.Environ(),
 		"DLOCK_KEY="+lease.Key(),
 		"DLOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10))
-	setParentDeathSignal(cmd)
+	// When stdout or stderr is not a file, Wait also waits for everybody
+	// holding the pipe os/exec copies from, leftovers of PROGRAM's group
+	// included; dlock learns that PROGRAM exited, and stops them, only
+	// when Wait returns.
+	cmd.WaitDelay = grace
 
-	started := make(chan error, 1)
-	exited := make(chan error, 1)
-	go func() {
-		// The parent-death signal is tied to the thread that started the
-		// child: keep this thread to this goroutine, which ends only once
-		// the child has.
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
+	becomeSubreaper()
+	dog, err := startWatchdog(c.stderr)
+	if err != nil {
+		c.warnf("cannot start the watchdog (%v): if dlock is killed, what PROGRAM started runs on without the lock", err)
+	}
+	g, err := startGroup(cmd, c.stdin, dog)
+	if err != nil {
+		if dog != nil {
+			dog.stop(true)
 		}
-		started <- nil
-		exited <- cmd.Wait()
-	}()
-	if err := <-started; err != nil {
 		code := exitCannotExec
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			code = exitNotFound
 		}
 		return c.fail(code, fmt.Errorf("cannot run %s: %w", program[0], err), "PROGRAM runs without a shell; to use shell syntax, run sh -c '…'")
 	}
+	defer g.finish()
+	stops, stopFollowing := followStops(g.pgid)
+	defer stopFollowing()
 
 	lost := lease.Done()
-	var kill <-chan time.Time
-	var lostErr error
+	exited := g.exited
+	var (
+		lostErr   error
+		status    int
+		ending    bool             // a signal that ends programs was forwarded to the group
+		terminate bool             // SIGTERM sent to the group
+		kill      <-chan time.Time // the grace period after SIGTERM
+		killed    <-chan time.Time // killWait after SIGKILL
+		drain     <-chan time.Time // polls the group once PROGRAM has exited
+	)
+	stop := func() {
+		if terminate {
+			return
+		}
+		terminate = true
+		g.signal(syscall.SIGTERM)
+		g.signal(syscall.SIGCONT) // a stopped process acts on SIGTERM only once continued
+		kill = time.After(grace)
+	}
 	for {
 		select {
 		case s := <-sigs:
-			_ = cmd.Process.Signal(s)
+			if sig, ok := s.(syscall.Signal); ok {
+				g.signal(sig)
+				if sig != syscall.SIGUSR1 && sig != syscall.SIGUSR2 {
+					// A signal that ends programs: a stopped one
+					// (Ctrl-Z) acts on it only once continued, as a
+					// shell's kill does for a stopped job. Else a
+					// SIGHUP from a closed terminal would leave it,
+					// and dlock with the lock, waiting for ever.
+					g.signal(syscall.SIGCONT)
+					ending = true
+				}
+			}
+		case sig := <-stops:
+			g.suspend(sig)
 		case <-lost:
 			lost = nil
 			lostErr = lease.Err()
 			c.fail(exitLeaseLost, fmt.Errorf("lost the lock %q: %v", lease.Key(), lostErr),
 				"another holder may get the lock now; protect shared resources with $DLOCK_TOKEN as a fencing token")
-			fmt.Fprintf(c.stderr, "dlock: stopping %s (pid %d): SIGTERM now, SIGKILL in %v if it is still running\n", program[0], cmd.Process.Pid, fmtDuration(grace))
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			kill = time.After(grace)
+			if exited != nil {
+				fmt.Fprintf(c.stderr, "dlock: stopping %s (pid %d) and its process group: SIGTERM now, SIGKILL in %v if it is still running\n", program[0], g.pgid, fmtDuration(grace))
+			} else if !terminate {
+				fmt.Fprintf(c.stderr, "dlock: stopping what %s left running in its process group: SIGTERM now, SIGKILL in %v\n", program[0], fmtDuration(grace))
+			}
+			stop()
 		case <-kill:
 			kill = nil
-			fmt.Fprintf(c.stderr, "dlock: %s did not stop within %v after SIGTERM; sending SIGKILL\n", program[0], fmtDuration(grace))
-			_ = cmd.Process.Kill()
+			fmt.Fprintf(c.stderr, "dlock: %s's process group did not stop within %v after SIGTERM; sending SIGKILL\n", program[0], fmtDuration(grace))
+			g.signal(syscall.SIGKILL)
+			killed = time.After(killWait)
 		case <-exited:
-			status := exitStatus(cmd.ProcessState)
-			if lostErr != nil {
-				return exitLeaseLost
+			exited = nil
+			g.markReaped()
+			status = exitStatus(cmd.ProcessState)
+			if g.empty() {
+				return c.runResult(lease, program[0], status, lostErr)
 			}
-			if err := lease.Err(); err != nil {
-				// Lost after PROGRAM's last instructions but before we
-				// looked: its work may have overlapped another holder's.
-				c.fail(exitLeaseLost, fmt.Errorf("lost the lock %q before %s exited (with status %d): %v", lease.Key(), program[0], status, err),
-					"another holder may have run at the same time; protect shared resources with $DLOCK_TOKEN as a fencing token")
-				return exitLeaseLost
+			switch {
+			case ending && !terminate:
+				// They got the signal that ended PROGRAM, and may
+				// still be acting on it: give them the grace period.
+				terminate = true
+				kill = time.After(grace)
+			case !terminate:
+				c.warnf("%s exited (status %d) but left processes running in its process group; stopping them: SIGTERM now, SIGKILL in %v", program[0], status, fmtDuration(grace))
+				stop()
 			}
-			return status
+			t := time.NewTicker(drainPoll)
+			defer t.Stop()
+			drain = t.C
+		case <-drain:
+			if g.empty() {
+				return c.runResult(lease, program[0], status, lostErr)
+			}
+		case <-killed:
+			killed = nil
+			if exited == nil {
+				c.warnf("processes of %s's process group are still there %v after SIGKILL; releasing the lock anyway", program[0], killWait)
+				return c.runResult(lease, program[0], status, lostErr)
+			}
+			// PROGRAM itself has not exited yet: its status comes when
+			// it does.
 		}
 	}
+}
+
+// runResult is the exit status of dlock run once PROGRAM's group is gone.
+func (c *cli) runResult(lease *dlock.Lease, name string, status int, lostErr error) int {
+	if lostErr != nil {
+		return exitLeaseLost
+	}
+	if err := lease.Err(); err != nil {
+		// Lost after PROGRAM's last instructions but before we looked:
+		// its work may have overlapped another holder's.
+		c.fail(exitLeaseLost, fmt.Errorf("lost the lock %q before %s exited (with status %d): %v", lease.Key(), name, status, err),
+			"another holder may have run at the same time; protect shared resources with $DLOCK_TOKEN as a fencing token")
+		return exitLeaseLost
+	}
+	return status
 }
 
 // exitStatus is the status a shell would report for a finished process.

@@ -35,8 +35,12 @@ func scriptCommands(t *testing.T) map[string]func(ts *testscript.TestScript, neg
 		// KILL) to the background process NAME.
 		"signal": cmdSignal,
 		// await NAME CODE: wait for the background process NAME to exit
-		// and require exit status CODE.
+		// and require exit status CODE; a signal name (KILL) for CODE
+		// requires that the signal killed it.
 		"await": cmdAwait,
+		// gone PIDFILE: wait until the process that `tick` described in
+		// PIDFILE has exited.
+		"gone": cmdGone,
 		// waitfor FILE [REGEXP]: wait until FILE exists (and matches).
 		"waitfor": cmdWaitfor,
 		// queued KEY N: wait until KEY is held and N others wait for it.
@@ -173,8 +177,11 @@ func cmdAwait(ts *testscript.TestScript, neg bool, args []string) {
 	if p == nil {
 		ts.Fatalf("no background process %s", args[0])
 	}
+	wantSig, bySignal := signalByName(args[1])
 	want, err := strconv.Atoi(args[1])
-	ts.Check(err)
+	if !bySignal {
+		ts.Check(err)
+	}
 	select {
 	case <-p.done:
 	case <-time.After(waitBound):
@@ -185,12 +192,56 @@ func cmdAwait(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	ts.Logf("%s.stderr:\n%s", args[0], ts.ReadFile(args[0]+".stderr"))
 	got := p.cmd.ProcessState.ExitCode()
-	if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	ws, _ := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	switch {
+	case bySignal && (!ws.Signaled() || ws.Signal() != wantSig):
+		ts.Fatalf("%s ended with %v, want killed by %v", args[0], p.cmd.ProcessState, wantSig)
+	case bySignal:
+		return
+	case ws.Signaled():
 		ts.Fatalf("%s was killed by %v", args[0], ws.Signal())
 	}
 	if got != want {
 		ts.Fatalf("%s exited with status %d, want %d", args[0], got, want)
 	}
+}
+
+func cmdGone(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: gone PIDFILE")
+	}
+	var pid int
+	var start string
+	_, err := fmt.Sscan(ts.ReadFile(args[0]), &pid, &start)
+	ts.Check(err)
+	if !waitUntil(waitBound, func() bool { return processGone(pid, start) }) {
+		ts.Fatalf("process %d (%s) still runs after %v", pid, args[0], waitBound)
+	}
+}
+
+// processGone reports whether the process pid, which started at start
+// (the starttime of /proc/PID/stat), has exited. A zombie has: only its
+// parent's wait is missing, and who that is depends on the machine's init.
+func processGone(pid int, start string) bool {
+	st, ok := procStat(pid)
+	return !ok || st.state == "Z" || st.state == "X" || st.start != start
+}
+
+type procStatus struct{ state, start string }
+
+// procStat reads the state and start time of a process from /proc.
+func procStat(pid int) (procStatus, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procStatus{}, false
+	}
+	// pid (comm) state ppid …: comm may hold spaces and parentheses.
+	rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
+	f := strings.Fields(rest)
+	if len(f) < 20 {
+		return procStatus{}, false
+	}
+	return procStatus{state: f[0], start: f[19]}, true // fields 3 and 22
 }
 
 func cmdWaitfor(ts *testscript.TestScript, neg bool, args []string) {
@@ -353,6 +404,77 @@ func sigchildMain() {
 			os.Exit(128 + int(sig))
 		}
 	}
+}
+
+// tickMain is the grandchild of the process-group tests, the work that
+// must not outlive the lock. Usage:
+//
+//	tick [-ignore-term] DIR
+//
+// It writes its pid and start time to DIR/pid, appends the name of every
+// signal it gets to DIR/signals, and appends a line to DIR/ticks every
+// 10 ms (a job that writes to shared storage). It exits with 128+N on
+// SIGINT, SIGTERM, SIGHUP or SIGQUIT (with -ignore-term it only logs
+// SIGTERM). It writes "ready" to stdout once DIR/pid exists.
+func tickMain() {
+	args := os.Args[1:]
+	ignoreTerm := len(args) > 0 && args[0] == "-ignore-term"
+	if ignoreTerm {
+		args = args[1:]
+	}
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: tick [-ignore-term] DIR")
+		os.Exit(2)
+	}
+	dir := args[0]
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwardedSignals()...)
+	st, ok := procStat(os.Getpid())
+	if !ok {
+		fmt.Fprintln(os.Stderr, "tick: cannot read /proc/self/stat")
+		os.Exit(2)
+	}
+	must(os.WriteFile(filepath.Join(dir, "pid.tmp"), []byte(fmt.Sprintf("%d %s\n", os.Getpid(), st.start)), 0o644))
+	must(os.Rename(filepath.Join(dir, "pid.tmp"), filepath.Join(dir, "pid")))
+	fmt.Println("ready")
+	// The ticks are the work, not a synchronisation.
+	tick := time.NewTicker(10 * time.Millisecond)
+	for n := 0; ; n++ {
+		select {
+		case <-tick.C:
+			appendLine(filepath.Join(dir, "ticks"), strconv.Itoa(n))
+		case s := <-sigs:
+			sig := s.(syscall.Signal)
+			appendLine(filepath.Join(dir, "signals"), signalName(sig))
+			switch sig {
+			case syscall.SIGTERM:
+				if !ignoreTerm {
+					os.Exit(128 + int(sig))
+				}
+			case syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT:
+				os.Exit(128 + int(sig))
+			}
+		}
+	}
+}
+
+// spawnMain is a PROGRAM that starts `tick` and exits at once, leaving it
+// running in its process group. Usage:
+//
+//	spawn [-ignore-term] DIR
+func spawnMain() {
+	cmd := exec.Command("tick", os.Args[1:]...)
+	out, err := cmd.StdoutPipe()
+	must(err)
+	cmd.Stderr = os.Stderr
+	must(cmd.Start())
+	// Exit once tick is ready, so that dlock sees the leftover for sure.
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		fmt.Fprintln(os.Stderr, "spawn: tick did not start:", err)
+		os.Exit(2)
+	}
+	os.Exit(0)
 }
 
 // criticalMain is the PROGRAM of the serialization test. Usage:

@@ -39,21 +39,26 @@ DLOCK_TOKEN in its environment, releases the lock when PROGRAM exits and
 exits with PROGRAM's status (128+N if signal N killed it). Like flock(1),
 across machines.
 
-dlock forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to
-PROGRAM. If the lease is lost while PROGRAM runs (the server stopped
-answering, or the key was deleted), dlock sends PROGRAM SIGTERM, then
-SIGKILL after the grace period, and exits with 79. Another holder may
-start as soon as the lease is lost: pass $DLOCK_TOKEN to what you write,
-as a fencing token, so that late writes can be rejected.
+PROGRAM runs in a process group of its own, which dlock acts on as a
+whole, so that nothing PROGRAM started runs on without the lock: dlock
+forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to it; if
+the lease is lost while PROGRAM runs (the server stopped answering, or
+the key was deleted), dlock sends the group SIGTERM, then SIGKILL after
+the grace period, and exits with 79; what PROGRAM leaves running when it
+exits is stopped the same way before the lock is released; and if dlock
+is killed, a watchdog process kills the group. Another holder may start
+as soon as the lease is lost: pass $DLOCK_TOKEN to what you write, as a
+fencing token, so that late writes can be rejected.
 
 Flags:
     --backend URL           lock server (DLOCK_BACKEND; default etcd://127.0.0.1:2379)
-    --ttl D                 lease length, renewed every D/3 (DLOCK_TTL; default 10s)
+    --ttl D                 lease length, renewed every D/3 (DLOCK_TTL; default 10s;
+                            on ZooKeeper the session timeout, and only that)
     --wait D                give up if the lock is not granted within D (DLOCK_WAIT;
                             default: wait as long as it takes)
     --no-wait               give up at once if the lock is held (DLOCK_NO_WAIT)
     --grace D               time between SIGTERM and SIGKILL after the lease is lost;
-                            less than --ttl (DLOCK_GRACE; default TTL/3, at most 5s)
+                            less than the TTL (DLOCK_GRACE; default TTL/3, at most 5s)
     --connect-timeout D     time to reach the server (DLOCK_CONNECT_TIMEOUT; default 5s)
     -v, --verbose           say when dlock waits, acquires and releases (DLOCK_VERBOSE)
 

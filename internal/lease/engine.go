@@ -288,11 +288,17 @@ func (e *Engine) renew() {
 	}
 }
 
-// Release stops renewing and releases the grant on the server. It returns an
-// error satisfying errors.Is(err, driver.ErrNotHeld) when the lease had been
-// lost or released already. On other errors (server unreachable) the lease
-// still ends locally and the server frees the key when its validity runs out.
-func (e *Engine) Release(ctx context.Context) error {
+// Release stops renewing, ends the lease with ErrReleased and releases the
+// grant on the server. It returns an error satisfying
+// errors.Is(err, driver.ErrNotHeld) when the lease had been lost or released
+// already. On other errors (server unreachable) the lease still ends locally
+// and the server frees the key when its validity runs out.
+func (e *Engine) Release(ctx context.Context) error { return e.ReleaseWith(ctx, ErrReleased) }
+
+// ReleaseWith is Release with reason, instead of ErrReleased, as the Err of
+// the lease (unless it was lost already): dlock.Client.Close ends the leases
+// it releases with ErrClosed.
+func (e *Engine) ReleaseWith(ctx context.Context, reason error) error {
 	e.mu.Lock()
 	if e.released {
 		e.mu.Unlock()
@@ -308,8 +314,14 @@ func (e *Engine) Release(ctx context.Context) error {
 	}
 	e.checkDeadline()
 
+	// End the lease before the server hears of the release: the release
+	// lets the next waiter in at once, and Done must be closed by then
+	// (the promise of the package documentation). It matters when
+	// somebody else still watches the lease, as Client.Do's function does
+	// while Client.Close releases the lease under it.
 	e.mu.Lock()
 	lostErr := e.reason
+	e.endLocked(reason)
 	e.mu.Unlock()
 
 	// Release even a lease we consider lost: the server may still have it
@@ -317,9 +329,6 @@ func (e *Engine) Release(ctx context.Context) error {
 	// without waiting for expiry. The driver never releases another owner's
 	// grant, so this is safe.
 	err := e.grant.Release(ctx)
-	e.mu.Lock()
-	e.endLocked(ErrReleased)
-	e.mu.Unlock()
 	switch {
 	case lostErr != nil:
 		// "dlock: lock not held: lease lost: …", not "dlock: … dlock: …".

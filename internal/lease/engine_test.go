@@ -184,6 +184,42 @@ func TestEngine_releaseEndsWithErrReleased(t *testing.T) {
 	}
 }
 
+// doneAtRelease is a fakeGrant that records, when the server is asked to
+// release, whether the lease had ended already.
+type doneAtRelease struct {
+	*fakeGrant
+	e           *Engine
+	doneAlready bool
+}
+
+func (g *doneAtRelease) Release(ctx context.Context) error {
+	select {
+	case <-g.e.done: // the channel itself: Done would check the deadline
+		g.doneAlready = true
+	default:
+	}
+	return g.fakeGrant.Release(ctx)
+}
+
+// Done is closed, with the reason given, before the server hears of the
+// release, which may hand the key to the next waiter at once (issue 10,
+// item 6: Client.Close released leases under a running Client.Do, whose
+// context stayed live until the server had answered).
+func TestEngine_releaseWith_endsLeaseBeforeServerRelease(t *testing.T) {
+	g := &doneAtRelease{fakeGrant: newFake(time.Hour)}
+	g.e = Start("k", g, nil)
+	closed := errors.New("closed")
+	if err := g.e.ReleaseWith(context.Background(), closed); err != nil {
+		t.Fatalf("ReleaseWith = %v", err)
+	}
+	if !g.doneAlready {
+		t.Fatal("the grant was released on the server while Done was still open")
+	}
+	if !errors.Is(g.e.Err(), closed) {
+		t.Fatalf("Err = %v, want the reason given", g.e.Err())
+	}
+}
+
 // noLostGrant is a fakeGrant whose backend has no lost signal, as Redis.
 type noLostGrant struct{ *fakeGrant }
 
