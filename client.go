@@ -73,9 +73,14 @@ func NewClient(d driver.Driver, opts ...Option) (*Client, error) {
 // Lock takes key, waiting until it is free and every earlier waiter has been
 // served (waiters are served in arrival order), or until ctx ends.
 //
+// Locks are not reentrant, as sync.Mutex is not: a Lock of a key that the
+// caller already holds waits for the caller's own Unlock, that is until ctx
+// ends, except where the Client can tell (see ErrReentrant).
+//
 // It returns an error satisfying errors.Is with ErrInvalidKey or
 // ErrInvalidOption for bad arguments (including a WithTTL that the backend
-// cannot honour, see WithTTL), ErrClosed after Close, ErrUnavailable
+// cannot honour, see WithTTL), ErrReentrant when ctx comes from a Do of the
+// same key on this Client, ErrClosed after Close, ErrUnavailable
 // when the server cannot be reached, or ctx.Err() wrapped. When it returns an
 // error it leaves nothing behind on the server.
 func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lease, error) {
@@ -101,6 +106,10 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	}
 	if err := checkFixedTTL(c.drv, &cfg); err != nil {
 		return nil, opErr("lock", key, err)
+	}
+	if c.holdsInContext(ctx, key) {
+		// Inside Do of this key: waiting would wait for ourselves.
+		return nil, opErr("lock", key, ErrReentrant)
 	}
 	c.mu.Lock()
 	if c.closed {

@@ -18,7 +18,7 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 	if err != nil {
 		return err
 	}
-	fnCtx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, l))
+	fnCtx, cancel := context.WithCancelCause(withLease(ctx, l))
 	stop := context.AfterFunc(lostContext{l}, func() { cancel(l.Err()) })
 	fnErr := fn(fnCtx)
 	stop()
@@ -42,10 +42,38 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 
 type leaseKey struct{}
 
-// LeaseFromContext returns the lease of the Do call that ctx was passed to.
+// heldLeases are the leases of the Do calls a context passed through,
+// innermost first.
+type heldLeases struct {
+	l     *Lease
+	outer *heldLeases
+}
+
+func withLease(ctx context.Context, l *Lease) context.Context {
+	outer, _ := ctx.Value(leaseKey{}).(*heldLeases)
+	return context.WithValue(ctx, leaseKey{}, &heldLeases{l: l, outer: outer})
+}
+
+// LeaseFromContext returns the lease of the (innermost) Do call that ctx was
+// passed to.
 func LeaseFromContext(ctx context.Context) (*Lease, bool) {
-	l, ok := ctx.Value(leaseKey{}).(*Lease)
-	return l, ok
+	h, ok := ctx.Value(leaseKey{}).(*heldLeases)
+	if !ok {
+		return nil, false
+	}
+	return h.l, true
+}
+
+// holdsInContext says whether ctx passed through a Do call of c on key
+// whose lease is still held: a Lock of key with ctx would wait for itself.
+func (c *Client) holdsInContext(ctx context.Context, key string) bool {
+	h, _ := ctx.Value(leaseKey{}).(*heldLeases)
+	for ; h != nil; h = h.outer {
+		if h.l.client == c && h.l.key == key && h.l.Err() == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // lostContext adapts a Lease to the part of context.Context that

@@ -19,6 +19,10 @@
 // key after at most one TTL. Client.Do runs a function under a lock with a
 // context that is cancelled when the lease is lost.
 //
+// Locks are not reentrant, as sync.Mutex is not: a caller that locks a key it
+// already holds waits for itself. Where the Client can tell (a Lock or Do
+// nested in a Do of the same key), it returns ErrReentrant instead.
+//
 // # Safety
 //
 // It is NOT safe to assume that holding a Lease means nobody else holds the
@@ -78,7 +82,7 @@
 // # Errors
 //
 // Errors are values to test with errors.Is: ErrLocked, ErrNotHeld,
-// ErrLeaseLost, ErrReleased, ErrClosed, ErrInvalidKey, ErrInvalidOption,
+// ErrLeaseLost, ErrReleased, ErrClosed, ErrReentrant, ErrInvalidKey, ErrInvalidOption,
 // ErrInvalidURL, ErrUnavailable and ErrAuth. Their messages name the key or
 // address concerned.
 //

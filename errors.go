@@ -50,6 +50,15 @@ var (
 	// MaxKeyLen bytes, or a key that is not UTF-8 or has control characters.
 	ErrInvalidKey = keys.ErrInvalid
 
+	// ErrReentrant is returned by Lock, TryLock and Do when ctx carries the
+	// live Lease of a Do call of the same Client on the same key: a nested
+	// call that would otherwise wait for itself until ctx ends. dlock's
+	// locks are not reentrant, as sync.Mutex is not; where the Client
+	// cannot know (a lease held elsewhere in the program, another Client of
+	// the same process), a second Lock of a held key waits in line like any
+	// other caller.
+	ErrReentrant = errors.New("dlock: key already held by this caller (locks are not reentrant)")
+
 	// ErrInvalidOption is returned for an option value out of range.
 	ErrInvalidOption = errors.New("dlock: invalid option")
 

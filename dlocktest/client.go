@@ -183,3 +183,33 @@ var _ = register("Client_Close_unreachableServerIsBounded", func(s *suite) {
 		}
 	}
 })
+
+// A Lock or Do nested in a Do of the same key on the same Client would wait
+// for itself until ctx ends: it fails at once with ErrReentrant and leaves
+// nothing on the server, and one of another key still works (issue 11:
+// dlock is not reentrant, and says so where the Client can know).
+var _ = register("Do_nestedSameKey_ErrReentrant", func(s *suite) {
+	c := s.client()
+	key, other := s.key(), s.key()
+	var nestedLock, nestedTry, nestedDo, deeper error
+	err := c.Do(s.ctx, key, func(ctx context.Context) error {
+		_, nestedLock = c.Lock(ctx, key)
+		_, nestedTry = c.TryLock(ctx, key)
+		nestedDo = c.Do(ctx, key, func(context.Context) error { return nil })
+		// Through a Do of another key, the outer lease is still known.
+		return c.Do(ctx, other, func(ctx context.Context) error {
+			_, deeper = c.Lock(ctx, key)
+			return nil
+		})
+	})
+	if err != nil {
+		s.t.Fatalf("Do: %v", err)
+	}
+	for name, err := range map[string]error{"Lock": nestedLock, "TryLock": nestedTry, "Do": nestedDo, "Lock under Do of another key": deeper} {
+		if !errors.Is(err, dlock.ErrReentrant) {
+			s.t.Errorf("nested %s of the held key: %v, want ErrReentrant", name, err)
+		}
+	}
+	s.checkNothingLeft(key)
+	s.checkNothingLeft(other)
+})
