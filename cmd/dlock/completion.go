@@ -163,13 +163,21 @@ _dlock() {
 		}
 		switch {
 		case cmd.program:
-			specs = append(specs, scriptQuote(":key: "), scriptQuote("*::program:_normal"))
+			// PROGRAM completes as a command, with or without --; zsh
+			// then offers no flags between KEY and PROGRAM (bash does).
+			name := strings.ToLower(cmd.operand)
+			specs = append(specs, scriptQuote(":"+name+`:_guard "^-*" `+name), scriptQuote("*::program:_normal"))
 		case cmd.args != nil:
 			specs = append(specs, scriptQuote(":argument:("+strings.Join(cmd.args(), " ")+")"))
+		// _guard shows the operand's name but offers no words for it, and,
+		// unlike an empty action, lets a word that starts with a dash
+		// complete as a flag while the operand is still missing.
 		case strings.HasPrefix(cmd.operand, "["):
-			specs = append(specs, scriptQuote("::"+strings.ToLower(strings.Trim(cmd.operand, "[]"))+": "))
+			name := strings.ToLower(strings.Trim(cmd.operand, "[]"))
+			specs = append(specs, scriptQuote("::"+name+`:_guard "^-*" `+name))
 		case cmd.operand != "":
-			specs = append(specs, scriptQuote(":"+strings.ToLower(cmd.operand)+": "))
+			name := strings.ToLower(cmd.operand)
+			specs = append(specs, scriptQuote(":"+name+`:_guard "^-*" `+name))
 		}
 		fmt.Fprintf(&b, "    %s)\n        _arguments -S %s\n        ;;\n", cmd.name, strings.Join(specs, " \\\n            "))
 	}
