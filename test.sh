@@ -20,6 +20,7 @@ command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 # A C compiler builds the library that steps one redis-server's clock
 # (internal/testserver/clock.go; libfaketime cannot run redis-server).
 command -v cc >/dev/null 2>&1 || need+=(gcc)
+command -v zsh >/dev/null 2>&1 || need+=(zsh) # cmd/dlock: zsh -n on the completion script
 if [ ${#need[@]} -gt 0 ]; then
   echo "test.sh: installing ${need[*]}"
   SUDO=""

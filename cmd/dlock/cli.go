@@ -15,6 +15,10 @@ import (
 type cli struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
+	// describe: parse only hands the command's FlagSet over, in
+	// described, and stops the command (see flagsOf).
+	describe  bool
+	described *flags
 }
 
 // run is the dlock command. It returns the process's exit status; see
@@ -26,36 +30,40 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprint(stderr, usageMain)
 		return exitUsage
 	}
-	switch cmd, rest := args[0], args[1:]; cmd {
-	case "run":
-		return c.cmdRun(ctx, rest)
-	case "status":
-		return c.cmdStatus(ctx, rest)
-	case "ls":
-		return c.cmdList(ctx, rest)
-	case "serve":
-		return c.cmdServe(ctx, rest)
-	case "demo":
-		return c.cmdDemo(ctx, rest)
-	case demoWorkerCommand: // hidden: the demo's worker processes
-		return c.cmdDemoWorker(ctx, rest)
-	case watchdogCommand: // hidden: dlock run's watchdog
-		return c.cmdWatchdog(rest)
-	case "help", "-h", "-help", "--help":
-		return c.cmdHelp(rest)
-	default:
-		return c.usageError("", "unknown command %q", cmd)
+	cmd, ok := lookupCommand(args[0])
+	if !ok {
+		return c.unknownCommand(args[0])
 	}
+	return cmd.run(c, ctx, args[1:])
 }
 
-func (c *cli) cmdHelp(args []string) int {
-	if len(args) == 0 {
+// unknownCommand reports a command that dlock does not have, with the one
+// the user probably meant.
+func (c *cli) unknownCommand(name string) int {
+	var hint string
+	if s := suggest(name, commandNames()); s != "" {
+		hint = fmt.Sprintf("did you mean %q?", s)
+	}
+	return c.fail(exitUsage, fmt.Errorf("unknown command %q", name), hint, "run `dlock help` for usage and examples")
+}
+
+func (c *cli) cmdHelp(_ context.Context, args []string) int {
+	f := newFlags("help")
+	pos, code, ok := c.parse(f, args, 1)
+	if !ok {
+		return code
+	}
+	if len(pos) == 0 {
 		fmt.Fprint(c.stdout, usageMain)
 		return exitOK
 	}
-	u, ok := usageOf(args[0])
+	u, ok := usageOf(pos[0])
 	if !ok {
-		return c.usageError("", "no help for unknown command %q", args[0])
+		var hint string
+		if s := suggest(pos[0], commandNames()); s != "" {
+			hint = fmt.Sprintf("did you mean %q?", s)
+		}
+		return c.fail(exitUsage, fmt.Errorf("no help for unknown command %q", pos[0]), hint, "run `dlock help` for usage and examples")
 	}
 	fmt.Fprint(c.stdout, u)
 	return exitOK
@@ -63,13 +71,23 @@ func (c *cli) cmdHelp(args []string) int {
 
 // fail reports err and hints on stderr and returns code.
 func (c *cli) fail(code int, err error, hints ...string) int {
-	fmt.Fprintf(c.stderr, "dlock: error: %v\n", err)
+	fmt.Fprintf(c.stderr, "dlock: error: %s\n", errorText(err))
 	for _, h := range hints {
 		if h != "" {
 			fmt.Fprintf(c.stderr, "dlock: hint: %s\n", h)
 		}
 	}
 	return code
+}
+
+// errorText is err's message without the "dlock: " that the library's
+// errors start with ("dlock: invalid key"), at the start or where the CLI
+// wrapped one ("backend URL: dlock: server unavailable"): the line
+// already says dlock, once. (A quoted key that holds ": dlock: " loses it
+// too; the error still names the key well enough.)
+func errorText(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "dlock: ")
+	return strings.ReplaceAll(msg, ": dlock: ", ": ")
 }
 
 // warnf reports a problem that does not change the exit status.
@@ -80,11 +98,15 @@ func (c *cli) warnf(format string, args ...any) {
 // usageError reports a mistake in the command line of cmd ("" for dlock
 // itself) and returns exitUsage.
 func (c *cli) usageError(cmd, format string, args ...any) int {
-	help := "dlock help"
-	if cmd != "" {
-		help = "dlock " + cmd + " --help"
+	return c.fail(exitUsage, fmt.Errorf(format, args...), "run `"+helpCommand(cmd)+"` for usage and examples")
+}
+
+// helpCommand is the command that shows cmd's usage ("" for dlock itself).
+func helpCommand(cmd string) string {
+	if cmd == "" {
+		return "dlock help"
 	}
-	return c.fail(exitUsage, fmt.Errorf(format, args...), "run `"+help+"` for usage and examples")
+	return "dlock " + cmd + " --help"
 }
 
 // flags is the FlagSet of one subcommand, which also reads every flag from
@@ -107,38 +129,40 @@ func envName(flagName string) string {
 	return "DLOCK_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// parse parses args, which hold flags and then at most maxArgs positional
-// arguments; with maxArgs < 0, everything after the first positional
-// argument is returned unparsed (for `dlock run KEY -- PROGRAM...`, where
-// flags may also follow KEY). It returns ok=false with the exit status when
-// the command should end: after --help, or on a usage error.
+// parse parses args, where flags may come before, between and after the
+// positional arguments (see parseInterspersed), which may be at most
+// maxArgs; with maxArgs < 0 (for `dlock run KEY [--] PROGRAM...`), the
+// second positional argument and everything after it are PROGRAM's, never
+// parsed. It returns ok=false with the exit status when the command should
+// end: after --help, or on a usage error.
 func (c *cli) parse(f *flags, args []string, maxArgs int) (pos []string, code int, ok bool) {
-	fail := func(err error) (pos []string, code int, ok bool) {
-		if errors.Is(err, flag.ErrHelp) {
-			u, _ := usageOf(f.cmd)
-			fmt.Fprint(c.stdout, u)
-			return nil, exitOK, false
-		}
+	if c.describe {
+		c.described = f
+		return nil, exitOK, false
+	}
+	stopAt := 0
+	if maxArgs < 0 {
+		stopAt = 2
+	}
+	pos, err := parseInterspersed(f.FlagSet, args, stopAt)
+	var unknown *unknownFlagError
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		u, _ := usageOf(f.cmd)
+		fmt.Fprint(c.stdout, u)
+		return nil, exitOK, false
+	case errors.As(err, &unknown):
+		return nil, c.fail(exitUsage, err, unknown.hint(), "run `"+helpCommand(f.cmd)+"` for usage and examples"), false
+	case err != nil:
 		return nil, c.usageError(f.cmd, "%v", err), false
-	}
-	if err := f.Parse(args); err != nil {
-		return fail(err)
-	}
-	pos = f.Args()
-	if maxArgs < 0 && len(pos) > 0 {
-		// Flags may follow KEY: `dlock run KEY --ttl 30s -- make deploy`.
-		if err := f.Parse(pos[1:]); err != nil {
-			return fail(err)
-		}
-		pos = append([]string{pos[0]}, f.Args()...)
-	} else if maxArgs >= 0 && len(pos) > maxArgs {
+	case maxArgs >= 0 && len(pos) > maxArgs:
 		return nil, c.usageError(f.cmd, "unexpected argument %q", pos[maxArgs]), false
 	}
 	// An alias (-v for --verbose) shares its Value with the long flag:
 	// either on the command line beats the variable.
 	onCommandLine := map[flag.Value]bool{}
 	f.Visit(func(fl *flag.Flag) { onCommandLine[fl.Value] = true })
-	var err error
+	err = nil
 	f.VisitAll(func(fl *flag.Flag) {
 		// One-letter flags are aliases (-v for --verbose): the long name's
 		// variable covers them.

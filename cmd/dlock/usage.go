@@ -11,7 +11,12 @@ Usage:
     dlock ls [flags] [PREFIX]                    every held or awaited lock
     dlock serve [flags]                          run a lock server (an embedded etcd)
     dlock demo [flags]                           watch a lock fail, and fencing save the day
+    dlock version [--json]                       print dlock's version (also dlock --version)
+    dlock completion bash|zsh                    print a shell completion script
     dlock help [COMMAND]                         show the usage of a command
+
+Flags may come before or after the arguments (dlock status KEY --json);
+after --, nothing is a flag. dlock run stops reading flags at PROGRAM.
 
 Every flag can also be set by an environment variable: --backend by
 DLOCK_BACKEND, --no-wait by DLOCK_NO_WAIT, and so on. Flags win.
@@ -26,7 +31,7 @@ Example:
     $ dlock serve &
     $ dlock run nightly-report -- ./make-report.sh --since yesterday
     $ dlock status nightly-report
-    $ go run ./cmd/dlock demo
+    $ dlock demo
 
 See docs/cli.md for exit codes and details.
 `
@@ -61,6 +66,9 @@ Flags:
                             less than the TTL (DLOCK_GRACE; default TTL/3, at most 5s)
     --connect-timeout D     time to reach the server (DLOCK_CONNECT_TIMEOUT; default 5s)
     -v, --verbose           say when dlock waits, acquires and releases (DLOCK_VERBOSE)
+
+Flags may also follow KEY; dlock reads none after PROGRAM, whose flags
+are its own. With --, PROGRAM may start with a dash.
 
 Exit status: PROGRAM's, or dlock's own:
     64 usage   69 server unreachable   75 locked (--no-wait)   78 bad URL or credentials
@@ -157,24 +165,54 @@ Flags:
     --timeout D             give up after D (DLOCK_TIMEOUT; default 2m)
 
 Examples:
-    $ go run ./cmd/dlock demo
+    $ dlock demo
+    $ go -C cmd/dlock run . demo         # from a clone of dlock, without installing
     $ dlock demo --no-fencing
     $ dlock demo --backend redis://localhost:6379 --workers 6 --jobs 12
 `
 
-// usageOf returns the usage text of a command.
-func usageOf(cmd string) (string, bool) {
-	switch cmd {
-	case "run":
-		return usageRun, true
-	case "status":
-		return usageStatus, true
-	case "ls":
-		return usageList, true
-	case "serve":
-		return usageServe, true
-	case "demo":
-		return usageDemo, true
+const usageVersion = `Usage:
+    dlock version [--json]
+    dlock --version
+
+Prints dlock's version: the module version (` + "`(devel)`" + ` when built from a
+clone), the commit and whether the tree had changes (when built from a
+clone with Git), and the Go version and platform it was built with.
+
+Flags:
+    --json                  print JSON (DLOCK_JSON): version, module, revision,
+                            modified, time, go, platform
+
+Examples:
+    $ dlock version
+    $ dlock version --json | jq -r .revision
+`
+
+const usageCompletion = `Usage:
+    dlock completion bash|zsh
+
+Prints a script that makes the shell complete dlock's commands and flags.
+
+Examples:
+    $ source <(dlock completion bash)             # this bash; for all: put
+    $ dlock completion bash > ~/.local/share/bash-completion/completions/dlock
+    $ dlock completion zsh > "${fpath[1]}/_dlock"  # then restart zsh
+`
+
+const usageHelp = `Usage:
+    dlock help [COMMAND]
+
+Shows the usage of COMMAND, or of dlock.
+
+Examples:
+    $ dlock help run
+`
+
+// usageOf returns the usage text of a visible command.
+func usageOf(name string) (string, bool) {
+	cmd, ok := lookupCommand(name)
+	if !ok || cmd.hidden {
+		return "", false
 	}
-	return "", false
+	return cmd.usage, true
 }
