@@ -485,12 +485,13 @@ func (a *attempt) grant(ctx context.Context, listSent time.Time) (*grant, error)
 // grantFrom makes the grant of our node, known to be first, given a moment
 // after which the server is known to have heard from the session. The
 // grant's ValidFrom must be such a moment; the latest known is the last
-// answered request of this session. On a standalone server, if even that
-// is more than a third of the session timeout ago (a long wait on an idle
-// Client, or a slow server), one exists on our node renews the proof, and
-// checks the node once more; nil, nil means it is gone. In an ensemble
-// the lease counts from what the leader is known to have heard (see heard
-// and proveHeard).
+// answered request of this session. On a server stated standalone, if
+// even that is more than a third of the session timeout ago (a long wait
+// on an idle Client, or a slow server), one exists on our node renews the
+// proof, and checks the node once more; nil, nil means it is gone.
+// Otherwise (an ensemble, or a server found standalone) the lease counts
+// from what the server that expires the session is known to have heard
+// (see heard and proveHeard).
 func (a *attempt) grantFrom(ctx context.Context, validFrom time.Time) (*grant, error) {
 	d := a.d
 	sid := a.sid
@@ -537,9 +538,11 @@ func (a *attempt) grantFrom(ctx context.Context, validFrom time.Time) (*grant, e
 // waiter's own requests) answered half a tick and more before it; when the
 // Client saw nothing answered in that window (a Client made with New,
 // which cannot see the pings), it waits until the sync it just sent can be
-// proved and sends another. It returns when the last sync was sent (zero
-// if none was), and ok false when the node or the session was lost
-// meanwhile (the listing will tell).
+// proved and sends another. While the Client makes the standalone check
+// (Detect, see checkStandalone), the check takes the place of the sync and
+// proves itself: one request, no wait. It returns when the last sync (or
+// check) was sent (zero if none was), and ok false when the node or the
+// session was lost meanwhile (the listing will tell).
 func (a *attempt) proveHeard(ctx context.Context) (synced time.Time, ok bool, err error) {
 	d := a.d
 	sid := a.sid
@@ -569,18 +572,26 @@ func (a *attempt) proveHeard(ctx context.Context) (synced time.Time, ok bool, er
 				}
 			}
 		}
-		sent := time.Now()
-		// sync: through the leader, after the follower's ping replies.
-		if err := call0(ctx, nil, a.callTimeout(), func() error {
-			_, err := d.conn.Sync(a.keyPath)
-			return err
-		}); err != nil {
+		// The standalone check, while the server answers it empty: it
+		// proves its own send time.
+		sent, proved, err := d.checkStandalone(ctx, a.callTimeout())
+		if err != nil {
 			return time.Time{}, false, err
 		}
-		d.noteViaLeader(sid, sent)
+		if !proved {
+			sent = time.Now()
+			// sync: through the leader, after the follower's ping replies.
+			if err := call0(ctx, nil, a.callTimeout(), func() error {
+				_, err := d.conn.Sync(a.keyPath)
+				return err
+			}); err != nil {
+				return time.Time{}, false, err
+			}
+			d.noteViaLeader(sid, sent)
+		}
 		synced = sent
-		// Our node is still there: had it been deleted before the sync was
-		// answered, its watch would have fired first.
+		// Our node is still there: had it been deleted before the sync (or
+		// the check) was answered, its watch would have fired first.
 		if a.ownFired() || d.conn.SessionID() != sid {
 			a.syncFirst = true
 			return time.Time{}, false, nil

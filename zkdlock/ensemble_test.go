@@ -39,7 +39,8 @@ func (c *syncConn) sent(i int) time.Time {
 }
 
 // TestLease_ensemble_countsFromTheRenewalBefore: in an ensemble (what a
-// Client assumes unless told Standalone) the leader hears of a follower's
+// Client stated Deployment Ensemble assumes, on the standalone test server
+// too) the leader hears of a follower's
 // clients only with the follower's next ping reply, so a renewal, the
 // sync through the leader, proves only that the leader heard of what the
 // session did half a tick (the lag) and more before it: the lease counts
@@ -67,7 +68,7 @@ func TestLease_ensemble_countsFromTheRenewalBefore(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t)
 			conn := &syncConn{Conn: dialZK(t, ctx, srv.Addr(), connOpts{}), began: make(chan int, 16)}
-			c, err := zkdlock.New(ctx, conn, &zkdlock.Options{Root: testRoot(t), SessionTimeout: testTTL, TickTime: tc.tick})
+			c, err := zkdlock.New(ctx, conn, &zkdlock.Options{Root: testRoot(t), SessionTimeout: testTTL, TickTime: tc.tick, Deployment: zkdlock.Ensemble})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -65,10 +65,10 @@ func (g *grant) Token() uint64 { return g.token }
 // ValidFrom is when a request of the session that the server answered was
 // sent (the listing that found the node at the head of the queue, or the
 // latest answered request of the session): the session was alive after
-// that moment. On a standalone server, which keeps a live session for at
-// least its timeout after the last request it received, the lease counts
-// from it; in an ensemble the engine counts from HeardFrom, and renews on
-// the schedule of ValidFrom.
+// that moment. On a server stated standalone, which keeps a live session
+// for at least its timeout after the last request it received, the lease
+// counts from it; otherwise (an ensemble, or a server found standalone) the
+// engine counts from HeardFrom, and renews on the schedule of ValidFrom.
 func (g *grant) ValidFrom() time.Time { return g.validFrom }
 
 // HeardFrom implements driver.LaggingGrant: the last moment the server
@@ -177,10 +177,13 @@ func (g *grant) sessionGone() error {
 // Renew proves that the grant still holds: the session is the one that owns
 // the node, and the node exists, unwritten (a write is a release to the
 // waiter behind, see Release). It extends nothing on the server (the
-// session's pings do that). On a standalone server a successful round trip
-// started at time t proves that the session was alive after t, so the
-// server keeps it, and the node, until at least t plus the session timeout.
-// In an ensemble the leader may not have heard of that round trip yet: its
+// session's pings do that). On a server stated standalone a successful
+// round trip started at time t proves that the session was alive after t,
+// so the server keeps it, and the node, until at least t plus the session
+// timeout; on one found standalone (Detect) the renewal's first request is
+// the standalone check in place of the sync, which proves the same of its
+// own send time while it is answered empty (see checkStandalone). In an
+// ensemble the leader may not have heard of that round trip yet: its
 // sync, which goes through the leader, proves instead that the leader heard
 // of the requests answered lag or more before it (see heard) — the previous
 // renewal, when renewals are that far apart. So Renew waits, if need be,
@@ -193,21 +196,31 @@ func (g *grant) Renew(ctx context.Context) error {
 	if d.conn.SessionID() != g.sid {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.sessionGone())
 	}
-	if err := g.awaitProvable(ctx); err != nil {
-		return d.wrapErr("renew "+g.path, err)
-	}
-	sent := time.Now()
-	// sync: a round trip through the leader, which checks the session. A
-	// follower cut off from the leader answers reads from its stale copy
-	// for a while, but cannot answer this.
-	if err := call0(ctx, nil, g.validity, func() error {
-		_, err := d.conn.Sync(g.path)
-		return err
-	}); err != nil {
+	// The standalone check, while the server answers it empty (Detect): it
+	// proves its own send time, so the lease counts from this renewal, and
+	// the server that answered it expires sessions itself, so there is no
+	// leader to sync with.
+	sent, proved, err := d.checkStandalone(ctx, g.validity)
+	if err != nil {
 		return g.renewErr(err)
 	}
+	if !proved {
+		if err := g.awaitProvable(ctx); err != nil {
+			return d.wrapErr("renew "+g.path, err)
+		}
+		sent = time.Now()
+		// sync: a round trip through the leader, which checks the session.
+		// A follower cut off from the leader answers reads from its stale
+		// copy for a while, but cannot answer this.
+		if err := call0(ctx, nil, g.validity, func() error {
+			_, err := d.conn.Sync(g.path)
+			return err
+		}); err != nil {
+			return g.renewErr(err)
+		}
+		d.noteViaLeader(g.sid, sent)
+	}
 	answered := time.Now()
-	d.noteViaLeader(g.sid, sent)
 	g.proofMu.Lock()
 	g.proofSent, g.proofAnswered = sent, answered
 	g.proofMu.Unlock()

@@ -52,8 +52,12 @@ import (
 // request through the leader sent lag after r, or when a handshake that
 // began at s succeeded.
 //
-// With lag 0 (a standalone server, which expires sessions itself and is
-// touched by every request) an answered request is heard at its send time.
+// With lag 0 (a server stated standalone, which expires sessions itself
+// and is touched by every request) an answered request is heard at its send
+// time. A server found standalone by detection keeps the lag: only the
+// check, a read of /zookeeper/config answered empty, is heard at its send
+// time (see checkStandalone), since the server may become an ensemble's
+// follower under the session.
 //
 // Answered requests wait for their proof in buckets by reply time (a
 // request counts as answered at the end of its bucket, which is
@@ -171,8 +175,10 @@ func (h *heard) viaLeader(sid int64, sent time.Time) {
 	}
 }
 
-// leaderTouched records that the leader itself touched session sid at or
-// after at: a session handshake that began at at succeeded.
+// leaderTouched records that the server that expires session sid (the
+// leader, or a standalone server) touched it at or after at: a session
+// handshake that began at at succeeded, or a standalone check sent at at
+// was answered empty (see checkStandalone).
 func (h *heard) leaderTouched(sid int64, at time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

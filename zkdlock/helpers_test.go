@@ -79,19 +79,17 @@ func dialZK(t *testing.T, ctx context.Context, addr string, o connOpts) *zk.Conn
 func list[T any](xs ...T) []T { return xs }
 
 // newClient builds a Client on conn with New. The test server is a
-// standalone ZooKeeper, which expires sessions itself, and the Clients say
-// so (Options.Standalone) unless o gives a tick time: the tests that count
-// requests then pin the recipe itself. The ensemble rule, which makes a
-// grant prove that the leader heard from the session (heard.go), has tests
-// of its own (ensemble_test.go), and the conformance suite runs on Open's
-// default, which assumes an ensemble.
+// standalone ZooKeeper, and the Clients find that out as users' do
+// (Deployment Detect, the default) unless o says otherwise: the tests that
+// count requests then pin the recipe as it runs on a standalone server (New's
+// check, one request, comes before they count). The ensemble rule, which
+// makes a grant prove that the leader heard from the session (heard.go), has
+// tests of its own (ensemble_test.go, with Deployment Ensemble), and so has
+// the detection (standalone_test.go).
 func newClient(t *testing.T, ctx context.Context, conn zkdlock.Conn, o zkdlock.Options) *dlock.Client {
 	t.Helper()
 	if o.SessionTimeout == 0 {
 		o.SessionTimeout = testTTL
-	}
-	if o.TickTime == 0 {
-		o.Standalone = true
 	}
 	c, err := zkdlock.New(ctx, conn, &o)
 	if err != nil {
@@ -195,6 +193,8 @@ type hookConn struct {
 	creates  atomic.Int64 // create calls that made a node on the server
 	getWs    atomic.Int64 // getData-with-watch calls that returned
 	requests atomic.Int64 // every request sent, of any kind
+	syncs    atomic.Int64 // sync calls
+	checks   atomic.Int64 // getData calls on /zookeeper/config: standalone checks
 	// containers counts createContainer calls: each follows a create that
 	// failed because the server had reaped the empty key node.
 	containers atomic.Int64
@@ -274,6 +274,9 @@ func (h *hookConn) ExistsW(path string) (bool, *zk.Stat, <-chan zk.Event, error)
 
 func (h *hookConn) Get(path string) ([]byte, *zk.Stat, error) {
 	h.requests.Add(1)
+	if path == "/zookeeper/config" {
+		h.checks.Add(1)
+	}
 	return h.Conn.Get(path)
 }
 
@@ -284,6 +287,7 @@ func (h *hookConn) GetACL(path string) ([]zk.ACL, *zk.Stat, error) {
 
 func (h *hookConn) Sync(path string) (string, error) {
 	h.requests.Add(1)
+	h.syncs.Add(1)
 	return h.Conn.Sync(path)
 }
 

@@ -59,15 +59,15 @@ type Options struct {
 	// (plus an eighth for delivery) after the activity (docs/zookeeper.md,
 	// "Ensembles"). Zero: unknown, and zkdlock assumes the largest tick
 	// that ZooKeeper's default minSessionTimeout (two ticks) allows for
-	// SessionTimeout, half of it. At most SessionTimeout/2.
+	// SessionTimeout, half of it. At most SessionTimeout/2. A tick says
+	// that the servers form an ensemble: it turns the detection of a
+	// standalone server off, and excludes Deployment Standalone.
 	TickTime time.Duration
 
-	// Standalone says that the server is a single ZooKeeper in standalone
-	// mode (or otherwise the server that expires the session: every request
-	// then counts from when it was sent, as in releases before the ensemble
-	// rule). Never set it for an ensemble: a lease could outlive its session
-	// by up to half a tick. Excludes TickTime.
-	Standalone bool
+	// Deployment says whether the server is a standalone ZooKeeper or
+	// members of an ensemble, which decides from which moment a lease
+	// counts. The zero value, Detect, finds out: see Detect.
+	Deployment Deployment
 
 	// ClientOptions are passed to dlock.NewClient (WithMetadata, WithLogger
 	// defaults for every lock). WithTTL cannot change the lease length on
@@ -92,7 +92,10 @@ func (o *Options) withDefaults(needTimeout bool) (Options, error) {
 	if out.SessionTimeout != 0 && (out.SessionTimeout < dlock.MinTTL || out.SessionTimeout > dlock.MaxTTL) {
 		return out, fmt.Errorf("%w: zkdlock.Options.SessionTimeout %v is outside [%v, %v]", dlock.ErrInvalidOption, out.SessionTimeout, dlock.MinTTL, dlock.MaxTTL)
 	}
-	if err := checkTick(out.TickTime, out.Standalone, out.SessionTimeout); err != nil {
+	if out.Deployment < Detect || out.Deployment > Ensemble {
+		return out, fmt.Errorf("%w: zkdlock: unknown Deployment %d", dlock.ErrInvalidOption, out.Deployment)
+	}
+	if err := checkTick(out.TickTime, out.Deployment, out.SessionTimeout); err != nil {
 		return out, fmt.Errorf("%w: zkdlock: %v", dlock.ErrInvalidOption, err)
 	}
 	if len(out.ACL) == 0 {
@@ -101,14 +104,14 @@ func (o *Options) withDefaults(needTimeout bool) (Options, error) {
 	return out, nil
 }
 
-// checkTick validates TickTime and Standalone against a session timeout (0:
-// not known yet). A tick above half the timeout would keep renewals from
-// proving anything before the lease runs out.
-func checkTick(tick time.Duration, standalone bool, timeout time.Duration) error {
+// checkTick validates TickTime and Deployment against a session timeout
+// (0: not known yet). A tick above half the timeout would keep renewals
+// from proving anything before the lease runs out.
+func checkTick(tick time.Duration, dep Deployment, timeout time.Duration) error {
 	switch {
 	case tick < 0:
 		return fmt.Errorf("tick time %v is negative", tick)
-	case tick > 0 && standalone:
+	case tick > 0 && dep == Standalone:
 		return fmt.Errorf("a tick time (%v) is for an ensemble: it excludes standalone", tick)
 	case tick > 0 && timeout > 0 && tick > timeout/2:
 		return fmt.Errorf("tick time %v is more than half the session timeout %v: ZooKeeper's default minSessionTimeout is two ticks, and a lease could not be kept", tick, timeout)
@@ -118,14 +121,16 @@ func checkTick(tick time.Duration, standalone bool, timeout time.Duration) error
 
 // reportLag returns the bound on how long after a request touched the
 // session on the server it was sent to the leader has heard of it (see
-// heard): 0 for a standalone server; otherwise half a tick, the leader's
-// ping interval, plus an eighth of it for the ping's delivery and the
-// follower's scheduling. Without a tick it assumes the largest that
-// ZooKeeper's default minSessionTimeout (two ticks) allows for the session
-// timeout: timeout/2, so a lag of 9/32 of the timeout.
-func reportLag(tick time.Duration, standalone bool, timeout func() time.Duration) func() time.Duration {
+// heard): 0 for a server stated to be standalone; otherwise half a tick,
+// the leader's ping interval, plus an eighth of it for the ping's delivery
+// and the follower's scheduling. Without a tick it assumes the largest
+// that ZooKeeper's default minSessionTimeout (two ticks) allows for the
+// session timeout: timeout/2, so a lag of 9/32 of the timeout. A server
+// found standalone by detection keeps this lag for every request but the
+// check itself (see standalone.go).
+func reportLag(tick time.Duration, dep Deployment, timeout func() time.Duration) func() time.Duration {
 	return func() time.Duration {
-		if standalone {
+		if dep == Standalone {
 			return 0
 		}
 		t := tick
@@ -135,3 +140,7 @@ func reportLag(tick time.Duration, standalone bool, timeout func() time.Duration
 		return t/2 + t/16
 	}
 }
+
+// detects reports whether a Client with these settings looks for a
+// standalone server: only when nothing says what the servers are.
+func detects(tick time.Duration, dep Deployment) bool { return dep == Detect && tick == 0 }

@@ -34,7 +34,7 @@ type urlConfig struct {
 	connectTimeout time.Duration
 	user, password string // digest credentials; empty user: none
 	tickTime       time.Duration
-	standalone     bool
+	deployment     Deployment // standalone=true: Standalone; false: Ensemble; absent: Detect
 }
 
 // The query parameters a zk:// URL may carry, with their meaning.
@@ -109,11 +109,16 @@ func parseURL(u *url.URL) (urlConfig, error) {
 		if len(vs) != 1 {
 			return cfg, fmt.Errorf("parameter standalone given %d times", len(vs))
 		}
-		if cfg.standalone, err = strconv.ParseBool(vs[0]); err != nil {
+		standalone, err := strconv.ParseBool(vs[0])
+		if err != nil {
 			return cfg, fmt.Errorf("parameter standalone=%q: want true or false", vs[0])
 		}
+		cfg.deployment = Ensemble
+		if standalone {
+			cfg.deployment = Standalone
+		}
 	}
-	if err := checkTick(cfg.tickTime, cfg.standalone, cfg.sessionTimeout); err != nil {
+	if err := checkTick(cfg.tickTime, cfg.deployment, cfg.sessionTimeout); err != nil {
 		return cfg, fmt.Errorf("tick_time=%v: %v", cfg.tickTime, err)
 	}
 	return cfg, nil
@@ -148,13 +153,13 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return cfg.sessionTimeout
 	}
 	// Before the first handshake, which it learns of.
-	info.heard = newHeard(cfg.sessionTimeout, reportLag(cfg.tickTime, cfg.standalone, timeout))
+	info.heard = newHeard(cfg.sessionTimeout, reportLag(cfg.tickTime, cfg.deployment, timeout))
 	conn, info, err := connect(ctx, cfg.servers, cfg.sessionTimeout, cfg.connectTimeout, info)
 	if err != nil {
 		return nil, err
 	}
 	addr := strings.Join(cfg.servers, ",")
-	o := Options{Root: cfg.root, ACL: zk.WorldACL(zk.PermAll), TickTime: cfg.tickTime, Standalone: cfg.standalone}
+	o := Options{Root: cfg.root, ACL: zk.WorldACL(zk.PermAll), TickTime: cfg.tickTime, Deployment: cfg.deployment}
 	identities := []string{} // not nil: check the root's ACL for anonymous clients too
 	if cfg.user != "" {
 		// addauth digest: go-zookeeper sends it again after every reconnect.

@@ -12,9 +12,10 @@ func TestParseURL(t *testing.T) {
 		"zk://h1":          {servers: []string{"h1:2181"}, root: DefaultRoot, sessionTimeout: DefaultSessionTimeout, connectTimeout: DefaultConnectTimeout},
 		"zk://h1,h2:2182/": {servers: []string{"h1:2181", "h2:2182"}, root: DefaultRoot, sessionTimeout: DefaultSessionTimeout, connectTimeout: DefaultConnectTimeout},
 		"zk://u:p%40ss@h1:2181/app/locks?session_timeout=3s&connect_timeout=1m": {servers: []string{"h1:2181"}, root: "/app/locks", sessionTimeout: 3 * time.Second, connectTimeout: time.Minute, user: "u", password: "p@ss"},
-		"zk://h1?tick_time=2s":    {servers: []string{"h1:2181"}, root: DefaultRoot, sessionTimeout: DefaultSessionTimeout, connectTimeout: DefaultConnectTimeout, tickTime: 2 * time.Second},
-		"zk://h1?standalone=true": {servers: []string{"h1:2181"}, root: DefaultRoot, sessionTimeout: DefaultSessionTimeout, connectTimeout: DefaultConnectTimeout, standalone: true},
-		"zk://h1?standalone=0":    {servers: []string{"h1:2181"}, root: DefaultRoot, sessionTimeout: DefaultSessionTimeout, connectTimeout: DefaultConnectTimeout},
+		"zk://h1?tick_time=2s":                  {servers: []string{"h1:2181"}, root: DefaultRoot, sessionTimeout: DefaultSessionTimeout, connectTimeout: DefaultConnectTimeout, tickTime: 2 * time.Second},
+		"zk://h1?standalone=true":               {servers: []string{"h1:2181"}, root: DefaultRoot, sessionTimeout: DefaultSessionTimeout, connectTimeout: DefaultConnectTimeout, deployment: Standalone},
+		"zk://h1?standalone=0":                  {servers: []string{"h1:2181"}, root: DefaultRoot, sessionTimeout: DefaultSessionTimeout, connectTimeout: DefaultConnectTimeout, deployment: Ensemble},
+		"zk://h1?standalone=false&tick_time=2s": {servers: []string{"h1:2181"}, root: DefaultRoot, sessionTimeout: DefaultSessionTimeout, connectTimeout: DefaultConnectTimeout, tickTime: 2 * time.Second, deployment: Ensemble},
 	} {
 		u, err := url.Parse(raw)
 		if err != nil {
@@ -27,7 +28,7 @@ func TestParseURL(t *testing.T) {
 		}
 		if !slices.Equal(got.servers, want.servers) || got.root != want.root || got.sessionTimeout != want.sessionTimeout ||
 			got.connectTimeout != want.connectTimeout || got.user != want.user || got.password != want.password ||
-			got.tickTime != want.tickTime || got.standalone != want.standalone {
+			got.tickTime != want.tickTime || got.deployment != want.deployment {
 			t.Errorf("parseURL(%q) = %+v, want %+v", raw, got, want)
 		}
 	}

@@ -158,7 +158,9 @@ func TestNew_requiresSessionTimeout(t *testing.T) {
 	for _, o := range []zkdlock.Options{
 		{SessionTimeout: time.Second, TickTime: 600 * time.Millisecond},
 		{SessionTimeout: time.Second, TickTime: -time.Millisecond},
-		{SessionTimeout: time.Second, TickTime: 100 * time.Millisecond, Standalone: true},
+		{SessionTimeout: time.Second, TickTime: 100 * time.Millisecond, Deployment: zkdlock.Standalone},
+		{SessionTimeout: time.Second, Deployment: zkdlock.Ensemble + 1},
+		{SessionTimeout: time.Second, Deployment: -1},
 	} {
 		if _, err := zkdlock.New(ctx, conn, &o); !errors.Is(err, dlock.ErrInvalidOption) {
 			t.Errorf("New with %+v: err = %v, want ErrInvalidOption", o, err)

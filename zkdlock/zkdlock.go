@@ -51,6 +51,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlockdev/dlock"
@@ -130,6 +131,11 @@ type zkDriver struct {
 	// server answered was sent.
 	heard *heard
 
+	// checking is set while the Client makes the standalone check (see
+	// checkStandalone): from the start with Deployment Detect and no
+	// tick, until an answer shows an ensemble.
+	checking atomic.Bool
+
 	// listNext and listBusy coalesce listings (see listing): the listing
 	// of a key node to send when the one in flight returns, and the key
 	// nodes with one in flight.
@@ -207,9 +213,9 @@ func (d *zkDriver) lag() time.Duration { return d.heard.lag() }
 func newDriver(conn Conn, o Options, addr string, timeout func() time.Duration, h *heard) *zkDriver {
 	ctx, cancel := context.WithCancel(context.Background())
 	if h == nil {
-		h = newHeard(timeout(), reportLag(o.TickTime, o.Standalone, timeout))
+		h = newHeard(timeout(), reportLag(o.TickTime, o.Deployment, timeout))
 	}
-	return &zkDriver{
+	d := &zkDriver{
 		conn:    conn,
 		addr:    addr,
 		root:    o.Root,
@@ -219,6 +225,8 @@ func newDriver(conn Conn, o Options, addr string, timeout func() time.Duration, 
 		ctx:     ctx,
 		cancel:  cancel,
 	}
+	d.checking.Store(detects(o.TickTime, o.Deployment))
+	return d
 }
 
 // goJanitor runs f in the background with a context that Close cancels. A
@@ -243,14 +251,23 @@ func (d *zkDriver) goJanitor(f func(ctx context.Context)) bool {
 // init creates the root and, when identities (ACL ids such as
 // "digest:user:hash") are known, checks that they may create and read nodes
 // under it, so that wrong credentials fail at Open rather than at the first
-// Lock.
+// Lock. Last, so that its proof is as fresh as can be, it makes the first
+// standalone check (see Detect).
 func (d *zkDriver) init(ctx context.Context, identities []string) error {
 	if err := d.ensurePath(ctx, d.root); err != nil {
 		return d.wrapErr("create root "+d.root, err)
 	}
-	if identities == nil {
-		return nil
+	if identities != nil {
+		if err := d.checkRootACL(ctx, identities); err != nil {
+			return err
+		}
 	}
+	return d.detect(ctx)
+}
+
+// checkRootACL checks that identities may create and read nodes under the
+// root.
+func (d *zkDriver) checkRootACL(ctx context.Context, identities []string) error {
 	acl, err := call(ctx, nil, d.timeout(), func() ([]zk.ACL, error) {
 		acl, _, err := d.conn.GetACL(d.root)
 		return acl, err
