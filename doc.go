@@ -79,6 +79,29 @@
 //     will not report its policy is accepted, and must be configured with
 //     noeviction.
 //
+// On ZooKeeper (zkdlock; docs/zookeeper.md):
+//
+//   - A lease lives as long as the Client's session: one expired session (a
+//     pause or a network cut longer than the session timeout) loses every
+//     lease of that Client at once.
+//   - On an ensemble, the rule above rests on ZooKeeper answering its own
+//     pings in time; a server JVM stalled past half a tick while it still
+//     follows, a tick_time smaller than the ensemble's, or standalone=true
+//     on an ensemble can let the leader expire a session before Done closes.
+//     A standalone server is detected by itself.
+//   - Lock nodes are dlock's to write: a set or delete by hand on a waiter's
+//     node can let the waiter behind it take the key beside the holder.
+//
+// On etcd (etcddlock; docs/etcd.md):
+//
+//   - A waiter's entry deleted by hand (or its lease revoked by hand) just
+//     before the release ahead of it lets that waiter take the key beside
+//     the next holder; it finds out at its first renewal, and the tokens
+//     still order the two.
+//
+// In every one of these cases the fencing token of the later grant is the
+// higher one: a resource that checks tokens rejects the stale holder.
+//
 // # Errors
 //
 // Errors are values to test with errors.Is: ErrLocked, ErrNotHeld,
