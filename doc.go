@@ -99,8 +99,9 @@
 //     the next holder; it finds out at its first renewal, and the tokens
 //     still order the two.
 //
-// In every one of these cases the fencing token of the later grant is the
-// higher one: a resource that checks tokens rejects the stale holder.
+// In each of these cases the later grant's fencing token is the higher one
+// (after a Redis failover, as long as the new master's clock is not behind
+// the old one's): a resource that checks tokens rejects the stale holder.
 //
 // # Errors
 //
