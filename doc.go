@@ -51,8 +51,10 @@
 // of). The guarantee above holds there as long as ZooKeeper's servers answer
 // their pings within half a tick (plus an eighth), with the tick the
 // zk:// URL's tick_time or, without it, at most half the session timeout;
-// the lease then survives one missed renewal instead of two. See
-// docs/zookeeper.md.
+// the lease then survives one missed renewal instead of two. zkdlock tells
+// a standalone server (where a renewal counts from itself) from an ensemble
+// by reading /zookeeper/config, at every proof; standalone=true stated for an
+// ensemble breaks the guarantee. See docs/zookeeper.md.
 //
 // Check Done before each step of the protected work, and use the fencing
 // token wherever a late write would do harm.
@@ -119,7 +121,7 @@
 //   - redisdlock: redis://[user:password@]host:port[/db],
 //     rediss:// for TLS, redis+sentinel://, redis+cluster://.
 //     See docs/redis.md.
-//   - zkdlock: zk://[user:password@]host:port[,host:port…][/root][?session_timeout=10s&tick_time=2s].
+//   - zkdlock: zk://[user:password@]host:port[,host:port…][/root][?session_timeout=10s&tick_time=2s|standalone=true|false].
 //     The lease length is the ZooKeeper session timeout: WithTTL of any
 //     other length is refused with ErrInvalidOption. See docs/zookeeper.md.
 //   - etcddlock: etcd://[user:password@]host:port[,host:port…][/prefix],

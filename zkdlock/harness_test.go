@@ -17,9 +17,10 @@ import (
 // harness gives the conformance suite clients of one real ZooKeeper, each
 // opened from a zk:// URL with its own session.
 type harness struct {
-	srv   *testserver.ZooKeeper
-	admin *zk.Conn // for fault injection and inspection
-	ttl   time.Duration
+	srv    *testserver.ZooKeeper
+	admin  *zk.Conn // for fault injection and inspection
+	ttl    time.Duration
+	params string // more URL parameters, each starting with &
 }
 
 func (h *harness) TTL() time.Duration { return h.ttl }
@@ -35,7 +36,7 @@ func (h *harness) NewFaultyClient(ctx context.Context, t *testing.T) (*dlock.Cli
 }
 
 func (h *harness) open(ctx context.Context, t *testing.T, addr string) (*dlock.Client, error) {
-	c, err := dlock.Open(ctx, fmt.Sprintf("zk://%s%s?session_timeout=%v&connect_timeout=30s", addr, zkdlock.DefaultRoot, h.ttl))
+	c, err := dlock.Open(ctx, fmt.Sprintf("zk://%s%s?session_timeout=%v&connect_timeout=30s%s", addr, zkdlock.DefaultRoot, h.ttl, h.params))
 	if err != nil {
 		return nil, err
 	}
@@ -120,10 +121,17 @@ func (h *harness) RestartServer(ctx context.Context, t *testing.T) error {
 	return nil
 }
 
+// TestConformance runs the suite twice on the standalone test server: as
+// users get it (the Clients find the server standalone), and with the
+// ensemble rule (standalone=false), which an ensemble gets.
 func TestConformance(t *testing.T) {
 	srv := testserver.SharedZooKeeper(t)
 	admin := dialZK(t, testCtx(t), srv.Addr(), connOpts{timeout: 10 * time.Second})
-	dlocktest.Run(t, func(ctx context.Context, t *testing.T) (dlocktest.Harness, error) {
-		return &harness{srv: srv, admin: admin, ttl: testTTL}, nil
-	})
+	for _, v := range []struct{ name, params string }{{"detected", ""}, {"ensemble rule", "&standalone=false"}} {
+		t.Run(v.name, func(t *testing.T) {
+			dlocktest.Run(t, func(ctx context.Context, t *testing.T) (dlocktest.Harness, error) {
+				return &harness{srv: srv, admin: admin, ttl: testTTL, params: v.params}, nil
+			})
+		})
+	}
 }
