@@ -2,6 +2,7 @@ package zkdlock_test
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,12 @@ type syncConn struct {
 	zkdlock.Conn
 	began chan int // receives the index of each sync as it begins
 
+	// While gated, a sync waits after it began for a token on release (or
+	// for release to close): the test then reads the deadline before the
+	// sync can complete and move it.
+	gated   atomic.Bool
+	release chan struct{}
+
 	mu    sync.Mutex
 	sends []time.Time // guarded by mu
 }
@@ -28,6 +35,9 @@ func (c *syncConn) Sync(path string) (string, error) {
 	select {
 	case c.began <- n:
 	default:
+	}
+	if c.gated.Load() {
+		<-c.release
 	}
 	return c.Conn.Sync(path)
 }
@@ -67,7 +77,7 @@ func TestLease_ensemble_countsFromTheRenewalBefore(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t)
-			conn := &syncConn{Conn: dialZK(t, ctx, srv.Addr(), connOpts{}), began: make(chan int, 16)}
+			conn := &syncConn{Conn: dialZK(t, ctx, srv.Addr(), connOpts{}), began: make(chan int, 16), release: make(chan struct{})}
 			c, err := zkdlock.New(ctx, conn, &zkdlock.Options{Root: testRoot(t), SessionTimeout: testTTL, TickTime: tc.tick, Deployment: zkdlock.Ensemble})
 			if err != nil {
 				t.Fatal(err)
@@ -86,6 +96,10 @@ func TestLease_ensemble_countsFromTheRenewalBefore(t *testing.T) {
 				<-conn.began
 			}
 			last := l.Deadline()
+			// From now on each renewal's sync waits until the deadline
+			// after the renewal before has been read.
+			conn.gated.Store(true)
+			defer close(conn.release)
 			for k := grantSyncs; k < grantSyncs+4; k++ {
 				var n int
 				select {
@@ -95,15 +109,15 @@ func TestLease_ensemble_countsFromTheRenewalBefore(t *testing.T) {
 				case <-ctx.Done():
 					t.Fatal("no renewal (watchdog)")
 				}
-				if n == grantSyncs {
-					continue // the first renewal: nothing done yet
+				if n > grantSyncs {
+					prev := conn.sent(n - 1) // the renewal just done (or tried)
+					d := l.Deadline()
+					if bound := prev.Add(safe - tc.lag); d.After(bound) {
+						t.Fatalf("after the renewal sent at %v the deadline is %v after it, want at most %v (timeout less margins less the lag): counted from the renewal itself?",
+							prev.Format("15:04:05.000"), d.Sub(prev), safe-tc.lag)
+					}
 				}
-				prev := conn.sent(n - 1) // the renewal just done (or tried)
-				d := l.Deadline()
-				if bound := prev.Add(safe - tc.lag); d.After(bound) {
-					t.Fatalf("after the renewal sent at %v the deadline is %v after it, want at most %v (timeout less margins less the lag): counted from the renewal itself?",
-						prev.Format("15:04:05.000"), d.Sub(prev), safe-tc.lag)
-				}
+				conn.release <- struct{}{} // let renewal n complete
 			}
 			// A renewal may fail on a loaded machine and be retried, so
 			// only the whole run must have moved the deadline.
