@@ -63,7 +63,11 @@ func (c *cli) open(ctx context.Context, b backendFlags, opts ...dlock.Option) (c
 			err = fmt.Errorf("%w: no answer within %v (--connect-timeout): %w", dlock.ErrUnavailable, *b.timeout, err)
 		}
 		code, hints := c.explain(err, *b.url)
-		return nil, c.fail(code, fmt.Errorf("backend %s: %w", redactURL(*b.url), err), hints...), false
+		if !errors.Is(err, dlock.ErrInvalidURL) {
+			// An invalid URL's error names it already (open "…": …).
+			err = fmt.Errorf("backend %s: %w", redactURL(*b.url), err)
+		}
+		return nil, c.fail(code, err, hints...), false
 	}
 	return client, exitOK, true
 }

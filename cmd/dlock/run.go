@@ -346,7 +346,7 @@ func (c *cli) supervise(lease *dlock.Lease, program []string, sigs chan os.Signa
 		case <-lost:
 			lost = nil
 			lostErr = lease.Err()
-			c.fail(exitLeaseLost, fmt.Errorf("lost the lock %q: %v", lease.Key(), lostErr),
+			c.fail(exitLeaseLost, fmt.Errorf("lost the lock: %w", lostErr),
 				"another holder may get the lock now; protect shared resources with $DLOCK_TOKEN as a fencing token")
 			if exited != nil {
 				fmt.Fprintf(c.stderr, "dlock: stopping %s (pid %d) and its process group: SIGTERM now, SIGKILL in %v if it is still running\n", program[0], g.pgid, fmtDuration(grace))
@@ -403,7 +403,7 @@ func (c *cli) runResult(lease *dlock.Lease, name string, status int, lostErr err
 	if err := lease.Err(); err != nil {
 		// Lost after PROGRAM's last instructions but before we looked:
 		// its work may have overlapped another holder's.
-		c.fail(exitLeaseLost, fmt.Errorf("lost the lock %q before %s exited (with status %d): %v", lease.Key(), name, status, err),
+		c.fail(exitLeaseLost, fmt.Errorf("lost the lock before %s exited (with status %d): %w", name, status, err),
 			"another holder may have run at the same time; protect shared resources with $DLOCK_TOKEN as a fencing token")
 		return exitLeaseLost
 	}
