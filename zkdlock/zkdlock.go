@@ -36,10 +36,11 @@
 // start of the renewal before the last successful one — the last one the
 // leader, which alone expires sessions, is known to have heard of: it hears
 // of a follower's clients only with the follower's replies to its pings,
-// every half tick (tick_time; see docs/zookeeper.md). With standalone=true,
-// for a single server, from the start of the last successful renewal.
-// Otherwise the lease is lost at that deadline, which is before the server
-// can expire the session and give the key to somebody else. When the Client learns that its session expired, or
+// every half tick (tick_time; see docs/zookeeper.md). On a standalone server
+// (detected by itself, see Detect, or stated with standalone=true), from the
+// start of the last successful renewal. Otherwise the lease is lost at that
+// deadline, which is before the server can expire the session and give the
+// key to somebody else. When the Client learns that its session expired, or
 // that its node was deleted, every lease concerned is lost at once. A waiting
 // Lock keeps its place through connection loss, and joins the end of the
 // queue again if its session expired.
@@ -84,7 +85,8 @@ var _ Conn = (*zk.Conn)(nil)
 // Client.Close leaves conn open; grants are released first.
 //
 // New creates the root node if it is missing, and returns errors satisfying
-// errors.Is with dlock.ErrInvalidOption, dlock.ErrUnavailable or
+// errors.Is with dlock.ErrInvalidOption (Options out of range, or a WithTTL
+// in ClientOptions other than SessionTimeout), dlock.ErrUnavailable or
 // dlock.ErrAuth.
 func New(ctx context.Context, conn Conn, opts *Options) (*dlock.Client, error) {
 	o, err := opts.withDefaults(true)
