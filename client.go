@@ -198,8 +198,10 @@ func (c *Client) forget(l *Lease) {
 }
 
 // Inspect returns who holds key and who waits for it, in order. It returns
-// an error satisfying errors.Is(err, errors.ErrUnsupported) when the backend
-// cannot inspect.
+// an error satisfying errors.Is with ErrInvalidKey for a bad key,
+// errors.ErrUnsupported when the backend cannot inspect, ErrClosed after
+// Close, ErrUnavailable when the server cannot be reached, or ctx.Err()
+// wrapped.
 func (c *Client) Inspect(ctx context.Context, key string) (*LockInfo, error) {
 	if err := keys.Validate(key); err != nil {
 		return nil, opErr("inspect", key, err)
@@ -216,7 +218,9 @@ func (c *Client) Inspect(ctx context.Context, key string) (*LockInfo, error) {
 }
 
 // List returns the keys starting with prefix that are held or waited for,
-// sorted by key. An empty prefix lists every key.
+// sorted by key. An empty prefix lists every key. It returns the same errors
+// as Inspect (ErrInvalidKey for a prefix that is not UTF-8, has control
+// characters or is longer than MaxKeyLen bytes).
 func (c *Client) List(ctx context.Context, prefix string) ([]*LockInfo, error) {
 	if err := keys.ValidatePrefix(prefix); err != nil {
 		return nil, opErr("list", prefix, err)

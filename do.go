@@ -7,7 +7,10 @@ import (
 )
 
 // Do takes key (waiting as Lock does), runs fn with a context that is
-// cancelled as soon as the lease is lost, and unlocks. It returns fn's error;
+// cancelled as soon as the lease is lost, and unlocks. If the key cannot be
+// taken it returns Lock's error (ErrInvalidKey, ErrInvalidOption,
+// ErrReentrant, ErrClosed, ErrUnavailable, ctx.Err()) without calling fn.
+// Otherwise it returns fn's error;
 // if the lease was lost while fn ran, the error also satisfies
 // errors.Is(err, ErrLeaseLost), even when fn returned nil, because the work
 // may have overlapped with another holder's; if Client.Close ended the lease

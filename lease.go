@@ -55,7 +55,7 @@ func (l *Lease) Deadline() time.Time { return l.eng.Deadline() }
 
 // Unlock releases the key and hands it to the next waiter. It returns an
 // error satisfying errors.Is(err, ErrNotHeld) when the lease had already been
-// lost or unlocked: the work done under it may have overlapped with another
+// lost, unlocked or released by Client.Close: the work done under it may have overlapped with another
 // holder's. Unlock never releases a lock that has passed to someone else.
 // Other errors (ErrUnavailable, ctx.Err()) mean the release could not be
 // confirmed; the server frees the key when the TTL runs out.

@@ -56,7 +56,10 @@ func Schemes() []string {
 //	import _ "github.com/dlockdev/dlock/redisdlock" // redis://, rediss://, redis+sentinel://, redis+cluster://
 //
 // Open returns errors satisfying errors.Is with ErrInvalidURL, ErrUnavailable
-// or ErrAuth; their text names the address and what to check. An invalid URL
+// or ErrAuth, ErrInvalidOption for a bad option (including a WithTTL that the
+// backend cannot honour), or a backend's own sentinel (such as
+// redisdlock.ErrUnsafeServer); their text names the address and what to
+// check. An invalid URL
 // is shown with its password, and the values of parameters named like one,
 // hidden.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {

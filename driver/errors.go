@@ -34,10 +34,10 @@ import "errors"
 // A driver error with no sentinel (an unexpected reply) starts with the
 // server: `redis at 127.0.0.1:6379: renew: unexpected reply [1]`. The
 // golden files testdata/errors.golden of each backend pin the result.
-
+//
 // The errors below are re-exported by package dlock under the same names;
-// drivers wrap them with details (see above) so that errors.Is works for
-// applications.
+// drivers wrap them with details (by the rule above) so that errors.Is works
+// for applications.
 var (
 	// ErrLocked: the key is held by another owner (TryLock).
 	ErrLocked = errors.New("dlock: key is locked by another owner")

@@ -38,7 +38,7 @@ func (d *dlockLocker) unlock(ctx context.Context) error { return d.l.Unlock(ctx)
 
 // BenchmarkContended has n contenders, each with its own connection, take
 // one key in turn with an empty critical section, on etcddlock and on etcd's
-// concurrency.Mutex, against the same embedded etcd (no fsync). It reports
+// concurrency.Mutex, against the same etcd process (no fsync). It reports
 // the hand-off latency from a holder starting Unlock to the next holder's
 // Lock returning, and for etcddlock the messages sent to etcd per grant.
 //
@@ -135,7 +135,7 @@ func contend(b *testing.B, ls []locker) {
 }
 
 // BenchmarkRoundTrip is the floor the others compare with, on the same
-// embedded etcd: a serializable read (no Raft), a linearizable read, and a
+// etcd process: a serializable read (no Raft), a linearizable read, and a
 // write (one Raft round; fsync is off on the test server).
 func BenchmarkRoundTrip(b *testing.B) {
 	srv := testserver.SharedEtcd(b)

@@ -19,7 +19,8 @@ import (
 //
 // New checks that etcd answers and lets cli read the prefix; it returns
 // errors satisfying errors.Is with dlock.ErrUnavailable or dlock.ErrAuth when
-// that fails.
+// that fails, and with dlock.ErrInvalidOption for a nil cli or a bad option
+// in ClientOptions.
 func New(ctx context.Context, cli *clientv3.Client, opts *Options) (*dlock.Client, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("%w: etcddlock.New: nil etcd client", dlock.ErrInvalidOption)

@@ -13,7 +13,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// harness gives the conformance suite clients of the embedded etcd.
+// harness gives the conformance suite clients of the shared etcd process
+// (internal/testserver).
 type harness struct {
 	srv   *testserver.Etcd
 	admin *clientv3.Client // for fault injection and inspection

@@ -10,8 +10,8 @@ import (
 )
 
 // Every client, lease and waiter must stop its goroutines when closed,
-// released or cancelled. The shared embedded etcd is stopped first: its
-// own goroutines are not ours to check.
+// released or cancelled. The shared etcd process is stopped first: the
+// goroutines that tend it are not ours to check.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	testserver.StopSharedEtcd()

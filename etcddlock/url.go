@@ -24,7 +24,8 @@ func init() {
 }
 
 // Open is dlock.Open for etcd URLs, for programs that prefer to name the
-// backend. See the package documentation for the URL forms.
+// backend. See the package documentation for the URL forms. It returns the
+// errors of dlock.Open and of New.
 func Open(ctx context.Context, rawURL string, opts ...dlock.Option) (*dlock.Client, error) {
 	return dlock.Open(ctx, rawURL, opts...)
 }

@@ -48,8 +48,9 @@ import (
 // New checks that the server answers, that its maxmemory-policy cannot evict
 // lock keys (see Options.AllowEviction), and subscribes to the client's
 // notification channel; it returns errors satisfying errors.Is with
-// dlock.ErrUnavailable or dlock.ErrAuth when that fails, and with
-// ErrUnsafeServer for an evicting policy.
+// dlock.ErrUnavailable or dlock.ErrAuth when that fails, with
+// ErrUnsafeServer for an evicting policy, and with dlock.ErrInvalidOption
+// for Options out of range or a bad option in ClientOptions.
 //
 // Set ContextTimeoutEnabled in rdb's options so that cancelling a Lock
 // interrupts a request blocked on a dead connection at once, rather than

@@ -11,7 +11,7 @@ import (
 
 // Deployment says what the ZooKeeper servers of a Client are, which decides
 // from which moment a lease counts: in an ensemble, from what the leader is
-// known to have heard (the renewal before the last one: see heard and
+// known to have heard (the renewal before the last one: see
 // docs/zookeeper.md, "Ensembles"); on a standalone server, from the last
 // renewal. It is the Options.Deployment of New and the standalone parameter
 // of a zk:// URL.

@@ -21,7 +21,8 @@ func init() {
 
 // Open is dlock.Open for zk:// URLs, for programs that prefer to name the
 // backend. See the package documentation for the URL form, and
-// docs/zookeeper.md for every parameter.
+// docs/zookeeper.md for every parameter. It returns the errors of
+// dlock.Open and of New.
 func Open(ctx context.Context, rawURL string, opts ...dlock.Option) (*dlock.Client, error) {
 	return dlock.Open(ctx, rawURL, opts...)
 }

@@ -7,7 +7,7 @@
 //
 // Import it to register the URL scheme used by dlock.Open:
 //
-//	zk://[user:password@]host1:2181[,host2:2181…][/root][?session_timeout=10s&connect_timeout=5s&tick_time=2s|standalone=true|false]
+//	zk://[user:password@]host1:2181[,host2:2181…][/root][?session_timeout=10s&connect_timeout=5s&tick_time=2s|standalone=true]
 //
 // The path is the root node under which dlock keeps one node per key
 // (default DefaultRoot); user and password enable digest authentication, and
@@ -36,26 +36,14 @@
 // start of the renewal before the last successful one — the last one the
 // leader, which alone expires sessions, is known to have heard of: it hears
 // of a follower's clients only with the follower's replies to its pings,
-// every half tick (tick_time; see docs/zookeeper.md). On a standalone
-// server, from the start of the last successful renewal.
-// Otherwise the lease is lost at that deadline, which is before the server
-// can expire the session and give the key to somebody else. When the Client learns that its session expired, or
+// every half tick (tick_time; see docs/zookeeper.md). On a standalone server
+// (detected by itself, see Detect, or stated with standalone=true), from the
+// start of the last successful renewal. Otherwise the lease is lost at that
+// deadline, which is before the server can expire the session and give the
+// key to somebody else. When the Client learns that its session expired, or
 // that its node was deleted, every lease concerned is lost at once. A waiting
 // Lock keeps its place through connection loss, and joins the end of the
 // queue again if its session expired.
-//
-// # Standalone or ensemble
-//
-// A Client finds out by itself whether it talks to a standalone server
-// (Detect, the default): it reads /zookeeper/config, where ZooKeeper 3.5 and
-// later keep an ensemble's membership and which a standalone server leaves
-// empty, once when it is made (New, Open) and then in place of the sync of
-// each proof that the ensemble rule sends, so that no finding outlives the
-// server it was made on; an empty answer proves that the server that
-// expires the session heard from it then, and any other answer puts the
-// Client on the ensemble rule for good. standalone=true or false in the URL
-// (Options.Deployment Standalone or Ensemble), or a tick_time, states it
-// instead, and turns the reads off. See Detect and docs/zookeeper.md.
 package zkdlock
 
 import (
@@ -97,7 +85,8 @@ var _ Conn = (*zk.Conn)(nil)
 // Client.Close leaves conn open; grants are released first.
 //
 // New creates the root node if it is missing, and returns errors satisfying
-// errors.Is with dlock.ErrInvalidOption, dlock.ErrUnavailable or
+// errors.Is with dlock.ErrInvalidOption (Options out of range, or a WithTTL
+// in ClientOptions other than SessionTimeout), dlock.ErrUnavailable or
 // dlock.ErrAuth.
 func New(ctx context.Context, conn Conn, opts *Options) (*dlock.Client, error) {
 	o, err := opts.withDefaults(true)
