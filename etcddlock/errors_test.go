@@ -76,21 +76,7 @@ func TestErrorMessages(t *testing.T) {
 	r.Record("open-unavailable", err, dlock.ErrUnavailable)
 
 	// Refused credentials.
-	asrv := testserver.StartEtcd(t, testserver.EtcdFlags("--bcrypt-cost=4"))
-	aadmin := adminClient(t, asrv.Addr())
-	must := func(_ any, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(aadmin.UserAdd(ctx, "root", "rootpw"))
-	must(aadmin.UserGrantRole(ctx, "root", "root"))
-	must(aadmin.RoleAdd(ctx, "locker"))
-	must(aadmin.RoleGrantPermission(ctx, "locker", "dlock/", clientv3.GetPrefixRangeEnd("dlock/"), clientv3.PermissionType(clientv3.PermReadWrite)))
-	must(aadmin.UserAdd(ctx, "alice", "s3cret"))
-	must(aadmin.UserGrantRole(ctx, "alice", "locker"))
-	must(aadmin.AuthEnable(ctx))
+	asrv := startAuthEtcd(t, ctx, "s3cret")
 	for _, c := range []struct{ name, url string }{
 		{"open-auth-wrong-password", "etcd://alice:wrong@" + asrv.Addr()},
 		{"open-auth-no-user", "etcd://" + asrv.Addr()},

@@ -63,23 +63,8 @@ func TestOpen_unreachable(t *testing.T) {
 // With authentication on, a wrong password, no user, or a user without
 // permission on the prefix give ErrAuth; the right user works.
 func TestOpen_auth(t *testing.T) {
-	// The cheapest password hashing: the test is not about bcrypt.
-	srv := testserver.StartEtcd(t, testserver.EtcdFlags("--bcrypt-cost=4"))
 	ctx := testCtx(t)
-	admin := adminClient(t, srv.Addr())
-	must := func(_ any, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(admin.UserAdd(ctx, "root", "rootpw"))
-	must(admin.UserGrantRole(ctx, "root", "root"))
-	must(admin.RoleAdd(ctx, "locker"))
-	must(admin.RoleGrantPermission(ctx, "locker", "dlock/", clientv3.GetPrefixRangeEnd("dlock/"), clientv3.PermissionType(clientv3.PermReadWrite)))
-	must(admin.UserAdd(ctx, "alice", "s3cret/pw"))
-	must(admin.UserGrantRole(ctx, "alice", "locker"))
-	must(admin.AuthEnable(ctx))
+	srv := startAuthEtcd(t, ctx, "s3cret/pw")
 
 	for raw, why := range map[string]string{
 		"etcd://alice:wrong@" + srv.Addr():                  "wrong password",
@@ -207,4 +192,28 @@ func TestOpen_prefixFromPath(t *testing.T) {
 	}
 	_ = la.Unlock(ctx)
 	_ = lb.Unlock(ctx)
+}
+
+// startAuthEtcd starts an etcd with authentication on: user root, and user
+// alice with the given password and read-write access to the prefix
+// "dlock/" only. Passwords are hashed at bcrypt's lowest cost: the tests
+// are not about bcrypt.
+func startAuthEtcd(t *testing.T, ctx context.Context, alicePassword string) *testserver.Etcd {
+	t.Helper()
+	srv := testserver.StartEtcd(t, testserver.EtcdFlags("--bcrypt-cost=4"))
+	admin := adminClient(t, srv.Addr())
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(admin.UserAdd(ctx, "root", "rootpw"))
+	must(admin.UserGrantRole(ctx, "root", "root"))
+	must(admin.RoleAdd(ctx, "locker"))
+	must(admin.RoleGrantPermission(ctx, "locker", "dlock/", clientv3.GetPrefixRangeEnd("dlock/"), clientv3.PermissionType(clientv3.PermReadWrite)))
+	must(admin.UserAdd(ctx, "alice", alicePassword))
+	must(admin.UserGrantRole(ctx, "alice", "locker"))
+	must(admin.AuthEnable(ctx))
+	return srv
 }
