@@ -179,18 +179,7 @@ func startCutEnsemble(t *testing.T, tick time.Duration) (*zkEnsemble, map[int]*f
 
 func tryCutEnsemble(t *testing.T, tick time.Duration) (*zkEnsemble, map[int]*faultinject.Proxy, error) {
 	const n = 3
-	e := &zkEnsemble{t: t}
-	e.java = testserver.LookBinary(t, "ZOOKEEPER_JAVA", "java", "apt-get install -y zookeeper", "/usr/bin/java")
-	e.cp = os.Getenv("ZOOKEEPER_CLASSPATH")
-	if e.cp == "" {
-		e.cp = "/usr/share/java/zookeeper.jar"
-		if _, err := os.Stat(e.cp); err != nil {
-			t.Fatalf("%s not found: apt-get install -y zookeeper, or run ./test.sh", e.cp)
-		}
-		if _, err := os.Stat("/usr/share/java/slf4j-simple.jar"); err == nil {
-			e.cp += ":/usr/share/java/slf4j-simple.jar"
-		}
-	}
+	e := newZKEnsemble(t)
 	quorumPorts := make([]int, n)
 	electionPorts := make([]int, n)
 	for i := range n {

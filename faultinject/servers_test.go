@@ -46,7 +46,9 @@ func startZKEnsemble(t *testing.T, n int) *zkEnsemble {
 	}
 }
 
-func tryZKEnsemble(t *testing.T, n int) (*zkEnsemble, error) {
+// newZKEnsemble finds Java and ZooKeeper's classpath for an ensemble of t
+// (the Debian package's jars, or $ZOOKEEPER_JAVA and $ZOOKEEPER_CLASSPATH).
+func newZKEnsemble(t *testing.T) *zkEnsemble {
 	e := &zkEnsemble{t: t}
 	e.java = testserver.LookBinary(t, "ZOOKEEPER_JAVA", "java", "apt-get install -y zookeeper", "/usr/bin/java")
 	e.cp = os.Getenv("ZOOKEEPER_CLASSPATH")
@@ -59,6 +61,11 @@ func tryZKEnsemble(t *testing.T, n int) (*zkEnsemble, error) {
 			e.cp += ":/usr/share/java/slf4j-simple.jar"
 		}
 	}
+	return e
+}
+
+func tryZKEnsemble(t *testing.T, n int) (*zkEnsemble, error) {
+	e := newZKEnsemble(t)
 	var servers []string
 	for i := range n {
 		e.dirs = append(e.dirs, t.TempDir())
