@@ -55,7 +55,7 @@ func TestErrorMessages(t *testing.T) {
 	r.Record("new-nil-client", err, dlock.ErrInvalidOption)
 
 	// Malformed URLs. The password must never show.
-	for _, c := range []struct{ name, url string }{
+	r.RecordOpen(ctx, dlock.ErrInvalidURL, [][2]string{
 		{"url-no-host", "etcd://"},
 		{"url-empty-host", "etcd://h1,,h2"},
 		{"url-unknown-parameter", "etcd://alice:s3cret@host?ttl=3s"},
@@ -65,10 +65,7 @@ func TestErrorMessages(t *testing.T) {
 		{"url-tls-parameter", "etcd://host?cacert=/certs/ca.pem"},
 		{"url-cacert-missing", "etcds://host?cacert=/does/not/exist"},
 		{"url-cert-without-key", "etcds://host?cert=/certs/c.pem"},
-	} {
-		_, err := dlock.Open(ctx, c.url)
-		r.Record(c.name, err, dlock.ErrInvalidURL)
-	}
+	})
 
 	// Nobody listens.
 	closed := testserver.Addr(testserver.FreePort(t))
@@ -77,14 +74,11 @@ func TestErrorMessages(t *testing.T) {
 
 	// Refused credentials.
 	asrv := startAuthEtcd(t, ctx, "s3cret")
-	for _, c := range []struct{ name, url string }{
+	r.RecordOpen(ctx, dlock.ErrAuth, [][2]string{
 		{"open-auth-wrong-password", "etcd://alice:wrong@" + asrv.Addr()},
 		{"open-auth-no-user", "etcd://" + asrv.Addr()},
 		{"open-auth-no-permission", "etcd://alice:s3cret@" + asrv.Addr() + "/other"},
-	} {
-		_, err := dlock.Open(ctx, c.url)
-		r.Record(c.name, err, dlock.ErrAuth)
-	}
+	})
 
 	r.Check()
 }

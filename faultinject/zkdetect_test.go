@@ -449,18 +449,7 @@ type zkDirs struct {
 func newZKDirs(t *testing.T, n int) *zkDirs {
 	t.Helper()
 	testserver.SkipIfShort(t)
-	e := &zkDirs{zkEnsemble: &zkEnsemble{t: t}}
-	e.java = testserver.LookBinary(t, "ZOOKEEPER_JAVA", "java", "apt-get install -y zookeeper", "/usr/bin/java")
-	e.cp = os.Getenv("ZOOKEEPER_CLASSPATH")
-	if e.cp == "" {
-		e.cp = "/usr/share/java/zookeeper.jar"
-		if _, err := os.Stat(e.cp); err != nil {
-			t.Fatalf("%s not found: apt-get install -y zookeeper, or run ./test.sh", e.cp)
-		}
-		if _, err := os.Stat("/usr/share/java/slf4j-simple.jar"); err == nil {
-			e.cp += ":/usr/share/java/slf4j-simple.jar"
-		}
-	}
+	e := &zkDirs{zkEnsemble: newZKEnsemble(t)}
 	for i := range n {
 		e.dirs = append(e.dirs, t.TempDir())
 		e.clients = append(e.clients, testserver.Addr(testserver.FreePort(t)))

@@ -67,7 +67,7 @@ func TestErrorMessages(t *testing.T) {
 	}
 
 	// Malformed URLs. The password must never show.
-	for _, c := range []struct{ name, url string }{
+	r.RecordOpen(ctx, dlock.ErrInvalidURL, [][2]string{
 		{"url-unknown-option", url + "?colour=blue"},
 		{"url-bad-duration", url + "?waiter_timeout=soon"},
 		{"url-prefix-brace", url + "?prefix=a{b"},
@@ -77,10 +77,7 @@ func TestErrorMessages(t *testing.T) {
 		{"url-sentinel-unknown-option", "redis+sentinel://u:s3cret@127.0.0.1:26379/m?sentinel_password=s3cret&colour=blue"},
 		{"url-unknown-scheme", "mysql://127.0.0.1:3306"},
 		{"url-unparsable", "redis://user:s3cret@[::1"},
-	} {
-		_, err := dlock.Open(ctx, c.url)
-		r.Record(c.name, err, dlock.ErrInvalidURL)
-	}
+	})
 
 	// Nobody listens.
 	closed := testserver.Addr(testserver.FreePort(t))
@@ -92,14 +89,11 @@ func TestErrorMessages(t *testing.T) {
 	r.Record("new-unavailable", err, dlock.ErrUnavailable)
 
 	// Refused credentials.
-	for _, c := range []struct{ name, url string }{
+	r.RecordOpen(ctx, dlock.ErrAuth, [][2]string{
 		{"open-auth-no-password", "redis://" + srv.Addr() + "/0"},
 		{"open-auth-wrong-password", "redis://:wrong@" + srv.Addr() + "/0"},
 		{"open-auth-unknown-user", "redis://nobody:s3cret@" + srv.Addr() + "/0"},
-	} {
-		_, err := dlock.Open(ctx, c.url)
-		r.Record(c.name, err, dlock.ErrAuth)
-	}
+	})
 
 	// A server that may evict lock keys.
 	lru := testserver.StartRedis(t, "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru")

@@ -178,3 +178,12 @@ func (r *Recorder) Normalize(msg string) string {
 	msg = hexRE.ReplaceAllString(msg, "N")
 	return msg
 }
+
+// RecordOpen opens each URL of the {name, URL} pairs, in order, and records
+// its error under its name; every one must fail with want.
+func (r *Recorder) RecordOpen(ctx context.Context, want error, urls [][2]string) {
+	for _, u := range urls {
+		_, err := dlock.Open(ctx, u[1])
+		r.Record(u[0], err, want)
+	}
+}
