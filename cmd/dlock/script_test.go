@@ -395,14 +395,20 @@ func sigchildMain() {
 		_, err = fmt.Fprintln(f, signalName(sig))
 		must(err)
 		must(f.Close())
-		switch sig {
-		case syscall.SIGTERM:
-			if !ignoreTerm {
-				os.Exit(128 + int(sig))
-			}
-		case syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT:
+		exitOnSignal(sig, ignoreTerm)
+	}
+}
+
+// exitOnSignal exits with 128+sig for SIGINT, SIGHUP, SIGQUIT and, unless
+// ignoreTerm, SIGTERM, as a shell's job would.
+func exitOnSignal(sig syscall.Signal, ignoreTerm bool) {
+	switch sig {
+	case syscall.SIGTERM:
+		if !ignoreTerm {
 			os.Exit(128 + int(sig))
 		}
+	case syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT:
+		os.Exit(128 + int(sig))
 	}
 }
 
@@ -446,14 +452,7 @@ func tickMain() {
 		case s := <-sigs:
 			sig := s.(syscall.Signal)
 			appendLine(filepath.Join(dir, "signals"), signalName(sig))
-			switch sig {
-			case syscall.SIGTERM:
-				if !ignoreTerm {
-					os.Exit(128 + int(sig))
-				}
-			case syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT:
-				os.Exit(128 + int(sig))
-			}
+			exitOnSignal(sig, ignoreTerm)
 		}
 	}
 }
