@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlockdev/dlock/faultinject"
 	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/go-zookeeper/zk"
 )
 
 // Scenario 9. A ZooKeeper follower is cut off from its leader right after
@@ -67,6 +68,7 @@ func TestScenario9_FollowerCutFromLeader(t *testing.T) {
 		if l := e.leader(); l != lead {
 			t.Fatalf("trial %d: the leader moved from server %d to %d", trial, lead+1, l+1)
 		}
+		waitServing(t, e.clients[0])
 		pa := r.proxyTo(e.clients[0])
 		pa.DiscardRequests(isPing)
 		a := startHolder(t, faultinject.HolderConfig{Name: "A", Backend: "zk", Addrs: []string{pa.Addr()}, TTL: ttl, Resource: r.res.Addr()}, false)
@@ -237,4 +239,51 @@ func tryCutEnsemble(t *testing.T, tick time.Duration) (*zkEnsemble, map[int]*fau
 		return nil, nil, err
 	}
 	return e, proxies, nil
+}
+
+// waitServing waits until a client of the server at addr can write through
+// it: a follower whose quorum link comes back reports "follower" while it
+// may still close its clients' connections to sync with the leader, and a
+// holder that opens then fails to start (its root create finds the
+// connection closed). The bound is a watchdog, not an assertion.
+func waitServing(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for attempt := 0; ; attempt++ {
+		err := tryWrite(addr)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("zookeeper %s does not serve writes after a minute: %v", addr, err)
+		}
+		time.Sleep(time.Duration(min(attempt+1, 10)) * 20 * time.Millisecond)
+	}
+}
+
+// tryWrite opens a session on addr alone and makes one write through it.
+func tryWrite(addr string) error {
+	conn, ev, err := zk.Connect([]string{addr}, 4*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopZKLogger{}))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	timeout := time.After(10 * time.Second)
+	for connected := false; !connected; {
+		select {
+		case e := <-ev:
+			connected = e.State == zk.StateHasSession
+		case <-timeout:
+			return fmt.Errorf("no session after 10s")
+		}
+	}
+	go func() {
+		for range ev {
+		}
+	}()
+	path, err := conn.Create("/dlock-ready-", nil, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+	if err != nil {
+		return err
+	}
+	return conn.Delete(path, -1)
 }
