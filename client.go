@@ -84,37 +84,52 @@ func NewClient(d driver.Driver, opts ...Option) (*Client, error) {
 // when the server cannot be reached, or ctx.Err() wrapped. When it returns an
 // error it leaves nothing behind on the server.
 func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lease, error) {
-	return c.acquire(ctx, key, true, opts)
+	return c.acquire(ctx, "lock", key, lockShape, true, opts)
 }
 
 // TryLock takes key if it is free and nobody waits for it, and otherwise
 // returns at once with an error satisfying errors.Is(err, ErrLocked). It
 // returns the same other errors as Lock.
 func (c *Client) TryLock(ctx context.Context, key string, opts ...LockOption) (*Lease, error) {
-	return c.acquire(ctx, key, false, opts)
+	return c.acquire(ctx, "lock", key, lockShape, false, opts)
 }
 
-func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []LockOption) (*Lease, error) {
+// shape is what one acquire asks for: the key's kind and limit, and the
+// mode of the caller's entry in its queue (see package driver, Kind).
+type shape struct {
+	kind  Kind
+	limit int
+	mode  Mode
+}
+
+var lockShape = shape{KindLock, 1, Exclusive}
+
+// acquire serves every primitive: op names the call in errors ("lock",
+// "acquire", "rlock").
+func (c *Client) acquire(ctx context.Context, op, key string, sh shape, wait bool, opts []LockOption) (*Lease, error) {
 	if err := keys.Validate(key); err != nil {
-		return nil, opErr("lock", key, err)
+		return nil, opErr(op, key, err)
+	}
+	if sh.kind == KindSemaphore && sh.limit < 1 {
+		return nil, opErr(op, key, fmt.Errorf("%w: semaphore limit %d is below 1", ErrInvalidOption, sh.limit))
 	}
 	cfg := c.defaults
 	for _, o := range opts {
 		if err := o.applyLock(&cfg); err != nil {
-			return nil, opErr("lock", key, err)
+			return nil, opErr(op, key, err)
 		}
 	}
 	if err := checkFixedTTL(c.drv, &cfg); err != nil {
-		return nil, opErr("lock", key, err)
+		return nil, opErr(op, key, err)
 	}
 	if c.holdsInContext(ctx, key) {
 		// Inside Do of this key: waiting would wait for ourselves.
-		return nil, opErr("lock", key, ErrReentrant)
+		return nil, opErr(op, key, ErrReentrant)
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, opErr("lock", key, ErrClosed)
+		return nil, opErr(op, key, ErrClosed)
 	}
 	c.acquiring.Add(1)
 	c.mu.Unlock()
@@ -129,15 +144,18 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		TTL:      cfg.ttl,
 		Metadata: cfg.metadata.encode(),
 		Wait:     wait,
+		Kind:     sh.kind,
+		Limit:    sh.limit,
+		Mode:     sh.mode,
 	}
 	g, err := c.drv.Acquire(ctx, req)
 	if err != nil {
 		if c.ctx.Err() != nil {
-			return nil, opErr("lock", key, fmt.Errorf("%w: %w", ErrClosed, err))
+			return nil, opErr(op, key, fmt.Errorf("%w: %w", ErrClosed, err))
 		}
-		return nil, opErr("lock", key, err)
+		return nil, opErr(op, key, err)
 	}
-	l := &Lease{client: c, key: key, token: g.Token(), ttl: g.Validity(), eng: lease.Start(key, g, c.log)}
+	l := &Lease{client: c, key: key, token: g.Token(), ttl: g.Validity(), mode: sh.mode, eng: lease.Start(key, g, c.log)}
 
 	c.mu.Lock()
 	closed, closing := c.closed, c.closing
@@ -150,7 +168,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		// do not hold Close up for longer than its own releases either
 		// (Close waits for this call).
 		_ = l.closeWithin(closing)
-		return nil, opErr("lock", key, ErrClosed)
+		return nil, opErr(op, key, ErrClosed)
 	}
 	return l, nil
 }
@@ -253,12 +271,11 @@ func (c *Client) inspector() (driver.Inspector, error) {
 
 func convertInfo(in *driver.LockInfo) *LockInfo {
 	conv := func(e driver.Entry) Entry {
-		return Entry{Token: e.Token, Metadata: decodeMetadata(e.Metadata), Since: e.Since, TTL: e.TTL}
+		return Entry{Token: e.Token, Metadata: decodeMetadata(e.Metadata), Since: e.Since, TTL: e.TTL, Mode: e.Mode}
 	}
-	out := &LockInfo{Key: in.Key}
-	if in.Holder != nil {
-		h := conv(*in.Holder)
-		out.Holder = &h
+	out := &LockInfo{Key: in.Key, Kind: in.Kind, Limit: in.Limit}
+	for _, h := range in.Holders {
+		out.Holders = append(out.Holders, conv(h))
 	}
 	for _, w := range in.Waiters {
 		out.Waiters = append(out.Waiters, conv(w))

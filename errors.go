@@ -59,6 +59,14 @@ var (
 	// other caller.
 	ErrReentrant = errors.New("dlock: key already held by this caller (locks are not reentrant)")
 
+	// ErrKindMismatch is returned when a key is held or waited for as
+	// another kind than the call asks for: a Semaphore of a key locked by
+	// Lock, a Lock of a RWMutex's key, or Semaphores of one key with
+	// different limits. The message names what the key is; nothing on the
+	// server changes. Once nobody holds or waits for the key, it may serve
+	// another kind.
+	ErrKindMismatch = driver.ErrKindMismatch
+
 	// ErrInvalidOption is returned for an option value out of range.
 	ErrInvalidOption = errors.New("dlock: invalid option")
 

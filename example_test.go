@@ -105,5 +105,5 @@ func ExampleClient_Inspect() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("%s held by %q, %d waiting\n", info.Key, info.Holder.Metadata.Note, len(info.Waiters))
+	fmt.Printf("%s held by %q, %d waiting\n", info.Key, info.Holders[0].Metadata.Note, len(info.Waiters))
 }

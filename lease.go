@@ -22,8 +22,13 @@ type Lease struct {
 	key    string
 	token  uint64
 	ttl    time.Duration
+	mode   Mode
 	eng    *lease.Engine
 }
+
+// Mode returns what the lease holds: Exclusive for a lock and a
+// RWMutex.Lock, Shared for a RWMutex.RLock and a Semaphore's permit.
+func (l *Lease) Mode() Mode { return l.mode }
 
 // Key returns the key this lease holds.
 func (l *Lease) Key() string { return l.key }

@@ -30,7 +30,9 @@ func decodeMetadata(b []byte) Metadata {
 // LockInfo is a snapshot of one key, as returned by Client.Inspect.
 type LockInfo struct {
 	Key     string
-	Holder  *Entry  // nil when nobody holds the key
+	Kind    Kind    // what the key is; KindLock for a key nobody holds or waits for
+	Limit   int     // a semaphore's permits; 1 for a lock, 0 (no limit) for a read-write lock
+	Holders []Entry // in the order they were granted; empty when nobody holds the key
 	Waiters []Entry // in the order they will be served
 }
 
@@ -40,4 +42,5 @@ type Entry struct {
 	Metadata Metadata      // as given with WithMetadata
 	Since    time.Time     // when the server recorded the entry; zero if unknown
 	TTL      time.Duration // time left before the entry expires unless renewed; negative if unknown
+	Mode     Mode          // Exclusive (a lock, a writer) or Shared (a reader, a permit)
 }

@@ -60,10 +60,13 @@ var _ = register("Inspect_showsHolderAndWaiters", func(s *suite) {
 	a, b := s.client(), s.client()
 	la := s.lock(a, key, s.ttl(), dlock.WithMetadata(dlock.Metadata{Note: "nightly job"}))
 	info := s.inspect(b, key)
-	if info.Key != key || info.Holder == nil {
-		s.t.Fatalf("Inspect = %+v, want holder of %q", info, key)
+	if info.Key != key || len(info.Holders) != 1 || info.Kind != dlock.KindLock || info.Limit != 1 {
+		s.t.Fatalf("Inspect = %+v, want one holder of %q, kind lock, limit 1", info, key)
 	}
-	h := info.Holder
+	h := info.Holders[0]
+	if h.Mode != dlock.Exclusive {
+		s.t.Fatalf("holder mode = %v, want exclusive", h.Mode)
+	}
 	host, _ := os.Hostname()
 	if h.Token != la.Token() || h.Metadata.Note != "nightly job" || h.Metadata.PID != os.Getpid() || h.Metadata.Host != host {
 		s.t.Fatalf("holder = %+v, want token %d, note %q, pid %d, host %q", h, la.Token(), "nightly job", os.Getpid(), host)
@@ -90,7 +93,7 @@ var _ = register("Inspect_showsHolderAndWaiters", func(s *suite) {
 	}
 	found := false
 	for _, li := range list {
-		found = found || (li.Key == key && li.Holder != nil && li.Holder.Token == la.Token())
+		found = found || (li.Key == key && len(li.Holders) == 1 && li.Holders[0].Token == la.Token())
 	}
 	if !found {
 		s.t.Fatalf("List(prefix of %q) = %+v, want the held key", key, list)
@@ -99,7 +102,7 @@ var _ = register("Inspect_showsHolderAndWaiters", func(s *suite) {
 	if err := <-errc; err != nil {
 		s.t.Fatal(err)
 	}
-	if info := s.inspect(a, key); info.Holder != nil || len(info.Waiters) != 0 {
+	if info := s.inspect(a, key); len(info.Holders) != 0 || len(info.Waiters) != 0 {
 		s.t.Fatalf("Inspect of a free key = %+v, want no holder, no waiters", info)
 	}
 })

@@ -54,6 +54,18 @@ type AcquireRequest struct {
 	Metadata []byte
 	// Wait says whether to block (Lock) or make one attempt (TryLock).
 	Wait bool
+	// Kind and Limit are what the key is (see Kind): KindLock with limit
+	// 1, KindSemaphore with its number of permits, KindRWMutex with 0.
+	// The driver stores them with the key's state and refuses, with
+	// KindMismatch, a request that disagrees with the stored ones.
+	Kind  Kind
+	Limit int
+	// Mode is what this entry asks for: Exclusive for a lock and a writer,
+	// Shared for a reader and a permit. An entry is granted by the grant
+	// rule (see Admits); when Wait is false, the attempt fails with
+	// ErrLocked unless it would be granted at once with nobody waiting
+	// ahead of it.
+	Mode Mode
 }
 
 // Grant is a key held on the server. dlock's lease engine calls Renew about
@@ -135,7 +147,7 @@ type FixedTTL interface {
 // who waits for it. dlock.Client.Inspect and List use it.
 type Inspector interface {
 	// Inspect returns the state of one key. A key nobody holds or waits for
-	// yields a LockInfo with a nil Holder and no Waiters, not an error.
+	// yields a LockInfo with no Holders and no Waiters, not an error.
 	Inspect(ctx context.Context, key string) (*LockInfo, error)
 	// List returns the keys that start with prefix and are held or waited
 	// for, sorted by key.
@@ -145,7 +157,9 @@ type Inspector interface {
 // LockInfo is a snapshot of one key.
 type LockInfo struct {
 	Key     string
-	Holder  *Entry  // nil when the key is free
+	Kind    Kind    // KindLock for a key nobody holds or waits for
+	Limit   int     // as in AcquireRequest
+	Holders []Entry // in the order they were granted; empty when the key is free
 	Waiters []Entry // in the order they will be served
 }
 
@@ -161,4 +175,6 @@ type Entry struct {
 	// TTL is how long the entry lives without renewal; negative when the
 	// backend cannot tell.
 	TTL time.Duration
+	// Mode is what the entry holds or waits for.
+	Mode Mode
 }

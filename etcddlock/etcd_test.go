@@ -534,7 +534,7 @@ func TestList_keysStayApart(t *testing.T) {
 	}
 	for _, n := range names {
 		info, err := c.Inspect(ctx, base+n)
-		if err != nil || info.Holder == nil || len(info.Waiters) != 0 {
+		if err != nil || len(info.Holders) == 0 || len(info.Waiters) != 0 {
 			t.Errorf("Inspect(%q) = %+v, %v; want a holder and no waiters", base+n, info, err)
 		}
 	}

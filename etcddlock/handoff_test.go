@@ -129,7 +129,7 @@ func TestHandOff_waiterAheadGivesUp_noGrant(t *testing.T) {
 			default:
 			}
 			info, err := holder.Inspect(ctx, key)
-			if err != nil || info.Holder == nil || info.Holder.Token != lh.Token() || len(info.Waiters) != 1 {
+			if err != nil || len(info.Holders) == 0 || info.Holders[0].Token != lh.Token() || len(info.Waiters) != 1 {
 				t.Fatalf("Inspect = %+v, %v; want the holder and one waiter", info, err)
 			}
 			if err := lh.Unlock(ctx); err != nil {

@@ -73,7 +73,7 @@ func (d *etcdDriver) List(ctx context.Context, prefix string) ([]*driver.LockInf
 
 // describe builds a LockInfo from a queue's entries, oldest first.
 func (d *etcdDriver) describe(ctx context.Context, key string, kvs []*mvccpb.KeyValue) (*driver.LockInfo, error) {
-	info := &driver.LockInfo{Key: key}
+	info := &driver.LockInfo{Key: key, Limit: 1}
 	for i, kv := range kvs {
 		e := driver.Entry{Metadata: kv.Value, TTL: -1}
 		if i > 0 {
@@ -86,7 +86,7 @@ func (d *etcdDriver) describe(ctx context.Context, key string, kvs []*mvccpb.Key
 			return nil, d.wrapErr("read the holder's lease", err)
 		}
 		e.TTL = ttl
-		info.Holder = &e
+		info.Holders = append(info.Holders, e)
 	}
 	return info, nil
 }

@@ -89,7 +89,7 @@ func TestOpen_auth(t *testing.T) {
 		t.Fatal(err)
 	}
 	info, err := c.Inspect(ctx, "with-auth")
-	if err != nil || info.Holder == nil || info.Holder.Token != l.Token() {
+	if err != nil || len(info.Holders) == 0 || info.Holders[0].Token != l.Token() {
 		t.Fatalf("Inspect = %+v, %v", info, err)
 	}
 	if err := l.Unlock(ctx); err != nil {

@@ -425,8 +425,8 @@ func (h *holder) do(c Command) Event {
 			ev.Err, ev.Kind = err.Error(), errKind(err)
 			return ev
 		}
-		if info.Holder != nil {
-			ev.HolderPID, ev.Token = info.Holder.Metadata.PID, info.Holder.Token
+		if len(info.Holders) > 0 {
+			ev.HolderPID, ev.Token = info.Holders[0].Metadata.PID, info.Holders[0].Token
 		}
 		ev.Waiters = len(info.Waiters)
 	case "contend":

@@ -105,7 +105,7 @@ func Example_inspect() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("%s held by %q, %d waiting\n", info.Key, info.Holder.Metadata.Note, len(info.Waiters))
+	fmt.Printf("%s held by %q, %d waiting\n", info.Key, info.Holders[0].Metadata.Note, len(info.Waiters))
 	// Output: nightly held by "backup", 0 waiting
 }
 

@@ -25,16 +25,16 @@ func (d *redisDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo
 	str := func(i int) string { s, _ := v[i].(string); return s }
 	num := func(i int) int64 { n, _ := strconv.ParseInt(str(i), 10, 64); return n }
 	now := num(0)
-	info := &driver.LockInfo{Key: key}
+	info := &driver.LockInfo{Key: key, Limit: 1}
 	if tok := str(1); tok != "" {
 		token, _ := strconv.ParseUint(tok, 10, 64)
 		pttl, _ := v[4].(int64)
-		info.Holder = &driver.Entry{
+		info.Holders = append(info.Holders, driver.Entry{
 			Token:    token,
 			Metadata: []byte(str(2)),
 			Since:    time.UnixMilli(num(3)),
 			TTL:      time.Duration(pttl) * time.Millisecond,
-		}
+		})
 	}
 	for i := 5; i < len(v); i += 3 {
 		info.Waiters = append(info.Waiters, driver.Entry{
@@ -85,7 +85,7 @@ func (d *redisDriver) List(ctx context.Context, prefix string) ([]*driver.LockIn
 		if err != nil {
 			return nil, err
 		}
-		if info.Holder != nil || len(info.Waiters) > 0 {
+		if len(info.Holders) > 0 || len(info.Waiters) > 0 {
 			out = append(out, info)
 		}
 	}

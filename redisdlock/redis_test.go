@@ -342,7 +342,7 @@ func TestAcquire_lostReplyRetriedFindsOwnGrant(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.Holder == nil || info.Holder.Token != l.Token() || len(info.Waiters) != 0 {
+		if len(info.Holders) == 0 || info.Holders[0].Token != l.Token() || len(info.Waiters) != 0 {
 			t.Fatalf("wait=%v: server state %+v, want our grant (token %d) and no waiter", wait, info, l.Token())
 		}
 		if err := l.Unlock(ctx); err != nil {
@@ -479,10 +479,10 @@ func TestInspect_sinceAndToken(t *testing.T) {
 			t.Errorf("%s = %v, want between %v and %v", what, got, before, after)
 		}
 	}
-	near("holder since", info.Holder.Since)
+	near("holder since", info.Holders[0].Since)
 	near("waiter since", info.Waiters[0].Since)
 	near("token as time", time.UnixMicro(int64(lh.Token())))
-	if ms := lh.Token() / 1000; ms != uint64(info.Holder.Since.UnixMilli()) {
-		t.Errorf("token %d, since %d ms: not the same instant", lh.Token(), info.Holder.Since.UnixMilli())
+	if ms := lh.Token() / 1000; ms != uint64(info.Holders[0].Since.UnixMilli()) {
+		t.Errorf("token %d, since %d ms: not the same instant", lh.Token(), info.Holders[0].Since.UnixMilli())
 	}
 }

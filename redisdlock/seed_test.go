@@ -170,17 +170,17 @@ func (d *dlockRecipe) token(who string) (uint64, bool) {
 }
 func (d *dlockRecipe) storedOwner(ctx context.Context) (string, error) {
 	info, err := d.admin.Inspect(ctx, d.key)
-	if err != nil || info.Holder == nil {
+	if err != nil || len(info.Holders) == 0 {
 		return "", err
 	}
-	return info.Holder.Metadata.Note, nil
+	return info.Holders[0].Metadata.Note, nil
 }
 func (d *dlockRecipe) keyTTL(ctx context.Context) (time.Duration, error) {
 	info, err := d.admin.Inspect(ctx, d.key)
-	if err != nil || info.Holder == nil {
+	if err != nil || len(info.Holders) == 0 {
 		return 0, err
 	}
-	return info.Holder.TTL, nil
+	return info.Holders[0].TTL, nil
 }
 
 func noSteps(string) error { return nil }

@@ -210,8 +210,8 @@ func TestLock_waiterAheadLeaves_relistsAndWaits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Holder == nil || info.Holder.Token != lh.Token() || len(info.Waiters) != 1 {
-		t.Fatalf("Inspect: holder %+v and %d waiters, want the holder (token %d) and one waiter", info.Holder, len(info.Waiters), lh.Token())
+	if len(info.Holders) == 0 || info.Holders[0].Token != lh.Token() || len(info.Waiters) != 1 {
+		t.Fatalf("Inspect: holder %+v and %d waiters, want the holder (token %d) and one waiter", info.Holders, len(info.Waiters), lh.Token())
 	}
 	before := hook.requests.Load()
 	mustUnlock(t, ctx, lh)

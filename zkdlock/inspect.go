@@ -17,7 +17,7 @@ import (
 // owner's session, whose timeout only the owner knows.
 func (d *zkDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo, error) {
 	path := d.keyPath(key)
-	info := &driver.LockInfo{Key: key}
+	info := &driver.LockInfo{Key: key, Limit: 1}
 	children, err := call(ctx, nil, d.timeout(), func() ([]string, error) {
 		children, _, err := d.conn.Children(path)
 		return children, err
@@ -44,9 +44,9 @@ func (d *zkDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo, e
 			return nil, d.wrapErr("read "+n.name, err)
 		}
 		e := driver.Entry{Metadata: r.data, Since: time.UnixMilli(r.stat.Ctime), TTL: -1}
-		if info.Holder == nil {
+		if len(info.Holders) == 0 {
 			e.Token = uint64(r.stat.Czxid)
-			info.Holder = &e
+			info.Holders = append(info.Holders, e)
 			continue
 		}
 		info.Waiters = append(info.Waiters, e)
@@ -80,7 +80,7 @@ func (d *zkDriver) List(ctx context.Context, prefix string) ([]*driver.LockInfo,
 		if err != nil {
 			return nil, err
 		}
-		if info.Holder != nil || len(info.Waiters) > 0 {
+		if len(info.Holders) > 0 || len(info.Waiters) > 0 {
 			out = append(out, info)
 		}
 	}

@@ -51,8 +51,8 @@ func TestLock_uncontendedCycle_threeRequests(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if info.Holder == nil || info.Holder.Token != l.Token() {
-					t.Fatalf("cycle %d: Inspect shows holder %+v, want token %d (the node's creation zxid)", i, info.Holder, l.Token())
+				if len(info.Holders) == 0 || info.Holders[0].Token != l.Token() {
+					t.Fatalf("cycle %d: Inspect shows holder %+v, want token %d (the node's creation zxid)", i, info.Holders, l.Token())
 				}
 				afterInspect := hook.requests.Load()
 				mustUnlock(t, ctx, l)

@@ -283,7 +283,7 @@ func cmdQueued(ts *testscript.TestScript, neg bool, args []string) {
 			return false
 		}
 		last = info
-		return info.Holder != nil && len(info.Waiters) == n
+		return len(info.Holders) != 0 && len(info.Waiters) == n
 	})
 	if !ok {
 		ts.Fatalf("after %v, %s is not held with %d waiting: %+v", waitBound, args[0], n, last)

@@ -84,7 +84,7 @@ func (c *cli) cmdList(ctx context.Context, args []string) int {
 	fmt.Fprintln(tw, "KEY\tHOLDER\tTOKEN\tHELD SINCE\tTTL LEFT\tWAITERS\tNOTE")
 	for _, in := range infos {
 		holder, token, since, ttl, note := "-", "-", "-", "-", ""
-		if h := in.Holder; h != nil {
+		if h := firstHolder(in); h != nil {
 			holder = who(h.Metadata)
 			token = strconv.FormatUint(h.Token, 10)
 			since = fmtSince(h.Since, now)
@@ -99,17 +99,17 @@ func (c *cli) cmdList(ctx context.Context, args []string) int {
 
 // writeStatus prints one key's holder and waiters for people.
 func writeStatus(w io.Writer, in *dlock.LockInfo, now time.Time) {
-	if in.Holder == nil && len(in.Waiters) == 0 {
+	if firstHolder(in) == nil && len(in.Waiters) == 0 {
 		fmt.Fprintf(w, "%s: free (nobody holds it or waits for it)\n", in.Key)
 		return
 	}
 	switch {
-	case in.Holder == nil:
+	case firstHolder(in) == nil:
 		fmt.Fprintf(w, "%s: free, with %d waiting to take it\n", in.Key, len(in.Waiters))
 	case len(in.Waiters) == 0:
-		fmt.Fprintf(w, "%s: held by %s, nobody waiting\n", in.Key, who(in.Holder.Metadata))
+		fmt.Fprintf(w, "%s: held by %s, nobody waiting\n", in.Key, who(firstHolder(in).Metadata))
 	default:
-		fmt.Fprintf(w, "%s: held by %s, %d waiting\n", in.Key, who(in.Holder.Metadata), len(in.Waiters))
+		fmt.Fprintf(w, "%s: held by %s, %d waiting\n", in.Key, who(firstHolder(in).Metadata), len(in.Waiters))
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -121,13 +121,21 @@ func writeStatus(w io.Writer, in *dlock.LockInfo, now time.Time) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", role, orDash(e.Metadata.Host), pid, token, fmtSince(e.Since, now), fmtTTL(e.TTL), e.Metadata.Note)
 	}
-	if h := in.Holder; h != nil {
+	if h := firstHolder(in); h != nil {
 		row("holder", *h, strconv.FormatUint(h.Token, 10))
 	}
 	for i, e := range in.Waiters {
 		row("waiter "+strconv.Itoa(i+1), e, "-")
 	}
 	_ = tw.Flush()
+}
+
+// firstHolder returns the first of in's holders, nil when there is none.
+func firstHolder(in *dlock.LockInfo) *dlock.Entry {
+	if len(in.Holders) == 0 {
+		return nil
+	}
+	return &in.Holders[0]
 }
 
 // jsonLock is the --json form of one key; docs/cli.md documents it.
@@ -160,8 +168,8 @@ func toJSON(in *dlock.LockInfo, now time.Time) jsonLock {
 		return j
 	}
 	out := jsonLock{Key: in.Key, Waiters: []jsonEntry{}}
-	if in.Holder != nil {
-		h := conv(*in.Holder)
+	if firstHolder(in) != nil {
+		h := conv(*firstHolder(in))
 		out.Holder = &h
 	}
 	for _, w := range in.Waiters {
@@ -185,10 +193,10 @@ func (c *cli) describeHolder(client *dlock.Client, key string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	in, err := client.Inspect(ctx, key)
-	if err != nil || in.Holder == nil {
+	if err != nil || firstHolder(in) == nil {
 		return ""
 	}
-	h := in.Holder
+	h := firstHolder(in)
 	s := "held by " + who(h.Metadata)
 	if h.Metadata.Note != "" {
 		s += " running " + strconv.Quote(h.Metadata.Note)
