@@ -23,6 +23,28 @@
 // already holds waits for itself. Where the Client can tell (a Lock or Do
 // nested in a Do of the same key), it returns ErrReentrant instead.
 //
+// # Primitives
+//
+// Besides the lock, a key can serve as a semaphore ("at most 3 exports at
+// once across the fleet") or a read-write lock ("many readers of the price
+// table, one writer at a time"):
+//
+//	permit, err := client.Semaphore("exports", 3).Acquire(ctx)
+//	...
+//	read, err := client.RWMutex("prices").RLock(ctx)
+//
+// All three are one fair queue per key whose entries carry a Mode,
+// Exclusive (a lock, a writer) or Shared (a reader, a permit), under one
+// grant rule: an entry is granted when every entry ahead of it is
+// compatible with it (Shared with Shared) and fewer than the limit (a
+// semaphore's permits; 1 for a lock; none for readers) are ahead of it. So
+// grants follow arrival order, a reader that arrives behind a waiting
+// writer waits behind it (writers never starve), and a release grants, and
+// wakes, exactly the waiters it makes grantable. Every grant is a Lease
+// with the same guarantees (renewal, Done, fencing token). A key serves one
+// kind, with one limit, while anybody holds or waits for it: a call of
+// another kind fails with ErrKindMismatch. See docs/primitives.md.
+//
 // # Safety
 //
 // It is NOT safe to assume that holding a Lease means nobody else holds the
@@ -32,15 +54,21 @@
 // given to someone else. What dlock does guarantee:
 //
 //   - The server never grants a key to two owners whose leases are both
-//     unexpired.
+//     unexpired, except as the key's kind allows: up to its limit of
+//     permits on a semaphore, readers together on a read-write lock, and
+//     never a writer beside any other lease.
 //   - Lease.Done is closed, and Lease.Err says why, no later than the moment
 //     the server could grant the key to somebody else. The local deadline is
 //     counted from when the acquire or renew request was sent, less a margin
 //     for clock drift, and never from a client's wall clock.
-//   - Lease.Token is a fencing token that only goes up for a key. Pass it to
-//     the database or service you write to, and have that reject a token lower
-//     than the highest it has seen: that is what makes a stale holder
-//     harmless.
+//   - Lease.Token is a fencing token that only goes up for a key: every
+//     grant's is above every earlier grant's, readers and permits
+//     included. Pass it to the database or service you write to, and have
+//     that reject a token lower than the highest it has seen: that is what
+//     makes a stale holder harmless. Shared leases overlap by design, so a
+//     resource fenced by a semaphore or a read-write lock must not reject
+//     a token merely for being below another holder's: docs/primitives.md
+//     says what it should do instead.
 //   - Unlock and renewal only ever act on the caller's own grant, identified
 //     by a random 128-bit owner id, even when replies are lost and retried.
 //
@@ -108,8 +136,8 @@
 // # Errors
 //
 // Errors are values to test with errors.Is: ErrLocked, ErrNotHeld,
-// ErrLeaseLost, ErrReleased, ErrClosed, ErrReentrant, ErrInvalidKey, ErrInvalidOption,
-// ErrInvalidURL, ErrUnavailable and ErrAuth. Their messages name the key or
+// ErrLeaseLost, ErrReleased, ErrClosed, ErrReentrant, ErrKindMismatch,
+// ErrInvalidKey, ErrInvalidOption, ErrInvalidURL, ErrUnavailable and ErrAuth. Their messages name the key or
 // address concerned.
 //
 // # Backends
