@@ -4,6 +4,7 @@
 //
 //	cd bench && ./run.sh            # everything, under 10 minutes on 2 cores
 //	cd bench && go run . -quick     # a smoke test: short windows, small scale
+//	cd bench && ./run.sh -only modes  # only the semaphore and RWMutex (issue 12)
 //
 // It starts its own redis-server, ZooKeeper (the Debian package's jars) and
 // an embedded etcd (in a child process) on free loopback ports, and stops
@@ -38,6 +39,9 @@ type config struct {
 	from     string
 	// modes are the workloads of the modes section (issue 12).
 	modes []modeWorkload
+	// partial: -only chose workloads of the modes section; like -quick,
+	// the report is then written only where -out says.
+	partial bool
 }
 
 // results is everything one run measured; it is also written as JSON.
@@ -84,7 +88,7 @@ func main() {
 	flag.Parse()
 	cfg.modes = modeWorkloads
 	if sel := modeSelection(only); sel != nil {
-		cfg.modes = sel
+		cfg.modes, cfg.partial = sel, true
 		if !flagGiven("sections") {
 			sections = "rtt,modes"
 		}
@@ -275,7 +279,7 @@ func run(cfg config) error {
 	res.Machine.LoadAfter = loadavg()
 	log.Printf("done in %v; load %s", res.End.Sub(res.Start).Round(time.Second), res.Machine.LoadAfter)
 
-	if cfg.quick && !flagGiven("out") {
+	if (cfg.quick || cfg.partial) && !flagGiven("out") {
 		return nil
 	}
 	return writeOutputs(res, cfg.out, true)
