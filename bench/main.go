@@ -4,6 +4,7 @@
 //
 //	cd bench && ./run.sh            # everything, under 10 minutes on 2 cores
 //	cd bench && go run . -quick     # a smoke test: short windows, small scale
+//	cd bench && ./run.sh -only modes  # only the semaphore and RWMutex (issue 12)
 //
 // It starts its own redis-server, ZooKeeper (the Debian package's jars) and
 // an embedded etcd (in a child process) on free loopback ports, and stops
@@ -36,6 +37,11 @@ type config struct {
 	ns       []int
 	queueN   int
 	from     string
+	// modes are the workloads of the modes section (issue 12).
+	modes []modeWorkload
+	// partial: -only chose workloads of the modes section; like -quick,
+	// the report is then written only where -out says.
+	partial bool
 }
 
 // results is everything one run measured; it is also written as JSON.
@@ -51,6 +57,7 @@ type results struct {
 	ClientCost  []clientCostResult
 	Queue       []queueResult
 	Keys        []keysResult
+	Modes       []modeResult
 	Notes       []string
 }
 
@@ -74,12 +81,18 @@ func main() {
 	flag.BoolVar(&cfg.quick, "quick", false, "smoke test: short windows and small scale tests (does not write the report unless -out is given)")
 	flag.DurationVar(&cfg.window, "window", 2*time.Second, "measuring window of each contended run")
 	flag.DurationVar(&cfg.warmup, "warmup", 300*time.Millisecond, "warm-up before each contended window")
-	flag.StringVar(&only, "only", "", "run only the libraries whose name matches this regexp")
+	flag.StringVar(&only, "only", "", "run only the libraries whose name matches this regexp; or, with \"modes\", \"semaphore\" or \"rwmutex\" (comma-separated), only those workloads of the modes section (with the lock as the reference) and the round-trip floor")
 	flag.IntVar(&cfg.queueN, "queue-waiters", 0, "override the number of waiters of the queue test (0: per library, see queueSize)")
 	flag.StringVar(&cfg.from, "from", "", "do not measure: write the report and chart from this results.json of an earlier run")
-	flag.StringVar(&sections, "sections", "rtt,uncontended,contended,cost,queue,keys", "sections to run")
+	flag.StringVar(&sections, "sections", "rtt,uncontended,contended,modes,cost,queue,keys", "sections to run")
 	flag.Parse()
-	if only != "" {
+	cfg.modes = modeWorkloads
+	if sel := modeSelection(only); sel != nil {
+		cfg.modes, cfg.partial = sel, true
+		if !flagGiven("sections") {
+			sections = "rtt,modes"
+		}
+	} else if only != "" {
 		cfg.only = regexp.MustCompile(only)
 	}
 	cfg.sections = map[string]bool{}
@@ -213,6 +226,9 @@ func run(cfg config) error {
 			}
 		}
 	}
+	if cfg.sections["modes"] {
+		res.Modes = runModesSection(s, libs, cfg)
+	}
 	if cfg.sections["cost"] {
 		bt := "1s"
 		if cfg.quick {
@@ -263,7 +279,7 @@ func run(cfg config) error {
 	res.Machine.LoadAfter = loadavg()
 	log.Printf("done in %v; load %s", res.End.Sub(res.Start).Round(time.Second), res.Machine.LoadAfter)
 
-	if cfg.quick && !flagGiven("out") {
+	if (cfg.quick || cfg.partial) && !flagGiven("out") {
 		return nil
 	}
 	return writeOutputs(res, cfg.out, true)

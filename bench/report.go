@@ -316,6 +316,8 @@ func report(res *results) string {
 	}
 	m.table([]string{"library", "server operations per grant (Redis: commandstats, commands inside scripts included)"}, rows)
 
+	modesReport(&m, res)
+
 	m.p("## Client cost")
 	m.p("")
 	m.p("One client acquiring and releasing one key in a loop, run by `testing.Benchmark` with allocation")

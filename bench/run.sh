@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Runs every benchmark of issue 5 — dlock and its peers on the same servers,
-# in one run — and writes ../docs/benchmarks.md and ../docs/benchmarks.png
-# (and results.json here). Takes 6–9 minutes on a 2-core machine.
+# in one run — and those of issue 12 (a semaphore and an RWMutex on dlock's
+# backends), and writes ../docs/benchmarks.md and ../docs/benchmarks.png
+# (and results.json here). Takes 7–11 minutes on a 2-core machine.
 #
 #   ./run.sh                 the full run
 #   ./run.sh -quick          a smoke test (short windows, small scale; writes nothing)
 #   ./run.sh -only 'dlock'   only the libraries whose name matches
+#   ./run.sh -only modes     only the semaphore and RWMutex workloads of issue 12
+#                            (with dlock's lock as their reference) and the
+#                            round-trip floor; also -only semaphore, -only rwmutex;
+#                            writes nothing unless -out DIR is given; add -quick
+#                            for short windows (about 30 s in all)
 #
 # Needs redis-server and ZooKeeper with Java (apt-get install -y redis-server
 # zookeeper); etcd is embedded. Servers run on free loopback ports and are
