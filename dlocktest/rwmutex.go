@@ -266,3 +266,72 @@ var _ = register("RWMutex_inspect_kindModesInOrder", func(s *suite) {
 	s.unlock(s.granted(pw3))
 	s.checkNothingLeft(key)
 })
+
+// Lock_cancelAtHandOff_nextWaiterServed for a writer with readers behind
+// it: the writer gives up at the moment the key is handed to it, and the
+// readers behind it are served either way (it left the queue, or it was
+// granted and unlocks).
+var _ = register("RWMutex_cancelAtHandOff_readersServed", func(s *suite) {
+	key := s.key()
+	c := s.client()
+	for round := range 4 {
+		w0 := s.held("w0", c.RWMutex(key).TryLock)
+		ctx1, cancel1 := context.WithCancel(s.ctx)
+		wc := s.client()
+		w1 := s.arriveCtx(ctx1, c, key, "w1", func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lease, error) {
+			l, err := wc.RWMutex(key).Lock(ctx, opts...)
+			if err == nil {
+				err = l.Unlock(s.ctx) // it won the race: give the key on
+			}
+			return nil, err
+		})
+		pr2 := s.arrive(c, key, "r2", s.client().RWMutex(key).RLock)
+		pr3 := s.arrive(c, key, "r3", s.client().RWMutex(key).RLock)
+		go cancel1() // race the cancel against the hand-off
+		s.unlock(w0)
+		select {
+		case <-w1.done:
+			if w1.err != nil && !errors.Is(w1.err, context.Canceled) {
+				s.t.Fatalf("round %d: w1: %v", round, w1.err)
+			}
+		case <-s.ctx.Done():
+			s.t.Fatalf("round %d: w1 has not returned (watchdog)", round)
+		}
+		s.unlock(s.granted(pr2))
+		s.unlock(s.granted(pr3))
+	}
+	s.checkNothingLeft(key)
+})
+
+// Lock_deadWaiterSkipped for a writer: a waiting writer whose network dies
+// blocks the readers behind it only until its entry goes, although a
+// reader still holds.
+var _ = register("RWMutex_deadWriterWaiting_readersServed", func(s *suite) {
+	key := s.key()
+	c := s.client()
+	dead, link := s.faulty()
+	r0 := s.held("r0", c.RWMutex(key).TryRLock)
+	r1 := s.held("r1", c.RWMutex(key).TryRLock)
+	go func() {
+		// Its Lock may end in any way; what matters is the reader behind it.
+		l, err := dead.RWMutex(key).Lock(s.ctx, s.ttl(), noted("dead"))
+		if err == nil {
+			<-l.Done()
+		}
+	}()
+	s.waitQueued(c, key, "dead")
+	link.Blackhole()
+	pr := s.arrive(c, key, "live", s.client().RWMutex(key).RLock)
+	l := s.granted(pr)
+	select {
+	case <-r0.Done():
+		s.t.Fatalf("the holding reader's lease ended: %v", r0.Err())
+	default:
+	}
+	s.unlock(l)
+	s.unlock(r0)
+	s.unlock(r1)
+	// Let the dead client clean up at once rather than at its Close,
+	// which would wait for its unreachable server.
+	link.Restore()
+})

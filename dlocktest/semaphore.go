@@ -370,3 +370,40 @@ var _ = register("Semaphore_inspect_kindLimitHoldersWaiters", func(s *suite) {
 	}
 	s.checkNothingLeft(key)
 })
+
+// Lock_cancelAtHandOff_nextWaiterServed for a permit: the first waiter
+// gives up at the moment a permit is handed to it; the second gets one
+// either way.
+var _ = register("Semaphore_cancelAtHandOff_nextWaiterServed", func(s *suite) {
+	const limit = 2
+	key := s.key()
+	c := s.client()
+	sem := c.Semaphore(key, limit)
+	h1 := s.held("h1", sem.TryAcquire)
+	for round := range 4 {
+		h0 := s.held("h0", sem.TryAcquire)
+		ctx1, cancel1 := context.WithCancel(s.ctx)
+		wc := s.client()
+		w1 := s.arriveCtx(ctx1, c, key, "w1", func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lease, error) {
+			l, err := wc.Semaphore(key, limit).Acquire(ctx, opts...)
+			if err == nil {
+				err = l.Unlock(s.ctx) // it won the race: give the permit on
+			}
+			return nil, err
+		})
+		pw2 := s.arrive(c, key, "w2", s.client().Semaphore(key, limit).Acquire)
+		go cancel1()
+		s.unlock(h0)
+		select {
+		case <-w1.done:
+			if w1.err != nil && !errors.Is(w1.err, context.Canceled) {
+				s.t.Fatalf("round %d: w1: %v", round, w1.err)
+			}
+		case <-s.ctx.Done():
+			s.t.Fatalf("round %d: w1 has not returned (watchdog)", round)
+		}
+		s.unlock(s.granted(pw2))
+	}
+	s.unlock(h1)
+	s.checkNothingLeft(key)
+})
