@@ -107,3 +107,127 @@ func ExampleClient_Inspect() {
 	}
 	fmt.Printf("%s held by %q, %d waiting\n", info.Key, info.Holders[0].Metadata.Note, len(info.Waiters))
 }
+
+// At most 3 exports run at once across the fleet: each holds one of the
+// semaphore's permits, granted in arrival order.
+func ExampleClient_Semaphore() {
+	ctx := context.Background()
+	client, err := dlock.Open(ctx, redisURL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	exports := client.Semaphore("exports", 3)
+	lease, err := exports.Acquire(ctx, dlock.WithMetadata(dlock.Metadata{Note: "export of December"}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Unlock(ctx)
+	// The lease is a lock's: watch Done, pass Token to what you write.
+	fmt.Println("exporting under one of", exports.Limit(), "permits:", lease.Mode() == dlock.Shared)
+}
+
+// TryAcquire gives up at once when every permit is in use or others wait
+// for one.
+func ExampleSemaphore_TryAcquire() {
+	ctx := context.Background()
+	a, _ := dlock.Open(ctx, redisURL)
+	b, _ := dlock.Open(ctx, redisURL)
+	defer a.Close()
+	defer b.Close()
+
+	lease, err := a.Semaphore("encoders", 1).TryAcquire(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Unlock(ctx)
+	_, err = b.Semaphore("encoders", 1).TryAcquire(ctx)
+	fmt.Println("no permit left:", errors.Is(err, dlock.ErrLocked))
+}
+
+// A key serves one kind at a time: a semaphore of a locked key is refused,
+// and the error names what the key is.
+func ExampleSemaphore_Acquire_kindMismatch() {
+	ctx := context.Background()
+	client, _ := dlock.Open(ctx, redisURL)
+	defer client.Close()
+
+	lease, err := client.Lock(ctx, "reports")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Unlock(ctx)
+	_, err = client.Semaphore("reports", 3).Acquire(ctx)
+	fmt.Println(errors.Is(err, dlock.ErrKindMismatch), err)
+}
+
+// Many readers of the price table, one writer at a time. Writers and
+// readers wait in one queue: a reader that arrives after a waiting writer
+// waits behind it, so writers never starve.
+func ExampleRWMutex() {
+	ctx := context.Background()
+	client, err := dlock.Open(ctx, redisURL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	prices := client.RWMutex("prices")
+
+	r, err := prices.RLock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("reading prices, shared:", r.Mode() == dlock.Shared)
+	_ = r.Unlock(ctx)
+
+	w, err := prices.Lock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// A fenced store accepts this write if its token is above the last
+	// writer's: db.Exec("UPDATE prices SET … , fence=$1 WHERE fence < $1", w.Token())
+	fmt.Println("updating prices, exclusive:", w.Mode() == dlock.Exclusive)
+	_ = w.Unlock(ctx)
+}
+
+// TryRLock joins the readers that hold the key, but not while a writer
+// holds it or waits for it.
+func ExampleRWMutex_TryRLock() {
+	ctx := context.Background()
+	a, _ := dlock.Open(ctx, redisURL)
+	b, _ := dlock.Open(ctx, redisURL)
+	defer a.Close()
+	defer b.Close()
+
+	r1, err := a.RWMutex("prices").TryRLock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	r2, err := b.RWMutex("prices").TryRLock(ctx)
+	fmt.Println("second reader joins:", err == nil)
+	if err == nil {
+		_ = r2.Unlock(ctx)
+	}
+	_, err = b.RWMutex("prices").TryLock(ctx)
+	fmt.Println("writer refused while a reader holds:", errors.Is(err, dlock.ErrLocked))
+	_ = r1.Unlock(ctx)
+}
+
+// Inspect shows a semaphore's limit and every holder's mode and token.
+func ExampleClient_Inspect_semaphore() {
+	ctx := context.Background()
+	client, _ := dlock.Open(ctx, redisURL)
+	defer client.Close()
+
+	lease, _ := client.Semaphore("exports", 3).TryAcquire(ctx, dlock.WithMetadata(dlock.Metadata{Note: "export"}))
+	defer lease.Unlock(ctx)
+	info, err := client.Inspect(ctx, "exports")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%s is a %v of %d: %d held, %d waiting\n", info.Key, info.Kind, info.Limit, len(info.Holders), len(info.Waiters))
+	for _, h := range info.Holders {
+		fmt.Printf("  %q %v, token %d\n", h.Metadata.Note, h.Mode, h.Token)
+	}
+}

@@ -11,11 +11,22 @@
 // exclusion under contention, self-renewing leases, fencing tokens that only
 // go up, the lost-lease signal arriving before anyone else can be granted the
 // key, Unlock never releasing someone else's lock, FIFO waiting that leaves
-// nothing behind when cancelled, and bad input. Scenarios that need a fault
+// nothing behind when cancelled, and bad input; and the same for semaphores
+// and read-write locks (Client.Semaphore, Client.RWMutex), with what they
+// add: never more than the limit of permits, a writer alone, permits and
+// consecutive readers granted together, a reader behind a waiting writer
+// waiting behind it, kinds that refuse each other. Scenarios that need a fault
 // (cutting a client off, deleting a key behind its holder's back, restarting
 // the server) run when the harness offers the matching optional interface:
 // FaultyClientMaker, KeyDeleter, ServerRestarter, LeftoverChecker. They are
 // reported with t.Skip when it does not.
+//
+// The scenarios of semaphores and read-write locks check the queue with
+// Inspect right after each step, so they need of a backend that its Inspect
+// shows an entry the grant rule admits as a holder from the moment the entry
+// is on the server, and that a release, a cancelled wait or Client.Close has
+// granted every waiter it made grantable by the time it returns (not at a
+// later poll).
 //
 // The suite has no false positives but may miss bugs: run it with -race, and
 // more than once. Every wait is bounded by a watchdog that fails the test.
