@@ -280,9 +280,9 @@ func (c *cli) supervise(lease *dlock.Lease, shape runShape, program []string, si
 	cmd := exec.Command(program[0], program[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.stdin, c.stdout, c.stderr
 	cmd.Env = append(os.Environ(),
-		"DLOCK_KEY="+lease.Key(),
-		"DLOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10),
-		"DLOCK_MODE="+shape.childMode())
+		envKey+"="+lease.Key(),
+		envToken+"="+strconv.FormatUint(lease.Token(), 10),
+		envMode+"="+shape.childMode())
 	// When stdout or stderr is not a file, Wait also waits for everybody
 	// holding the pipe os/exec copies from, leftovers of PROGRAM's group
 	// included; dlock learns that PROGRAM exited, and stops them, only

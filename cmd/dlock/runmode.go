@@ -93,8 +93,15 @@ func kindFlags(k dlock.Kind, limit int) string {
 // flags (TestChildVariablesAreNoFlags).
 func (s runShape) childMode() string { return s.mode.String() }
 
-// childVariables are the variables dlock run gives PROGRAM.
-var childVariables = []string{"DLOCK_KEY", "DLOCK_TOKEN", "DLOCK_MODE"}
+// The variables dlock run gives PROGRAM: the key, the lease's fencing
+// token, and childMode.
+const (
+	envKey   = "DLOCK_KEY"
+	envToken = "DLOCK_TOKEN"
+	envMode  = "DLOCK_MODE"
+)
+
+var childVariables = []string{envKey, envToken, envMode}
 
 // parseShape reads --limit, --shared and --exclusive. It returns ok=false
 // with the exit status on a usage error.

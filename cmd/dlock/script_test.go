@@ -58,8 +58,9 @@ func scriptCommands(t *testing.T) map[string]func(ts *testscript.TestScript, neg
 		// jsonfield PATH REGEXP: require that the value at PATH in the
 		// JSON on stdout matches REGEXP. PATH is dot-separated object
 		// keys and list indexes (holders.0.mode); a last element # is
-		// the length of a list (waiters.#). Strings match without their
-		// quotes, null as null, other values in their JSON form.
+		// the length of a list ('waiters.#', quoted: # starts a comment).
+		// Strings match without their quotes, null as null, other values
+		// in their JSON form.
 		"jsonfield": cmdJSONField,
 		// serialized FILE N: require that FILE, written by N runs of
 		// `critical`, shows N critical sections one after another.
