@@ -43,14 +43,14 @@ func (s runShape) acquire(ctx context.Context, client *dlock.Client, key string,
 	return client.Lock(ctx, key)
 }
 
-// lease names what the shape holds, for messages: "the lock", "a permit",
-// "the read lease", "the write lease".
+// lease names what the shape holds, for messages: "the lock", "the
+// permit", "the read lease", "the write lease".
 func (s runShape) lease() string {
 	switch {
 	case s.kind == dlock.KindSemaphore:
-		return "a permit"
+		return "the permit"
 	case s.kind == dlock.KindRWMutex && s.mode == dlock.Shared:
-		return "a read lease"
+		return "the read lease"
 	case s.kind == dlock.KindRWMutex:
 		return "the write lease"
 	}
@@ -61,14 +61,15 @@ func (s runShape) lease() string {
 // before the other kinds existed; `acquired one of 3 permits of "k"` (`the permit` of a semaphore of 1),
 // `acquired a read lease of "k"`, `acquired the write lease of "k"`.
 func (s runShape) acquired(key string) string {
-	switch s.kind {
-	case dlock.KindSemaphore:
-		if s.limit == 1 {
-			return fmt.Sprintf("the permit of %q", key)
-		}
+	switch {
+	case s.kind == dlock.KindSemaphore && s.limit == 1:
+		return fmt.Sprintf("the permit of %q", key)
+	case s.kind == dlock.KindSemaphore:
 		return fmt.Sprintf("one of %d permits of %q", s.limit, key)
-	case dlock.KindRWMutex:
-		return s.lease() + " of " + strconv.Quote(key)
+	case s.kind == dlock.KindRWMutex && s.mode == dlock.Shared:
+		return "a read lease of " + strconv.Quote(key)
+	case s.kind == dlock.KindRWMutex:
+		return "the write lease of " + strconv.Quote(key)
 	}
 	return strconv.Quote(key)
 }
