@@ -213,7 +213,8 @@ func (c *cli) acquire(ctx context.Context, client *dlock.Client, key string, sha
 	case ctx.Err() != nil:
 		return nil, exitFailure, false // interrupted: the caller reports it
 	case errors.Is(err, dlock.ErrKindMismatch):
-		// Before ErrLocked: a key of another kind is no reason to wait.
+		// The driver refuses it at once, waiting or not, and wrote
+		// nothing: say what the key is and which flags take it.
 		return nil, c.fail(exitKindMismatch, err, c.kindHint(client, key, shape)), false
 	case errors.Is(err, dlock.ErrLocked):
 		who := c.describeHolder(client, key)
