@@ -39,7 +39,7 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{name: "run", summary: "run PROGRAM while holding the lock KEY", usage: usageRun, run: (*cli).cmdRun, operand: "KEY", program: true},
+		{name: "run", summary: "run PROGRAM while holding the lock KEY (or a permit, a read lease)", usage: usageRun, run: (*cli).cmdRun, operand: "KEY", program: true},
 		{name: "status", summary: "who holds KEY, who waits for it", usage: usageStatus, run: (*cli).cmdStatus, operand: "KEY"},
 		{name: "ls", summary: "every held or awaited lock", usage: usageList, run: (*cli).cmdList, operand: "[PREFIX]"},
 		{name: "serve", summary: "run a lock server (an embedded etcd)", usage: usageServe, run: (*cli).cmdServe},

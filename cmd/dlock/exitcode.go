@@ -22,6 +22,11 @@ const (
 	// exitLeaseLost: the lease ended while PROGRAM ran; dlock stopped
 	// PROGRAM, whose own status is then not reported.
 	exitLeaseLost = 79
+	// exitKindMismatch: the key's holders and waiters use it as another
+	// kind (a lock, a semaphore of another limit, a read-write lock) than
+	// --limit, --shared and --exclusive ask for. Nothing changed on the
+	// server; PROGRAM was not started.
+	exitKindMismatch = 80
 	// exitTimeout: --wait passed before the lock was granted.
 	exitTimeout = 124 // as timeout(1)
 	// exitCannotExec: PROGRAM was found but could not be started.

@@ -40,6 +40,9 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	grace := f.Duration("grace", 0, "")
 	verbose := f.Bool("verbose", false, "")
 	f.BoolVar(verbose, "v", false, "")
+	limit := f.Int("limit", 0, "")
+	shared := f.Bool("shared", false, "")
+	exclusive := f.Bool("exclusive", false, "")
 	pos, code, ok := c.parse(f, args, -1)
 	if !ok {
 		return code
@@ -62,15 +65,13 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	waitSet, noWaitSet := f.isSet("wait"), f.isSet("no-wait") && *noWait
 	if waitSet && noWaitSet {
 		// The command line beats the environment; two of a kind conflict.
-		_, waitEnv := f.fromEnv["wait"]
-		_, noWaitEnv := f.fromEnv["no-wait"]
-		switch {
-		case waitEnv && !noWaitEnv:
+		switch drop, err := f.commandLineWins("wait", "no-wait"); {
+		case err != nil:
+			return c.usageError("run", "%v", err)
+		case drop == "wait":
 			*wait, waitSet = 0, false
-		case noWaitEnv && !waitEnv:
-			*noWait, noWaitSet = false, false
 		default:
-			return c.usageError("run", "%s and %s contradict each other", f.source("wait"), f.source("no-wait"))
+			*noWait, noWaitSet = false, false
 		}
 	}
 	if waitSet && *wait <= 0 {
@@ -81,6 +82,10 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	graceSet := f.isSet("grace")
 	if graceSet && (*grace <= 0 || ttlSet && *grace >= *ttl) {
 		return c.usageError("run", "%s %v: must be positive and shorter than the TTL (%v)", f.source("grace"), *grace, *ttl)
+	}
+	shape, code, ok := c.parseShape(f, limit, shared, exclusive)
+	if !ok {
+		return code
 	}
 
 	// Signals are caught from the start: an interrupted wait must leave the
@@ -104,7 +109,7 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	}
 	defer client.Close()
 
-	lease, code, ok := c.acquire(ctx, client, key, *wait, *noWait, *backend.url, *verbose)
+	lease, code, ok := c.acquire(ctx, client, key, shape, *wait, *noWait, *backend.url, *verbose)
 	if s := stopWatch(); s != nil {
 		// A signal came: do not start PROGRAM even if the lock was granted.
 		if lease != nil {
@@ -128,9 +133,9 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 			graceHint(*backend.url, ttlSet))
 	}
 	if *verbose {
-		fmt.Fprintf(c.stderr, "dlock: acquired %q (token %d, TTL %v)\n", key, lease.Token(), lease.TTL())
+		fmt.Fprintf(c.stderr, "dlock: acquired %s (token %d, TTL %v)\n", shape.acquired(key), lease.Token(), lease.TTL())
 	}
-	return c.supervise(lease, program, sigs, *grace, *verbose)
+	return c.supervise(lease, shape, program, sigs, *grace, *verbose)
 }
 
 // graceHint says how to fix a --grace that is not shorter than the TTL.
@@ -189,36 +194,34 @@ func defaultGrace(ttl time.Duration) time.Duration {
 
 // acquire takes the lock. On failure it reports the error (unless ctx was
 // cancelled) and returns ok=false with the exit status.
-func (c *cli) acquire(ctx context.Context, client *dlock.Client, key string, wait time.Duration, noWait bool, backendURL string, verbose bool) (*dlock.Lease, int, bool) {
+func (c *cli) acquire(ctx context.Context, client *dlock.Client, key string, shape runShape, wait time.Duration, noWait bool, backendURL string, verbose bool) (*dlock.Lease, int, bool) {
 	lctx := ctx
 	if wait > 0 {
 		var cancelWait context.CancelFunc
 		lctx, cancelWait = context.WithTimeout(ctx, wait)
 		defer cancelWait()
 	}
-	var lease *dlock.Lease
-	var err error
-	if noWait {
-		lease, err = client.TryLock(lctx, key)
-	} else {
-		if verbose {
-			if who := c.describeHolder(client, key); who != "" {
-				fmt.Fprintf(c.stderr, "dlock: waiting for %q, %s\n", key, who)
-			}
+	if !noWait && verbose {
+		if who := c.describeHolder(client, key); who != "" {
+			fmt.Fprintf(c.stderr, "dlock: waiting for %q, %s\n", key, who)
 		}
-		lease, err = client.Lock(lctx, key)
 	}
+	lease, err := shape.acquire(lctx, client, key, noWait)
 	switch {
 	case err == nil:
 		return lease, exitOK, true
 	case ctx.Err() != nil:
 		return nil, exitFailure, false // interrupted: the caller reports it
+	case errors.Is(err, dlock.ErrKindMismatch):
+		// The driver refuses it at once, waiting or not, and wrote
+		// nothing: say what the key is and which flags take it.
+		return nil, c.fail(exitKindMismatch, err, c.kindHint(client, key, shape)), false
 	case errors.Is(err, dlock.ErrLocked):
 		who := c.describeHolder(client, key)
 		if who == "" {
 			who = "it is held by another client"
 		}
-		return nil, c.fail(exitLocked, fmt.Errorf("%q is locked: %s", key, who),
+		return nil, c.fail(exitLocked, fmt.Errorf("%s: %s", lockedText(key, shape), who),
 			"to wait for it, leave out --no-wait (add --wait 30s to give up after 30 seconds); `dlock status "+key+"` shows who holds it"), false
 	case wait > 0 && errors.Is(err, context.DeadlineExceeded):
 		who := c.describeHolder(client, key)
@@ -252,7 +255,7 @@ const drainPoll = 10 * time.Millisecond
 // treatment, since they must not run on without the lock. dlock releases
 // the lock, and exits, only once the group is empty (or killWait after
 // SIGKILL). A watchdog process kills the group if dlock itself is killed.
-func (c *cli) supervise(lease *dlock.Lease, program []string, sigs chan os.Signal, grace time.Duration, verbose bool) int {
+func (c *cli) supervise(lease *dlock.Lease, shape runShape, program []string, sigs chan os.Signal, grace time.Duration, verbose bool) int {
 	defer func() {
 		timeout := releaseTimeout
 		if lease.Err() != nil {
@@ -278,8 +281,9 @@ func (c *cli) supervise(lease *dlock.Lease, program []string, sigs chan os.Signa
 	cmd := exec.Command(program[0], program[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.stdin, c.stdout, c.stderr
 	cmd.Env = append(os.Environ(),
-		"DLOCK_KEY="+lease.Key(),
-		"DLOCK_TOKEN="+strconv.FormatUint(lease.Token(), 10))
+		envKey+"="+lease.Key(),
+		envToken+"="+strconv.FormatUint(lease.Token(), 10),
+		envMode+"="+shape.childMode())
 	// When stdout or stderr is not a file, Wait also waits for everybody
 	// holding the pipe os/exec copies from, leftovers of PROGRAM's group
 	// included; dlock learns that PROGRAM exited, and stops them, only
@@ -346,8 +350,8 @@ func (c *cli) supervise(lease *dlock.Lease, program []string, sigs chan os.Signa
 		case <-lost:
 			lost = nil
 			lostErr = lease.Err()
-			c.fail(exitLeaseLost, fmt.Errorf("lost the lock: %w", lostErr),
-				"another holder may get the lock now; protect shared resources with $DLOCK_TOKEN as a fencing token")
+			c.fail(exitLeaseLost, fmt.Errorf("lost %s: %w", shape.lease(), lostErr),
+				"another holder may get "+shape.lease()+" now; protect shared resources with $DLOCK_TOKEN as a fencing token")
 			if exited != nil {
 				fmt.Fprintf(c.stderr, "dlock: stopping %s (pid %d) and its process group: SIGTERM now, SIGKILL in %v if it is still running\n", program[0], g.pgid, fmtDuration(grace))
 			} else if !terminate {
@@ -364,7 +368,7 @@ func (c *cli) supervise(lease *dlock.Lease, program []string, sigs chan os.Signa
 			g.markReaped()
 			status = exitStatus(cmd.ProcessState)
 			if g.empty() {
-				return c.runResult(lease, program[0], status, lostErr)
+				return c.runResult(lease, shape, program[0], status, lostErr)
 			}
 			switch {
 			case ending && !terminate:
@@ -381,13 +385,13 @@ func (c *cli) supervise(lease *dlock.Lease, program []string, sigs chan os.Signa
 			drain = t.C
 		case <-drain:
 			if g.empty() {
-				return c.runResult(lease, program[0], status, lostErr)
+				return c.runResult(lease, shape, program[0], status, lostErr)
 			}
 		case <-killed:
 			killed = nil
 			if exited == nil {
 				c.warnf("processes of %s's process group are still there %v after SIGKILL; releasing the lock anyway", program[0], killWait)
-				return c.runResult(lease, program[0], status, lostErr)
+				return c.runResult(lease, shape, program[0], status, lostErr)
 			}
 			// PROGRAM itself has not exited yet: its status comes when
 			// it does.
@@ -396,14 +400,14 @@ func (c *cli) supervise(lease *dlock.Lease, program []string, sigs chan os.Signa
 }
 
 // runResult is the exit status of dlock run once PROGRAM's group is gone.
-func (c *cli) runResult(lease *dlock.Lease, name string, status int, lostErr error) int {
+func (c *cli) runResult(lease *dlock.Lease, shape runShape, name string, status int, lostErr error) int {
 	if lostErr != nil {
 		return exitLeaseLost
 	}
 	if err := lease.Err(); err != nil {
 		// Lost after PROGRAM's last instructions but before we looked:
 		// its work may have overlapped another holder's.
-		c.fail(exitLeaseLost, fmt.Errorf("lost the lock before %s exited (with status %d): %w", name, status, err),
+		c.fail(exitLeaseLost, fmt.Errorf("lost %s before %s exited (with status %d): %w", shape.lease(), name, status, err),
 			"another holder may have run at the same time; protect shared resources with $DLOCK_TOKEN as a fencing token")
 		return exitLeaseLost
 	}

@@ -43,7 +43,8 @@ func scriptCommands(t *testing.T) map[string]func(ts *testscript.TestScript, neg
 		"gone": cmdGone,
 		// waitfor FILE [REGEXP]: wait until FILE exists (and matches).
 		"waitfor": cmdWaitfor,
-		// queued KEY N: wait until KEY is held and N others wait for it.
+		// queued KEY N [HOLDERS]: wait until KEY is held (by HOLDERS,
+		// when given) and N others wait for it.
 		"queued": cmdQueued,
 		// proxy VAR: start a TCP proxy to the backend and set VAR to the
 		// backend URL through it.
@@ -54,6 +55,13 @@ func scriptCommands(t *testing.T) map[string]func(ts *testscript.TestScript, neg
 		"readvar": cmdReadvar,
 		// jsonvalid: require that stdout is valid JSON.
 		"jsonvalid": cmdJSONValid,
+		// jsonfield PATH REGEXP: require that the value at PATH in the
+		// JSON on stdout matches REGEXP. PATH is dot-separated object
+		// keys and list indexes (holders.0.mode); a last element # is
+		// the length of a list ('waiters.#', quoted: # starts a comment).
+		// Strings match without their quotes, null as null, other values
+		// in their JSON form.
+		"jsonfield": cmdJSONField,
 		// serialized FILE N: require that FILE, written by N runs of
 		// `critical`, shows N critical sections one after another.
 		"serialized": cmdSerialized,
@@ -104,7 +112,7 @@ func scriptEnv(ts *testscript.TestScript) []string {
 		}
 	}
 	names := []string{"PATH", "HOME", "TMPDIR", "WORK"}
-	for _, flag := range []string{"backend", "ttl", "wait", "no-wait", "grace", "connect-timeout", "verbose", "json",
+	for _, flag := range []string{"backend", "ttl", "wait", "no-wait", "limit", "shared", "exclusive", "grace", "connect-timeout", "verbose", "json",
 		"listen", "data-dir", "log-level", "workers", "jobs", "job-time", "no-fencing", "timeout"} {
 		names = append(names, envName(flag))
 	}
@@ -266,11 +274,16 @@ func cmdWaitfor(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 func cmdQueued(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 2 {
-		ts.Fatalf("usage: queued KEY N")
+	if neg || len(args) < 2 || len(args) > 3 {
+		ts.Fatalf("usage: queued KEY N [HOLDERS]")
 	}
 	n, err := strconv.Atoi(args[1])
 	ts.Check(err)
+	holders := -1 // any number but 0
+	if len(args) == 3 {
+		holders, err = strconv.Atoi(args[2])
+		ts.Check(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
 	defer cancel()
 	c, err := dlock.Open(ctx, ts.Getenv("DLOCK_BACKEND"))
@@ -283,10 +296,11 @@ func cmdQueued(ts *testscript.TestScript, neg bool, args []string) {
 			return false
 		}
 		last = info
-		return len(info.Holders) != 0 && len(info.Waiters) == n
+		held := len(info.Holders) != 0 && (holders < 0 || len(info.Holders) == holders)
+		return held && len(info.Waiters) == n
 	})
 	if !ok {
-		ts.Fatalf("after %v, %s is not held with %d waiting: %+v", waitBound, args[0], n, last)
+		ts.Fatalf("after %v, %s is not held (by %s) with %d waiting: %+v", waitBound, args[0], args[2:], n, last)
 	}
 }
 
@@ -338,6 +352,46 @@ func cmdJSONValid(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
+func cmdJSONField(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: jsonfield PATH REGEXP")
+	}
+	var v any
+	ts.Check(json.Unmarshal([]byte(ts.ReadFile("stdout")), &v))
+	re, err := regexp.Compile(args[1])
+	ts.Check(err)
+	for _, p := range strings.Split(args[0], ".") {
+		switch x := v.(type) {
+		case map[string]any:
+			var ok bool
+			if v, ok = x[p]; !ok {
+				ts.Fatalf("%s: no field %q in %v", args[0], p, x)
+			}
+		case []any:
+			if p == "#" {
+				v = float64(len(x))
+				continue
+			}
+			i, err := strconv.Atoi(p)
+			if err != nil || i < 0 || i >= len(x) {
+				ts.Fatalf("%s: no element %q in a list of %d", args[0], p, len(x))
+			}
+			v = x[i]
+		default:
+			ts.Fatalf("%s: %q is inside %v, which has no fields", args[0], p, x)
+		}
+	}
+	got, ok := v.(string)
+	if !ok {
+		b, err := json.Marshal(v)
+		ts.Check(err)
+		got = string(b)
+	}
+	if re.MatchString(got) == neg {
+		ts.Fatalf("%s is %q; want it to match %q: %v", args[0], got, args[1], !neg)
+	}
+}
+
 func cmdSerialized(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 2 {
 		ts.Fatalf("usage: serialized FILE N")
@@ -368,7 +422,7 @@ func cmdSerialized(ts *testscript.TestScript, neg bool, args []string) {
 //
 //	sigchild [-ignore-term] DIR
 //
-// It writes DLOCK_KEY, DLOCK_TOKEN and its parent's pid to DIR/ready,
+// It writes DLOCK_KEY, DLOCK_TOKEN, DLOCK_MODE and its parent's pid to DIR/ready,
 // appends the name of every signal it gets to DIR/signals, and exits with
 // 128+N on SIGINT, SIGTERM, SIGHUP or SIGQUIT, as if the signal had killed
 // it (with -ignore-term it only logs SIGTERM).
@@ -385,7 +439,7 @@ func sigchildMain() {
 	dir := args[0]
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, forwardedSignals()...)
-	ready := fmt.Sprintf("key=%s\ntoken=%s\nppid=%d\n", os.Getenv("DLOCK_KEY"), os.Getenv("DLOCK_TOKEN"), os.Getppid())
+	ready := fmt.Sprintf("key=%s\ntoken=%s\nmode=%s\nppid=%d\n", os.Getenv("DLOCK_KEY"), os.Getenv("DLOCK_TOKEN"), os.Getenv("DLOCK_MODE"), os.Getppid())
 	must(os.WriteFile(filepath.Join(dir, "ready.tmp"), []byte(ready), 0o644))
 	must(os.Rename(filepath.Join(dir, "ready.tmp"), filepath.Join(dir, "ready")))
 	for s := range sigs {

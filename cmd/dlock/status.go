@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/dlockdev/dlock"
@@ -34,6 +32,7 @@ func (c *cli) cmdStatus(ctx context.Context, args []string) int {
 		code, hints := c.explain(err, *backend.url)
 		return c.fail(code, err, hints...)
 	}
+	info = normalize(info)
 	now := time.Now()
 	if *asJSON {
 		return c.writeJSON(toJSON(info, now))
@@ -64,6 +63,9 @@ func (c *cli) cmdList(ctx context.Context, args []string) int {
 		code, hints := c.explain(err, *backend.url)
 		return c.fail(code, err, hints...)
 	}
+	for i, in := range infos {
+		infos[i] = normalize(in)
+	}
 	now := time.Now()
 	if *asJSON {
 		out := make([]jsonLock, 0, len(infos))
@@ -80,102 +82,8 @@ func (c *cli) cmdList(ctx context.Context, args []string) int {
 		}
 		return exitOK
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tHOLDER\tTOKEN\tHELD SINCE\tTTL LEFT\tWAITERS\tNOTE")
-	for _, in := range infos {
-		holder, token, since, ttl, note := "-", "-", "-", "-", ""
-		if h := firstHolder(in); h != nil {
-			holder = who(h.Metadata)
-			token = strconv.FormatUint(h.Token, 10)
-			since = fmtSince(h.Since, now)
-			ttl = fmtTTL(h.TTL)
-			note = h.Metadata.Note
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", in.Key, holder, token, since, ttl, len(in.Waiters), note)
-	}
-	_ = tw.Flush()
+	writeList(c.stdout, infos, now)
 	return exitOK
-}
-
-// writeStatus prints one key's holder and waiters for people.
-func writeStatus(w io.Writer, in *dlock.LockInfo, now time.Time) {
-	if firstHolder(in) == nil && len(in.Waiters) == 0 {
-		fmt.Fprintf(w, "%s: free (nobody holds it or waits for it)\n", in.Key)
-		return
-	}
-	switch {
-	case firstHolder(in) == nil:
-		fmt.Fprintf(w, "%s: free, with %d waiting to take it\n", in.Key, len(in.Waiters))
-	case len(in.Waiters) == 0:
-		fmt.Fprintf(w, "%s: held by %s, nobody waiting\n", in.Key, who(firstHolder(in).Metadata))
-	default:
-		fmt.Fprintf(w, "%s: held by %s, %d waiting\n", in.Key, who(firstHolder(in).Metadata), len(in.Waiters))
-	}
-	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ROLE\tHOST\tPID\tTOKEN\tSINCE\tTTL LEFT\tNOTE")
-	row := func(role string, e dlock.Entry, token string) {
-		pid := "-"
-		if e.Metadata.PID != 0 {
-			pid = strconv.Itoa(e.Metadata.PID)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", role, orDash(e.Metadata.Host), pid, token, fmtSince(e.Since, now), fmtTTL(e.TTL), e.Metadata.Note)
-	}
-	if h := firstHolder(in); h != nil {
-		row("holder", *h, strconv.FormatUint(h.Token, 10))
-	}
-	for i, e := range in.Waiters {
-		row("waiter "+strconv.Itoa(i+1), e, "-")
-	}
-	_ = tw.Flush()
-}
-
-// firstHolder returns the first of in's holders, nil when there is none.
-func firstHolder(in *dlock.LockInfo) *dlock.Entry {
-	if len(in.Holders) == 0 {
-		return nil
-	}
-	return &in.Holders[0]
-}
-
-// jsonLock is the --json form of one key; docs/cli.md documents it.
-type jsonLock struct {
-	Key     string      `json:"key"`
-	Holder  *jsonEntry  `json:"holder"`  // null when free
-	Waiters []jsonEntry `json:"waiters"` // in the order they will be served
-}
-
-type jsonEntry struct {
-	Token     uint64     `json:"token,omitempty"` // holder only
-	Host      string     `json:"host,omitempty"`
-	PID       int        `json:"pid,omitempty"`
-	Note      string     `json:"note,omitempty"`
-	Since     *time.Time `json:"since,omitempty"`       // omitted when the backend cannot tell
-	TTLLeftMS *int64     `json:"ttl_left_ms,omitempty"` // omitted when the backend cannot tell
-}
-
-func toJSON(in *dlock.LockInfo, now time.Time) jsonLock {
-	conv := func(e dlock.Entry) jsonEntry {
-		j := jsonEntry{Token: e.Token, Host: e.Metadata.Host, PID: e.Metadata.PID, Note: e.Metadata.Note}
-		if !e.Since.IsZero() {
-			s := e.Since
-			j.Since = &s
-		}
-		if e.TTL >= 0 {
-			ms := e.TTL.Milliseconds()
-			j.TTLLeftMS = &ms
-		}
-		return j
-	}
-	out := jsonLock{Key: in.Key, Waiters: []jsonEntry{}}
-	if firstHolder(in) != nil {
-		h := conv(*firstHolder(in))
-		out.Holder = &h
-	}
-	for _, w := range in.Waiters {
-		out.Waiters = append(out.Waiters, conv(w))
-	}
-	return out
 }
 
 func (c *cli) writeJSON(v any) int {
@@ -193,22 +101,10 @@ func (c *cli) describeHolder(client *dlock.Client, key string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	in, err := client.Inspect(ctx, key)
-	if err != nil || firstHolder(in) == nil {
+	if err != nil || len(in.Holders) == 0 {
 		return ""
 	}
-	h := firstHolder(in)
-	s := "held by " + who(h.Metadata)
-	if h.Metadata.Note != "" {
-		s += " running " + strconv.Quote(h.Metadata.Note)
-	}
-	if !h.Since.IsZero() {
-		s += " for " + fmtDuration(time.Since(h.Since))
-	}
-	s += fmt.Sprintf(" (token %d)", h.Token)
-	if n := len(in.Waiters); n > 0 {
-		s += fmt.Sprintf(", %d waiting", n)
-	}
-	return s
+	return describeHolders(normalize(in), time.Now())
 }
 
 // who names a holder or waiter: "host pid 1234".

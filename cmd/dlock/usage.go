@@ -7,6 +7,7 @@ const usageMain = `dlock: distributed locks from the command line.
 
 Usage:
     dlock run [flags] KEY -- PROGRAM [ARGS...]   run PROGRAM while holding the lock KEY
+                                                 (--limit N: one of N permits; --shared: a read lease)
     dlock status [flags] KEY                     who holds KEY, who waits for it
     dlock ls [flags] [PREFIX]                    every held or awaited lock
     dlock serve [flags]                          run a lock server (an embedded etcd)
@@ -30,6 +31,7 @@ etcd://127.0.0.1:2379, where ` + "`dlock serve`" + ` listens:
 Example:
     $ dlock serve &
     $ dlock run nightly-report -- ./make-report.sh --since yesterday
+    $ dlock run --limit 3 exports -- ./export.sh     # at most 3 at once
     $ dlock status nightly-report
     $ dlock demo
 
@@ -39,10 +41,18 @@ See docs/cli.md for exit codes and details.
 const usageRun = `Usage:
     dlock run [flags] KEY -- PROGRAM [ARGS...]
 
-Takes the lock KEY, runs PROGRAM (without a shell) with DLOCK_KEY and
-DLOCK_TOKEN in its environment, releases the lock when PROGRAM exits and
-exits with PROGRAM's status (128+N if signal N killed it). Like flock(1),
-across machines.
+Takes the lock KEY, runs PROGRAM (without a shell) with DLOCK_KEY,
+DLOCK_TOKEN and DLOCK_MODE in its environment, releases the lock when
+PROGRAM exits and exits with PROGRAM's status (128+N if signal N killed
+it). Like flock(1), across machines.
+
+With --limit N, KEY is a semaphore: up to N PROGRAMs run at once, each
+under one of its permits. With --shared, KEY is a read-write lock and
+PROGRAM holds a read lease, together with any other readers; --exclusive
+takes its write lease, alone. Waiters of every kind are served in arrival
+order: a reader behind a waiting writer waits. A key is one kind while
+anybody holds or waits for it: every user of KEY must give the same
+--limit, or all --shared/--exclusive, or none of them (exit 80 otherwise).
 
 PROGRAM runs in a process group of its own, which dlock acts on as a
 whole, so that nothing PROGRAM started runs on without the lock: dlock
@@ -62,6 +72,9 @@ Flags:
     --wait D                give up if the lock is not granted within D (DLOCK_WAIT;
                             default: wait as long as it takes)
     --no-wait               give up at once if the lock is held (DLOCK_NO_WAIT)
+    --limit N               take one of N permits of the semaphore KEY (DLOCK_LIMIT)
+    --shared                take a read lease of the read-write lock KEY (DLOCK_SHARED)
+    --exclusive             take the write lease of the read-write lock KEY (DLOCK_EXCLUSIVE)
     --grace D               time between SIGTERM and SIGKILL after the lease is lost;
                             less than the TTL (DLOCK_GRACE; default TTL/3, at most 5s)
     --connect-timeout D     time to reach the server (DLOCK_CONNECT_TIMEOUT; default 5s)
@@ -72,19 +85,25 @@ are its own. With --, PROGRAM may start with a dash.
 
 Exit status: PROGRAM's, or dlock's own:
     64 usage   69 server unreachable   75 locked (--no-wait)   78 bad URL or credentials
-    79 lease lost   124 --wait passed   126 cannot execute   127 not found   128+N signal N
+    79 lease lost   80 KEY is another kind   124 --wait passed   126 cannot execute
+    127 not found   128+N signal N
 
 Examples:
     $ dlock run nightly-report -- ./make-report.sh
     $ dlock run --no-wait --ttl 30s close-orders -- sh -c 'close-orders --token "$DLOCK_TOKEN"'
     $ DLOCK_BACKEND=redis://cache:6379 dlock run --wait 1m deploy -- make deploy
+    $ dlock run --limit 3 exports -- ./export.sh
+    $ dlock run --shared prices -- ./read-prices.sh
+    $ dlock run --exclusive prices -- ./update-prices.sh
 `
 
 const usageStatus = `Usage:
     dlock status [flags] KEY
 
-Shows who holds KEY (host, pid, the command it runs, fencing token, since
-when, TTL left) and who waits for it, in the order they will be served.
+Shows what KEY is (a lock, a semaphore of N permits, a read-write lock),
+who holds it (each holder's mode, host, pid, the command it runs, fencing
+token, since when, TTL left) and who waits for it, in the order they will
+be served.
 
 Flags:
     --backend URL           lock server (DLOCK_BACKEND; default etcd://127.0.0.1:2379)
@@ -93,20 +112,24 @@ Flags:
 
 Examples:
     $ dlock status nightly-report
-    nightly-report: held by build-7 pid 4242, 1 waiting
+    nightly-report (lock): held by build-7 pid 4242, 1 waiting
 
-    ROLE      HOST     PID   TOKEN  SINCE                  TTL LEFT  NOTE
-    holder    build-7  4242  1187   14:02:11 (2m3s ago)    9.4s      ./make-report.sh
-    waiter 1  build-9  977   -      14:03:40 (34.5s ago)   9.9s      ./make-report.sh
+    ROLE      MODE       HOST     PID   TOKEN  SINCE                 TTL LEFT  NOTE
+    holder    exclusive  build-7  4242  1187   14:02:11 (2m3s ago)   9.4s      ./make-report.sh
+    waiter 1  exclusive  build-9  977   -      14:03:40 (34.5s ago)  9.9s      ./make-report.sh
 
-    $ dlock status --json nightly-report | jq .holder.token
+    $ dlock status exports
+    exports (semaphore of 2 permits): 2 of 2 held, 1 waiting
+    ...
+    $ dlock status --json exports | jq '.holders[].token'
 `
 
 const usageList = `Usage:
     dlock ls [flags] [PREFIX]
 
-Lists the locks whose key starts with PREFIX (all, without it) that are
-held or waited for: holder, token, since when, TTL left, number waiting.
+Lists the keys starting with PREFIX (all, without it) that are held or
+waited for: kind, number of holders and waiters, and the holder granted
+first (for a lock, its holder): token, since when, TTL left.
 
 Flags:
     --backend URL           lock server (DLOCK_BACKEND; default etcd://127.0.0.1:2379)
