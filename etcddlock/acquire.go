@@ -35,7 +35,7 @@ func (d *etcdDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (d
 	defer stop()
 
 	dir := d.queueDir(req.Key)
-	a := &attempt{d: d, req: req, dir: dir, secs: seconds(req.TTL)}
+	a := &attempt{d: d, req: req, dir: dir, secs: seconds(req.TTL), label: driver.KindLabel(req.Kind, req.Limit)}
 	g, err := a.run(ctx)
 	if err != nil {
 		a.abandon(ctx)
