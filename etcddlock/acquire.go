@@ -235,6 +235,12 @@ func (a *attempt) tryShared(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if n > 0 && len(kvs) == n && countEntries(a.dir, kvs) < a.req.Limit {
+			// Markers among the oldest keys: count them all.
+			if kvs, rev, err = a.readQueue(ctx, 0, 0); err != nil {
+				return err
+			}
+		}
 		shared, exclusive := 0, 0
 		for _, kv := range kvs {
 			if !isEntry(a.dir, string(kv.Key)) {
@@ -308,6 +314,17 @@ func (a *attempt) readQueue(ctx context.Context, minRev, limit int64) ([]*mvccpb
 		return nil, 0, a.d.wrapErr("read the queue", err)
 	}
 	return resp.Kvs, resp.Header.Revision, nil
+}
+
+// countEntries returns how many of kvs are entries, not markers.
+func countEntries(dir string, kvs []*mvccpb.KeyValue) int {
+	n := 0
+	for _, kv := range kvs {
+		if isEntry(dir, string(kv.Key)) {
+			n++
+		}
+	}
+	return n
 }
 
 // firstLabel returns the label and the key-value of the first entry among

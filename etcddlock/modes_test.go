@@ -246,8 +246,10 @@ func TestRWMutex_fifo(t *testing.T) {
 	// Queue: r1, r2, w1, r3.
 	order := []acquirer{reader(key), reader(key), writer(key), reader(key)}
 	got := make([]<-chan lockResult, len(order))
+	counters := make([]*counter, len(order))
 	for i, acq := range order {
-		got[i] = goAcquire(ctx, newCounter().client(t, ctx, srv.Addr(), longTTL), acq)
+		counters[i] = newCounter()
+		got[i] = goAcquire(ctx, counters[i].client(t, ctx, srv.Addr(), longTTL), acq)
 		waitWaiters(t, ctx, c, key, i+1)
 	}
 	info := inspect(t, ctx, c, key)
@@ -274,10 +276,32 @@ func TestRWMutex_fifo(t *testing.T) {
 		default:
 		}
 	}
-	if err := r1.Unlock(ctx); err != nil {
+	// r2, just ahead of w1, releases first: w1 must see that r1 still
+	// holds (a Shared holder's release is no hand-off) and wait for it,
+	// with a new watch. Were the release taken for a hand-off, w1 would
+	// be granted beside r1.
+	counters[2].waitCreated(t, ctx, 2)
+	if err := r2.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := r2.Unlock(ctx); err != nil {
+	rewatched := make(chan struct{})
+	go func() {
+		defer close(rewatched)
+		counters[2].mu.Lock()
+		defer counters[2].mu.Unlock()
+		counters[2].waitLocked(ctx, func() bool { return counters[2].created >= 3 })
+	}()
+	select {
+	case r := <-got[2]:
+		t.Fatalf("w1 granted (%v) while r1 holds", r.err)
+	case <-rewatched:
+	}
+	select {
+	case r := <-got[2]:
+		t.Fatalf("w1 granted (%v) while r1 holds", r.err)
+	default:
+	}
+	if err := r1.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	w1 := awaitLock(t, ctx, got[2])
