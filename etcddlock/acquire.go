@@ -459,7 +459,7 @@ func (a *attempt) join(ctx context.Context) error {
 	if !isEntry(a.dir, entry) || entry == a.key {
 		// Not an entry's key, or ours: a tail left by an entry deleted
 		// by hand (ours, before we queued again with the same lease).
-		return a.evaluate(ctx, a.rev, false)
+		return a.evaluate(ctx, a.rev, false, true)
 	}
 	a.pred, a.predRev = entry, r.Kvs[0].ModRevision
 	if a.req.Mode == driver.Shared && mode == driver.Exclusive && !a.semaphore() {
@@ -470,7 +470,7 @@ func (a *attempt) join(ctx context.Context) error {
 	if a.req.Mode == driver.Exclusive {
 		return nil // a writer or a lock waits for the entry just ahead
 	}
-	return a.evaluate(ctx, a.rev, true)
+	return a.evaluate(ctx, a.rev, true, true)
 }
 
 // joinedUnseen handles a join whose entry existed already: an earlier try
@@ -483,7 +483,7 @@ func (a *attempt) joinedUnseen(ctx context.Context, kvs []*mvccpb.KeyValue, rev 
 		return errRequeue
 	}
 	a.lostJoin = true
-	return a.evaluate(ctx, rev, false)
+	return a.evaluate(ctx, rev, false, true)
 }
 
 // joinBehind queues behind entries that have no tail: it reads the newest
@@ -532,7 +532,7 @@ func (a *attempt) joinBehind(ctx context.Context, r *etcdserverpb.RangeResponse)
 		if resp.Succeeded {
 			a.rev, a.seen = resp.Header.Revision, resp.Header.Revision
 			a.l.marker = ""
-			return a.evaluate(ctx, a.rev, false)
+			return a.evaluate(ctx, a.rev, false, true)
 		}
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
 			return a.joinedUnseen(ctx, kvs, resp.Header.Revision)

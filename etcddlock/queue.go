@@ -44,14 +44,26 @@ import (
 // evaluate reads the queue at a revision not older than minRev and applies
 // the grant rule to our entry: afterwards a.admitted, or a.pred or a.ahead
 // say what to wait for. predKnown says that a.pred is the entry just ahead
-// of ours, which existed at a.seen (the tail named it at our join).
-func (a *attempt) evaluate(ctx context.Context, minRev int64, predKnown bool) error {
+// of ours, which existed at a.seen (the tail named it at our join). atJoin
+// says that this is the evaluation that follows our join.
+func (a *attempt) evaluate(ctx context.Context, minRev int64, predKnown, atJoin bool) error {
 	a.ahead = nil
 	switch {
 	case a.req.Mode == driver.Exclusive:
 		return a.findPred(ctx, minRev, 0)
 	case a.semaphore():
-		return a.evalPermit(ctx, minRev, predKnown)
+		// A semaphore's first count reads the queue as it was when our
+		// entry was created. The waiter behind ours waits for our touch
+		// if it counted us as a waiter (queue.go); had we counted later,
+		// and been granted by releases in between, we would not know
+		// that we ever waited, and would not touch. Counted at our
+		// creation, "not granted" is exactly "somebody may have seen
+		// us wait".
+		at := int64(0)
+		if atJoin {
+			at = a.rev
+		}
+		return a.evalPermit(ctx, minRev, predKnown, at)
 	}
 	return a.evalReader(ctx, minRev)
 }
@@ -162,14 +174,28 @@ func (a *attempt) evalReader(ctx context.Context, minRev int64) error {
 
 // evalPermit counts the entries ahead of a semaphore's waiter, oldest
 // first, keys only, up to one more than the limit.
-func (a *attempt) evalPermit(ctx context.Context, minRev int64, predKnown bool) error {
+func (a *attempt) evalPermit(ctx context.Context, minRev int64, predKnown bool, at int64) error {
 	limit := a.req.Limit
 	pred, predRev := a.pred, a.predRev
 	for n := int64(limit + 1 + queueReadLimit); ; n *= 8 {
-		resp, err := a.getQueue(ctx, minRev, clientv3.WithKeysOnly(), clientv3.WithLimit(n),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		opts := []clientv3.OpOption{clientv3.WithKeysOnly(), clientv3.WithLimit(n),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
+		if at != 0 {
+			opts = append(opts, clientv3.WithRev(at))
+		}
+		resp, err := a.getQueue(ctx, minRev, opts...)
+		if errors.Is(err, errCompacted) {
+			// Compacted already: count now, and touch when granted, as
+			// if we had waited.
+			a.waited, at, n = true, 0, n/8
+			continue
+		}
 		if err != nil {
 			return err
+		}
+		readRev := resp.Header.Revision
+		if at != 0 {
+			readRev = at
 		}
 		var ahead []string
 		found := false
@@ -195,12 +221,12 @@ func (a *attempt) evalPermit(ctx context.Context, minRev int64, predKnown bool) 
 		a.pred, a.predRev = "", 0
 		switch {
 		case found && len(ahead) < limit:
-			a.seen = resp.Header.Revision
+			a.seen = readRev
 			return nil // granted
 		case found:
 			// The first waiter: the entries ahead are the limit's
 			// holders.
-			a.seen = resp.Header.Revision
+			a.seen = readRev
 			a.ahead = make(map[string]bool, len(ahead))
 			for _, k := range ahead {
 				a.ahead[k] = true
@@ -216,7 +242,7 @@ func (a *attempt) evalPermit(ctx context.Context, minRev int64, predKnown bool) 
 			a.pred, a.predRev = pred, predRev
 			return nil
 		}
-		err = a.findPred(ctx, resp.Header.Revision, resp.Header.Revision)
+		err = a.findPred(ctx, readRev, readRev)
 		if !errors.Is(err, errCompacted) {
 			return err
 		}

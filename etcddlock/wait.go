@@ -42,10 +42,10 @@ func (a *attempt) wait(ctx context.Context) error {
 			// started: read the queue to find what is ahead of us now,
 			// and check that our entry still exists.
 			b = backoff{}
-			err = a.evaluate(ctx, rev, false)
+			err = a.evaluate(ctx, rev, false, false)
 		case errors.Is(err, errWatch):
 			if err = b.wait(ctx); err == nil {
-				err = a.evaluate(ctx, a.seen, false)
+				err = a.evaluate(ctx, a.seen, false, false)
 			}
 		}
 		if err != nil {
