@@ -38,7 +38,9 @@ import (
 // reading (and etcd without sorting) the whole queue. Markers are the only
 // keys in the directory whose name contains a '/' and whose value is empty.
 //
-// The entry with the lowest create revision holds the lock; the others wait in
+// Entries are ordered by create revision; the grant rule (driver.Admits,
+// queue.go) over the entries ahead of one says whether it holds: for a lock,
+// the entry with the lowest create revision holds and the others wait in
 // create-revision order. escape replaces '%' with "%25" and '/' with "%2F", so
 // that the directory of "a" never contains the entries of "a/b", and so that
 // the escaped form of every key that starts with P starts with escape(P):

@@ -163,6 +163,16 @@ func TestSemaphore_saturation(t *testing.T) {
 	if info.Kind != dlock.KindSemaphore || info.Limit != limit || len(info.Holders) != limit || len(info.Waiters) != waiters {
 		t.Fatalf("Inspect = %v/%d, %d holders, %d waiters; want semaphore/%d, %d, %d", info.Kind, info.Limit, len(info.Holders), len(info.Waiters), limit, limit, waiters)
 	}
+	for i, h := range info.Holders {
+		if h.Token != held[i].Token() || h.Mode != dlock.Shared || h.TTL <= 0 {
+			t.Errorf("holder %d: token %d, mode %v, TTL %v; want %d, shared, positive", i, h.Token, h.Mode, h.TTL, held[i].Token())
+		}
+	}
+	for i, w := range info.Waiters {
+		if w.Token != 0 || w.Mode != dlock.Shared {
+			t.Errorf("waiter %d: token %d, mode %v; want 0, shared", i, w.Token, w.Mode)
+		}
+	}
 	if _, err := sem.TryAcquire(ctx); !errors.Is(err, dlock.ErrLocked) {
 		t.Fatalf("TryAcquire with waiters: %v, want ErrLocked", err)
 	}
