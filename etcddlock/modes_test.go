@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/etcddlock"
@@ -112,7 +112,7 @@ func runModes(t *testing.T, ctx context.Context, clients []*dlock.Client, rounds
 }
 
 // yield lets other goroutines run: a hold that is no synchronization.
-func yield() { time.Sleep(0) }
+func yield() { runtime.Gosched() }
 
 // A semaphore never has more than limit valid leases, and with more
 // contenders than permits all of them are used at once at some point.
