@@ -35,11 +35,25 @@ type counter struct {
 	holdRetry chan struct{}
 	held      chan struct{} // holdRetry, armed by a drop; guarded by mu
 
+	// holdRead, if set, holds the next read of a queue (a Range over a
+	// range of keys) until it is closed; readHeld is closed when that
+	// read is held.
+	holdRead, readHeld chan struct{}
+
 	// refuse[m] is how many more calls of gRPC method m to answer with
 	// refuseErr without sending them, as a server refusing them would.
 	// Each is counted under m and under "refused "+m.
 	refuse    map[string]int
 	refuseErr error
+}
+
+// holdNextRead holds the next read of a queue until release is closed,
+// and returns a channel closed once it is held.
+func (c *counter) holdNextRead(release chan struct{}) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.holdRead, c.readHeld = release, make(chan struct{})
+	return c.readHeld
 }
 
 // refuseNext makes the next n calls of method fail with err, unsent.
@@ -244,6 +258,16 @@ func (c *counter) unary(ctx context.Context, method string, req, reply any, cc *
 	c.add(label)
 	if err := c.refused(method); err != nil {
 		return err
+	}
+	if label == queueRead {
+		c.mu.Lock()
+		hold, held := c.holdRead, c.readHeld
+		c.holdRead = nil
+		c.mu.Unlock()
+		if hold != nil {
+			close(held)
+			<-hold
+		}
 	}
 	txn, isTxn := req.(*pb.TxnRequest)
 	if isTxn {

@@ -1,7 +1,9 @@
-// Package etcddlock is the etcd backend of dlock: a fair (FIFO) lock on
-// etcd v3 in which each waiter watches only the entry just ahead of it, with
-// leases that etcd expires when their holder stops renewing them, and fencing
-// tokens taken from etcd's revision counter. docs/etcd.md describes the
+// Package etcddlock is the etcd backend of dlock: a fair (FIFO) queue per
+// key on etcd v3 that serves locks, semaphores and read-write locks, in
+// which each waiter watches only what can grant it (a lock waiter, the
+// entry just ahead of it), with leases that etcd expires when their holder
+// stops renewing them, and fencing tokens taken from etcd's revision
+// counter. docs/etcd.md describes the
 // algorithm and what it guarantees.
 //
 // Import it to register the URL schemes used by dlock.Open:
@@ -37,7 +39,8 @@
 //
 // # Inspect and List
 //
-// They report the holder's fencing token, every entry's metadata and the
-// holder's TTL left, rounded up to whole seconds. Since is always zero: etcd
+// They report the key's kind and limit, the holders in grant order (each
+// with its mode, fencing token and TTL left, rounded up to whole seconds)
+// and the waiters in order (with their modes), and every entry's metadata. Since is always zero: etcd
 // stores no time with a key, and a client's clock is not the server's.
 package etcddlock

@@ -54,6 +54,34 @@ func TestErrorMessages(t *testing.T) {
 	_, err := etcddlock.New(ctx, nil, nil)
 	r.Record("new-nil-client", err, dlock.ErrInvalidOption)
 
+	// A key in use as another kind: refused by the kind the queue's tail
+	// (or, without one, an entry) carries.
+	kc, err := open(ctx, t, srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := kc.TryLock(ctx, "km")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kc.Semaphore("km", 3).Acquire(ctx)
+	r.Record("acquire-kind-mismatch-lock", err, dlock.ErrKindMismatch)
+	_, err = kc.RWMutex("km").TryRLock(ctx)
+	r.Record("tryrlock-kind-mismatch-lock", err, dlock.ErrKindMismatch)
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if held, err = kc.Semaphore("km", 3).TryAcquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = kc.Lock(ctx, "km")
+	r.Record("lock-kind-mismatch-semaphore", err, dlock.ErrKindMismatch)
+	_, err = kc.Semaphore("km", 2).TryAcquire(ctx)
+	r.Record("tryacquire-kind-mismatch-limit", err, dlock.ErrKindMismatch)
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
 	// Malformed URLs. The password must never show.
 	r.RecordOpen(ctx, dlock.ErrInvalidURL, [][2]string{
 		{"url-no-host", "etcd://"},

@@ -26,6 +26,7 @@ type grant struct {
 	seen      int64 // a revision at which it existed
 	validFrom time.Time
 	reusable  bool // the lease may serve another call after a clean release
+	mode      driver.Mode
 
 	lost chan error // receives once if the entry is deleted behind our back
 
@@ -36,8 +37,18 @@ type grant struct {
 }
 
 // Token is the create revision of our entry: etcd's revision counter only
-// goes up, across the whole cluster and across restarts, so every later
-// grant of the key has a higher one.
+// goes up, across the whole cluster and across restarts. In every mode a
+// later grant of the key has a higher one: grants happen in queue order,
+// which is create-revision order. The entries ahead of an entry only go
+// (new ones are created behind every existing one), so once the grant rule
+// grants an entry it grants it for good; and if it grants an entry it
+// grants every entry ahead of it too (fewer entries are ahead of those,
+// and all of them compatible: driver.Admits is monotone in both counts).
+// So if entry E is granted at a revision where entry F is not, E is ahead
+// of F, with a lower create revision; entries granted at one revision
+// (readers, permits) are granted together, and none is earlier than the
+// other. A grant is learnt by its client a little after that revision,
+// but its lease, and the fencing, count from the grant.
 func (g *grant) Token() uint64 { return uint64(g.token) }
 
 // ValidFrom is when the latest grant or renewal of the lease that was
@@ -143,14 +154,21 @@ func (g *grant) Release(ctx context.Context) error {
 	for _, m := range g.markers {
 		then = append(then, clientv3.OpDelete(m))
 	}
+	// A Shared holder writes no marker: readers or permits may be held
+	// ahead of it, and a marker tells the waiter behind that nothing is.
+	var mark []clientv3.Op
+	if g.mode == driver.Exclusive {
+		mark = []clientv3.Op{clientv3.OpPut(marker, "", clientv3.WithLease(g.l.id))}
+		// The marker is attached to our lease; the lease's next
+		// entry-creating write deletes it if no waiter did. Recorded
+		// before sending, as the write may be applied even if its
+		// reply is lost.
+		g.l.marker = marker
+	}
 	then = append(then, clientv3.OpTxn(
 		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(tail), ">", g.token)},
-		[]clientv3.Op{clientv3.OpPut(marker, "", clientv3.WithLease(g.l.id))},
+		mark,
 		[]clientv3.Op{clientv3.OpDelete(tail)}))
-	// The marker is attached to our lease; the lease's next entry-creating
-	// write deletes it if no waiter did. Recorded before sending, as the
-	// write may be applied even if its reply is lost.
-	g.l.marker = marker
 	var resp *clientv3.TxnResponse
 	uncertain := false // a try failed after etcd may have applied it
 	err := retry(ctx, func(ctx context.Context) (err error) {
@@ -161,8 +179,9 @@ func (g *grant) Release(ctx context.Context) error {
 		// us), put our release marker, in this same revision, where the
 		// next waiter's watch sees it: it then knows that the entry
 		// ahead of it went because its holder released, and holds the
-		// key without reading the queue. Else the tail names us (or
-		// nothing): delete it, as we were the newest entry.
+		// key without reading the queue (Exclusive holders only). Else
+		// the tail names us (or nothing): delete it, as we were the
+		// newest entry.
 		resp, err = g.d.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(g.key), "=", g.token)).
 			Then(then...).

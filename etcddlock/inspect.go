@@ -11,10 +11,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Inspect returns the holder and the waiters of key, in order. Since is
-// zero: etcd records no time with a key. TTL is reported for the holder
-// only (one request per lease would be needed for waiters), rounded up to
-// whole seconds as etcd reports them.
+// Inspect returns the holders and the waiters of key, in order. Since is
+// zero: etcd records no time with a key. TTL is reported for the holders
+// only (one request per lease: not for every waiter), rounded up to whole
+// seconds as etcd reports them.
 func (d *etcdDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo, error) {
 	var resp *clientv3.GetResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
@@ -71,12 +71,29 @@ func (d *etcdDriver) List(ctx context.Context, prefix string) ([]*driver.LockInf
 	return out, nil
 }
 
-// describe builds a LockInfo from a queue's entries, oldest first.
+// describe builds a LockInfo from a queue's entries, oldest first. The
+// kind is the one the entries carry (all carry one: see the kind check in
+// acquire.go); the holders are the entries the grant rule grants, a prefix
+// of the queue (grants happen in queue order), each with its TTL left.
 func (d *etcdDriver) describe(ctx context.Context, key string, kvs []*mvccpb.KeyValue) (*driver.LockInfo, error) {
 	info := &driver.LockInfo{Key: key, Limit: 1}
+	shared, exclusive := 0, 0
+	granting := true
 	for i, kv := range kvs {
-		e := driver.Entry{Metadata: kv.Value, TTL: -1}
-		if i > 0 {
+		label, m, md := parseEntry(kv.Value)
+		if i == 0 {
+			if k, limit, err := driver.ParseKindLabel(label); err == nil {
+				info.Kind, info.Limit = k, limit
+			}
+		}
+		e := driver.Entry{Metadata: md, TTL: -1, Mode: m}
+		granting = granting && driver.Admits(info.Limit, m, shared, exclusive)
+		if m == driver.Shared {
+			shared++
+		} else {
+			exclusive++
+		}
+		if !granting {
 			info.Waiters = append(info.Waiters, e)
 			continue
 		}

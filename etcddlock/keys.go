@@ -1,9 +1,11 @@
 package etcddlock
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 
+	"github.com/dlockdev/dlock/driver"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -36,7 +38,9 @@ import (
 // reading (and etcd without sorting) the whole queue. Markers are the only
 // keys in the directory whose name contains a '/' and whose value is empty.
 //
-// The entry with the lowest create revision holds the lock; the others wait in
+// Entries are ordered by create revision; the grant rule (driver.Admits,
+// queue.go) over the entries ahead of one says whether it holds: for a lock,
+// the entry with the lowest create revision holds and the others wait in
 // create-revision order. escape replaces '%' with "%25" and '/' with "%2F", so
 // that the directory of "a" never contains the entries of "a/b", and so that
 // the escaped form of every key that starts with P starts with escape(P):
@@ -117,14 +121,109 @@ func isEntry(dir, etcdKey string) bool {
 	return ok && name != "" && !strings.Contains(name, "/")
 }
 
-// entryValue is what an entry stores: the metadata, never empty, so that
-// TryLock can tell a directory holding only markers (empty values) from one
-// with entries.
-func entryValue(md []byte) string {
-	if len(md) == 0 {
-		return "{}"
+// What entries and the tail store. A lock's entry stores its metadata
+// alone, and its tail the entry's key alone, exactly as dlock did before
+// kinds existed: a key used only as a lock reads and writes the same bytes
+// as an older dlock, and state an older dlock wrote is a lock's. The other
+// kinds start both values with a header that JSON metadata and etcd key
+// names (which start with the prefix) cannot start with:
+//
+//	entry: "\x00" label "\x00" mode metadata     mode: 'x' Exclusive, 's' Shared
+//	tail:  "\x00" label "\x00" mode entry-key
+//
+// where label is driver.KindLabel ("semaphore/3", "rwmutex"). The label in
+// the tail is what makes a join check the key's kind in the same Txn that
+// queues (see tailBounds); the mode in the tail tells a reader whether the
+// newest entry is a writer, which it then waits for without reading the
+// queue. (A prefix that itself starts with NUL would make a lock's tail look
+// like another kind's header: such prefixes are not supported.)
+
+// lockLabel is the label of a lock, the kind of entries without a header.
+var lockLabel = driver.KindLabel(driver.KindLock, 1)
+
+// modeByte encodes a mode in a header.
+func modeByte(m driver.Mode) byte {
+	if m == driver.Shared {
+		return 's'
 	}
-	return string(md)
+	return 'x'
+}
+
+// header returns the header of an entry or tail of label and mode: empty
+// for a lock.
+func header(label string, m driver.Mode) string {
+	if label == lockLabel && m == driver.Exclusive {
+		return ""
+	}
+	return "\x00" + label + "\x00" + string(modeByte(m))
+}
+
+// parseHeader splits a value into its header's label and mode and the rest.
+// A value without a header is a lock's (Exclusive). ok is false for a
+// header that dlock cannot have written.
+func parseHeader(v []byte) (label string, m driver.Mode, rest []byte, ok bool) {
+	if len(v) == 0 || v[0] != 0 {
+		return lockLabel, driver.Exclusive, v, true
+	}
+	i := bytes.IndexByte(v[1:], 0)
+	if i < 0 || len(v) < i+3 {
+		return "", driver.Exclusive, nil, false
+	}
+	label, mb, rest := string(v[1:1+i]), v[2+i], v[3+i:]
+	switch mb {
+	case 'x':
+		m = driver.Exclusive
+	case 's':
+		m = driver.Shared
+	default:
+		return "", driver.Exclusive, nil, false
+	}
+	return label, m, rest, true
+}
+
+// entryValue is what an entry stores: its header and the metadata, never
+// empty, so that TryLock can tell a directory holding only markers (empty
+// values) from one with entries.
+func entryValue(label string, m driver.Mode, md []byte) string {
+	if len(md) == 0 {
+		md = []byte("{}")
+	}
+	return header(label, m) + string(md)
+}
+
+// parseEntry reads an entry's value. An entry whose header dlock cannot
+// have written is reported as Exclusive with an empty label: it blocks
+// everybody behind it, and matches no kind.
+func parseEntry(v []byte) (label string, m driver.Mode, md []byte) {
+	label, m, md, ok := parseHeader(v)
+	if !ok {
+		return "", driver.Exclusive, v
+	}
+	return label, m, md
+}
+
+// tailValue is what the tail stores when entry is the newest entry.
+func tailValue(label string, m driver.Mode, entry string) string {
+	return header(label, m) + entry
+}
+
+// parseTail reads the tail's value.
+func parseTail(v []byte) (label string, m driver.Mode, entry string, ok bool) {
+	label, m, rest, ok := parseHeader(v)
+	return label, m, string(rest), ok
+}
+
+// tailBounds returns the values between which (exclusive) lie the tails
+// written for entries of label: the tails of a lock start with the
+// directory (they are its entries' keys), those of another kind with their
+// header. A join compares the tail's value with them (etcd compares values
+// byte-wise) to check, in the Txn that queues, that the newest entry is of
+// the caller's kind.
+func tailBounds(label, dir string) (lo, hi string) {
+	if label == lockLabel {
+		return dir, clientv3.GetPrefixRangeEnd(dir)
+	}
+	return "\x00" + label + "\x00", "\x00" + label + "\x01"
 }
 
 // splitEntry splits the etcd key of a holder or waiter into the lock key and

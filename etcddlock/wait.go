@@ -10,59 +10,99 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// wait returns once our entry is the oldest in the queue.
+// wait returns once the grant rule grants our entry (queue.go).
 func (a *attempt) wait(ctx context.Context) error {
 	var b backoff
-	for a.pred != "" {
-		// If it goes in a release, however we learn it, the marker is
-		// ours to delete.
-		a.lastPred = a.pred
-		rev, released, err := a.waitGone(ctx)
+	for !a.admitted() {
+		a.waited = true
+		if a.pred != "" {
+			// If it goes in a release, however we learn it, the marker
+			// is ours to delete.
+			a.lastPred = a.pred
+		}
+		rev, released, err := a.waitChange(ctx)
 		switch {
 		case err == nil && released:
-			// The entry ahead went in its holder's release: it held the
-			// key, so every older entry had gone before, and none can
-			// come (etcd numbers new entries above every existing one);
-			// and no entry was between it and ours when we read the
-			// queue, nor can one come. Ours is the oldest: no read.
+			// The entry we waited for went in its holder's release, with
+			// a marker: it was an Exclusive holder, so every older entry
+			// had gone before, and none can come (etcd numbers new
+			// entries above every existing one); and only readers were
+			// between it and ours when we read the queue (nothing, if we
+			// are Exclusive: we waited for the entry just ahead), nor can
+			// one come. The rule grants us: no read.
 			// It is not checked that our own entry still exists: an
 			// entry deleted by hand while its lease lives goes unseen
 			// here (docs/etcd.md); one whose lease expired is caught by
 			// freshen, as its last renewal is then older than the TTL.
-			a.pred = ""
-			return nil
+			a.pred, a.ahead = "", nil
 		case err == nil:
-			// It went otherwise (a waiter that gave up or died, or a
-			// holder whose lease expired), or before our watch started:
-			// read the queue to find what is ahead of us now, and check
-			// that our entry still exists.
+			// It went otherwise (a waiter that gave up or died, a
+			// holder whose lease expired, a Shared holder's release), or
+			// was granted (a semaphore's waiter), or before our watch
+			// started: read the queue to find what is ahead of us now,
+			// and check that our entry still exists.
 			b = backoff{}
-			err = a.findPred(ctx, rev)
+			err = a.evaluate(ctx, rev, false, false)
 		case errors.Is(err, errWatch):
 			if err = b.wait(ctx); err == nil {
-				err = a.findPred(ctx, a.seen)
+				err = a.evaluate(ctx, a.seen, false, false)
 			}
 		}
 		if err != nil {
 			return err
 		}
 	}
+	if a.waited && a.semaphore() {
+		return a.touch(ctx)
+	}
 	return nil
 }
 
-// waitGone waits until the entry a.pred is deleted, keeping our lease alive
-// meanwhile. It returns a revision at which it was gone, and whether it
-// went in its holder's release.
-func (a *attempt) waitGone(ctx context.Context) (rev int64, released bool, err error) {
+// touch tells the waiter behind a semaphore's newly granted waiter, which
+// waits for our entry to go or be granted (queue.go), that it was granted:
+// a write to our entry that changes nothing but its mod revision.
+func (a *attempt) touch(ctx context.Context) error {
+	var resp *clientv3.TxnResponse
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		// Txn: if our entry is the one we created, put it again, same
+		// value, same lease. Idempotent: a retry only wakes that
+		// waiter once more.
+		resp, err = a.d.kv.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
+			Then(clientv3.OpPut(a.key, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())).
+			Commit()
+		return err
+	})
+	if err != nil {
+		return a.d.wrapErr("mark the entry granted", err)
+	}
+	if !resp.Succeeded {
+		return errRequeue // our entry is gone
+	}
+	return nil
+}
+
+// waitChange waits until what we wait for changes, keeping our lease alive
+// meanwhile: the entry a.pred goes (or, for a semaphore, is granted), or
+// one of the entries a.ahead goes. It returns a revision at which the
+// change had happened, and whether it was the release of a.pred by its
+// holder, with a marker.
+func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err error) {
 	wctx, cancel := context.WithCancel(watchCtx(ctx))
 	defer cancel()
 	// Watch create: the keys that start with the entry's key — the entry
-	// and its release marker, no other — starting now. Not from a.seen+1:
+	// and its release marker, no other — or, for a semaphore's first
+	// waiter, the directory's deletes; starting now. Not from a.seen+1:
 	// etcd serves a watch that starts in the past ("unsynced") from a
 	// catch-up loop that runs every 100 ms, so a delete would reach us up
 	// to 100 ms late. A watch that starts at the current revision is
 	// synced: etcd hands it each event as the event is applied.
-	wch := a.d.w.Watch(wctx, a.pred, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	var wch clientv3.WatchChan
+	if a.ahead != nil {
+		wch = a.d.w.Watch(wctx, a.dir, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	} else {
+		wch = a.d.w.Watch(wctx, a.pred, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	}
 	created, ok := <-wch
 	if !ok || created.Err() != nil || !created.Created {
 		if ctx.Err() != nil {
@@ -74,13 +114,20 @@ func (a *attempt) waitGone(ctx context.Context) (rev int64, released bool, err e
 		return 0, false, errWatch
 	}
 	if start := created.Header.Revision; start > a.seen {
-		// The watch sees what happens after its start only: the entry
-		// may have gone in between.
-		if rev, gone, err := a.predGone(ctx, start); err != nil || gone {
+		// The watch sees what happens after its start only: the change
+		// may have happened in between.
+		check := a.predGone
+		if a.ahead != nil {
+			check = a.aheadGone
+		}
+		if rev, gone, err := check(ctx, start); err != nil || gone {
 			return rev, false, err
 		}
 	}
-	marker := markerKey(a.pred)
+	marker := ""
+	if a.pred != "" {
+		marker = markerKey(a.pred)
+	}
 	// Renewals run beside the wait, so that a release is acted on at once
 	// even while a renewal waits for a busy etcd (under a burst of
 	// thousands of waiters, keep-alives can take seconds).
@@ -118,7 +165,14 @@ func (a *attempt) waitGone(ctx context.Context) (rev int64, released bool, err e
 			var gone, marked int64
 			for _, ev := range wr.Events {
 				switch key := string(ev.Kv.Key); {
+				case a.ahead != nil:
+					if a.ahead[key] && ev.Type == mvccpb.DELETE {
+						gone = ev.Kv.ModRevision
+					}
 				case key == a.pred && ev.Type == mvccpb.DELETE:
+					gone = ev.Kv.ModRevision
+				case key == a.pred:
+					// Put again: a semaphore's waiter granted (touch).
 					gone = ev.Kv.ModRevision
 				case key == marker && ev.Type == mvccpb.PUT:
 					marked = ev.Kv.ModRevision
@@ -129,8 +183,9 @@ func (a *attempt) waitGone(ctx context.Context) (rev int64, released bool, err e
 					return 0, false, err
 				}
 				// Only a release puts a marker, in the write that deletes
-				// the entry it names, if that entry is the releaser's.
-				return gone, marked == gone, nil
+				// the entry it names, if that entry is the releaser's and
+				// Exclusive.
+				return gone, marked == gone && a.ahead == nil, nil
 			}
 		case <-renew.C:
 			// The check of the queue at the first renewal, then once a
@@ -183,7 +238,9 @@ func (a *attempt) renewal(ctx context.Context, check bool) renewal {
 // join vouches for it only while the queue is not edited by hand; without
 // the check, a waiter could wait for an entry deleted before its watch
 // began, forever. It returns errRequeue if our entry is gone, and whether
-// the entry ahead is, at the revision returned.
+// the entry ahead is (or changed), at the revision returned. A semaphore's
+// first waiter, which waits for entries it read itself, checks its own
+// entry only.
 func (a *attempt) checkQueue(ctx context.Context) (int64, bool, error) {
 	var resp *clientv3.TxnResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
@@ -195,7 +252,11 @@ func (a *attempt) checkQueue(ctx context.Context) (int64, bool, error) {
 			if serializable {
 				opts = append(opts, clientv3.WithSerializable())
 			}
-			return a.d.kv.Txn(ctx).Then(clientv3.OpGet(a.key, opts...), clientv3.OpGet(a.pred, opts...)).Commit()
+			ops := []clientv3.Op{clientv3.OpGet(a.key, opts...)}
+			if a.pred != "" {
+				ops = append(ops, clientv3.OpGet(a.pred, opts...))
+			}
+			return a.d.kv.Txn(ctx).Then(ops...).Commit()
 		}
 		resp, err = get(true)
 		if err == nil && resp.Header.Revision < a.seen {
@@ -206,19 +267,26 @@ func (a *attempt) checkQueue(ctx context.Context) (int64, bool, error) {
 	if err != nil {
 		return 0, false, a.d.wrapErr("read the queue", err)
 	}
-	ours, ahead := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	ours := resp.Responses[0].GetResponseRange().Kvs
 	if len(ours) == 0 || ours[0].CreateRevision != a.rev {
 		return 0, false, errRequeue
 	}
-	if len(ahead) == 0 || ahead[0].CreateRevision != a.predRev {
+	if a.pred != "" && a.predChanged(resp.Responses[1].GetResponseRange().Kvs) {
 		return resp.Header.Revision, true, nil
 	}
 	a.seen = resp.Header.Revision
 	return a.seen, false, nil
 }
 
-// predGone reads whether the entry we wait for is gone, at a revision not
-// older than minRev, and returns that revision.
+// predChanged reports whether kvs, a read of a.pred, shows it gone or
+// written since it was created: an entry we wait for is never written
+// again, but by a semaphore's waiter that was granted (touch).
+func (a *attempt) predChanged(kvs []*mvccpb.KeyValue) bool {
+	return len(kvs) == 0 || kvs[0].CreateRevision != a.predRev || kvs[0].ModRevision != a.predRev
+}
+
+// predGone reads whether the entry we wait for is gone (or changed), at a
+// revision not older than minRev, and returns that revision.
 func (a *attempt) predGone(ctx context.Context, minRev int64) (int64, bool, error) {
 	var resp *clientv3.GetResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
@@ -233,7 +301,25 @@ func (a *attempt) predGone(ctx context.Context, minRev int64) (int64, bool, erro
 	if err != nil {
 		return 0, false, a.d.wrapErr("read the queue", err)
 	}
-	return resp.Header.Revision, len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != a.predRev, nil
+	return resp.Header.Revision, a.predChanged(resp.Kvs), nil
+}
+
+// aheadGone reads whether one of the entries ahead of a semaphore's first
+// waiter is gone, at a revision not older than minRev, and returns that
+// revision: the oldest keys of the queue, keys only.
+func (a *attempt) aheadGone(ctx context.Context, minRev int64) (int64, bool, error) {
+	resp, err := a.getQueue(ctx, minRev, clientv3.WithKeysOnly(), clientv3.WithLimit(int64(len(a.ahead)+queueReadLimit)),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return 0, false, err
+	}
+	there := 0
+	for _, kv := range resp.Kvs {
+		if a.ahead[string(kv.Key)] {
+			there++
+		}
+	}
+	return resp.Header.Revision, there < len(a.ahead), nil
 }
 
 // renewIn is the time until the lease should be renewed: a third of its TTL
