@@ -40,6 +40,7 @@ var sentinels = []struct {
 	{"ErrLeaseLost", dlock.ErrLeaseLost},
 	{"ErrReleased", dlock.ErrReleased},
 	{"ErrClosed", dlock.ErrClosed},
+	{"ErrKindMismatch", dlock.ErrKindMismatch},
 	{"ErrInvalidKey", dlock.ErrInvalidKey},
 	{"ErrInvalidOption", dlock.ErrInvalidOption},
 	{"ErrInvalidURL", dlock.ErrInvalidURL},
