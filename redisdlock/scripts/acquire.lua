@@ -19,32 +19,33 @@ local owner, ttl, meta = ARGV[1], ARGV[2], ARGV[3]
 local wait, waiter_timeout, channel = ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6]
 local label, limit, mode = ARGV[7], tonumber(ARGV[8]), ARGV[9]
 
-local st = read_state()
-local mine = find_holder(st, owner)
-if mine then
+read_state(owner)
+if S.mine then
   local _, ms = now()
-  if mine.deadline >= ms then
+  local rec = S.recs[S.mine]
+  if holder_deadline(rec) >= ms then
     -- Ours already: a retried request whose first reply was lost, or a
     -- waiter that missed its notice. Extend from now, which is later than
     -- when this request was sent, so the caller's deadline stays safe.
-    local o, rest = string.match(mine.rec, '^(%x+)|%d+|(.*)$')
-    redis.call('HSET', lock, mine.slot, o .. '|' .. fmt(ms + tonumber(ttl)) .. '|' .. rest)
+    local o, rest = string.match(rec, '^(%x+)|%d+|%d+|(.*)$')
+    redis.call('HSET', lock, S.slots[S.mine], o .. '|' .. now_ms_s .. '|' .. ttl .. '|' .. rest)
     if redis.call('PTTL', lock) < tonumber(ttl) then
       redis.call('PEXPIRE', lock, ttl)
     end
-    return {1, mine.token, now_us_s}
+    return {1, string.match(rec, '^%x+|%d+|%d+|(%d+)|'), now_us_s}
   end
   -- Ours, but expired: as good as gone (tally drops it).
+  S.mine = nil
 end
 
 -- The key's kind: its live holders' or, when none lives, its live waiters'.
 -- Read without writing anything, so that a mismatch leaves the key as it
 -- was, dead entries included.
-local c = tally(st)
-local stored, head, w
+tally()
+local stored, head, wttl, wmode, wchannel, wmeta
 local qempty = false
-if c.live > 0 then
-  stored = st.label or 'lock'
+if S.live > 0 then
+  stored = S.label_s or 'lock'
 else
   local i = 0
   while true do
@@ -56,11 +57,11 @@ else
     local rec = redis.call('HGET', waiters, id)
     if rec then
       local _, ms = now()
-      local pw = parse_waiter(rec)
-      if pw.deadline >= ms then
-        stored = pw.label
+      local deadline, t, _, m, l, ch, me = parse_waiter(rec)
+      if deadline >= ms then
+        stored = l
         if i == 0 then
-          head, w = id, pw
+          head, wttl, wmode, wchannel, wmeta = id, t, m, ch, me
         end
         break
       end
@@ -74,30 +75,30 @@ end
 
 -- Serve the queue first, in order: whoever the rule admits now (the holders
 -- ahead of them died without releasing, so nobody has granted them yet).
-local b = new_batch(st, c)
 local token, why, bhead
 if qempty then
   why = 'empty'
 else
-  token, why, bhead = serve(b, limit, owner, head, w)
+  token, why, bhead = serve(limit, owner, head, wttl, wmode, wchannel, wmeta)
 end
-if not token and why == 'empty' and admits(limit, mode, b.shared, b.excl) then
+if not token and why == 'empty' and S.excl == 0 and
+    ((mode == 'x' and S.shared == 0) or (mode ~= 'x' and (limit == 0 or S.shared < limit))) then
   -- Nobody waits, and the holders admit the caller: at the tail of the
   -- queue, it would be granted at once.
-  token = grant(b, owner, ttl, mode, meta)
+  token = grant(owner, ttl, mode, meta)
 end
 if token then
-  flush(b, label)
+  flush(label)
   return {1, token, now_us_s}
 end
-if b.granted > 0 then
-  flush(b, label)
+if S.granted > 0 then
+  flush(label)
 end
 
 local _, ms = now()
 local pttl = -1
-if b.mindl then
-  pttl = b.mindl - ms
+if S.mindl then
+  pttl = S.mindl - ms
 end
 if not wait then
   return {0, pttl}
@@ -115,8 +116,8 @@ if redis.call('HSETNX', waiters, owner, deadline .. '|' .. ttl .. '|' .. now_ms_
 else
   -- A poll (or a join resent after a lost reply): keep the place in line
   -- and the time of joining, refresh the deadline.
-  local pw = parse_waiter(redis.call('HGET', waiters, owner))
-  redis.call('HSET', waiters, owner, deadline .. '|' .. ttl .. '|' .. (pw.since or now_ms_s) .. rest)
+  local _, _, since = parse_waiter(redis.call('HGET', waiters, owner))
+  redis.call('HSET', waiters, owner, deadline .. '|' .. ttl .. '|' .. (since or now_ms_s) .. rest)
   if bhead then
     -- serve stopped at the first waiter: we know who it is.
     if bhead == owner then
@@ -137,4 +138,4 @@ end
 if first == 0 then
   pttl = -1
 end
-return {2, pttl, first, b.last or st.last or '0'}
+return {2, pttl, first, S.last or '0'}

@@ -1,15 +1,18 @@
 -- common.lua is prepended to every dlock script. All keys of one lock share a
 -- Redis Cluster hash slot through the hash tag {<escaped key>}:
 --   KEYS[1] lock    hash of the holders (docs/redis.md, "Keys"):
---                     'o' or an owner id -> "owner|deadline_ms|token|mode|since_ms|meta"
---                       one field per holder; the first holder granted
---                       while 'o' is unused takes 'o', so that a lock's
---                       hand-off overwrites one field instead of deleting
---                       one and writing another;
+--                     'o' or an owner id ->
+--                       "owner|renewed_ms|ttl_ms|token|mode|since_ms|meta"
+--                       one field per holder, valid until renewed + ttl;
+--                       the first holder granted while 'o' is unused takes
+--                       'o', so that a lock's hand-off overwrites one field
+--                       instead of deleting one and writing another;
 --                     'k' the kind label (driver.KindLabel), absent for a lock;
 --                     't' the token of the latest grant (as the fence);
 --                     'p' the owner of the latest release (lost replies).
---                   PEXPIRE = the latest deadline of its holders.
+--                   Its expiry is at least the latest deadline of its live
+--                   holders: every grant and renewal that would pass it
+--                   moves it.
 --   KEYS[2] queue   list of waiting owner ids, arrival order.
 --   KEYS[3] waiters hash: owner id ->
 --                     "deadline_ms|ttl_ms|since_ms|mode|kind label|channel|meta"
@@ -18,22 +21,30 @@
 --                   token is above it whatever the server's clock does, and
 --                   a release resent after a lost reply finds in it whether
 --                   anybody was granted the key since (release.lua).
--- renew.lua is sent KEYS[1] only: it touches nothing else.
+-- renew.lua is sent KEYS[1] only, and runs without this file: it touches
+-- nothing else.
 -- Modes are 'x' (exclusive) and 's' (shared). Every holder and waiter of a
 -- key has the same kind label: a request with another is refused before
 -- anything is written (acquire.lua).
 -- The queue and the waiters hash always hold the same owner ids: every script
 -- adds or removes an id in both, and both get the same expiry.
--- Times come from the server's clock (TIME), never from a client's. Every
--- redis.call is server time on the path of a grant, so the scripts read each
--- thing once (one HGETALL of the holders) and only what the path taken needs.
+-- Times come from the server's clock (TIME), never from a client's.
+--
+-- Cost. Every redis.call is server time on the path of a grant, and so is
+-- the Lua around them: on the test machine a table with a few fields costs
+-- ≈ 0.7 µs, a number formatted ≈ 1 µs, a string.match ≈ 1.3 µs — as much
+-- as a command. So the scripts read each thing once (one HGETALL of the
+-- holders), keep one script's state in the locals below rather than in
+-- tables, store times as the strings TIME and ARGV give (a holder's
+-- deadline is renewed + ttl, added when read, never formatted), and parse
+-- a record only when its content matters: a lock's release finds its own
+-- record by its prefix and parses nothing.
 local lock, queue, waiters, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
 -- now returns the server time in µs and ms, reading it on first use only:
 -- the retried-request paths and a lock's release with nobody waiting never
 -- need it. It also keeps both as strings, cut from TIME's reply ({seconds,
--- microseconds}): formatting a number in Lua costs more than the commands
--- around it.
+-- microseconds}).
 local now_us, now_ms, now_us_s, now_ms_s
 local function now()
   if not now_us then
@@ -51,294 +62,257 @@ local function fmt(n)
   return string.format('%.0f', n)
 end
 
--- The grant rule (driver.Admits): an entry is granted when everything ahead
--- of it is compatible with it and fewer than limit entries are ahead of it
--- (limit 0: no limit). shared and excl count the entries ahead.
-local function admits(limit, mode, shared, excl)
-  if excl > 0 then
-    return false
-  end
-  if mode == 'x' then
-    return shared == 0
-  end
-  return limit == 0 or shared < limit
-end
+-- The state of one script run, in one table: locals captured by the
+-- functions below would cost more (every function is created anew at each
+-- run, and each captured local is looked up then).
+--   exists: the holders hash exists; label_s, last, prev: its 'k', 't',
+--   'p'; slots, recs: its holders' fields and records (nil when none),
+--   nrec: their number; mine: the index of
+--   the caller's record, if any (read_state).
+--   shared, excl, live: the live holders and the grants of this run;
+--   mindl, maxdl: their earliest and latest deadlines, ms (tally, grant).
+--   o_free: 'o' is unused; o_taken: a grant of this run took it; o_dead: it
+--   holds a dead record. dead: fields of dead holders to delete; drop: the
+--   field of the caller's released record; fresh: the hash holds only dead
+--   records, replace it whole. hset, pubs: HSET's and the notices'
+--   arguments; granted: grants of this run; pexp: PEXPIRE's argument when
+--   a grant's deadline is the latest.
+-- Every field is set here (false for none) so that the table is sized once.
+local S = {exists = false, label_s = false, last = false, prev = false, slots = false,
+  recs = false, nrec = 0, mine = false, shared = 0, excl = 0, live = 0, mindl = false,
+  maxdl = 0, o_free = true, o_taken = false, o_dead = false, dead = false, drop = false,
+  fresh = false, hset = false, pubs = false, granted = 0, pexp = false, fenced = false}
 
--- full: no entry of any mode is admitted behind these. Then the queue need
--- not be read at all (a held lock, a semaphore with every permit taken).
-local function full(limit, shared, excl)
-  return excl > 0 or (limit > 0 and shared >= limit)
-end
-
--- label_limit is the limit of a stored kind label (driver.KindLabel).
-local function label_limit(label)
-  if label == nil or label == 'lock' then
-    return 1
-  elseif label == 'rwmutex' then
-    return 0
-  end
-  return tonumber(string.match(label, '^semaphore/(%d+)$')) or 1
-end
-
--- parse_waiter splits a waiter record. Only the deadline becomes a number:
--- the rest goes back into commands as the strings they are. A record that
--- does not parse (written by another version) counts as dead.
+-- parse_waiter splits a waiter record: deadline (a number), ttl, since,
+-- mode, label, channel, meta. A record that does not parse (written by
+-- another version) counts as dead.
 local function parse_waiter(rec)
   local deadline, ttl, since, mode, label, channel, meta =
     string.match(rec, '^(%d+)|(%d+)|(%d+)|(%a)|([^|]*)|([^|]*)|(.*)$')
-  return {deadline = tonumber(deadline) or 0, ttl = ttl, since = since, mode = mode,
-    label = label, channel = channel, meta = meta}
+  return tonumber(deadline) or 0, ttl, since, mode, label, channel, meta
 end
 
--- read_state reads the holders hash once. Each holder gets its slot (the
--- field), owner, deadline, token and mode; the rest of the record (since,
--- meta) stays unparsed until inspect.lua needs it.
-local function read_state()
-  local st = {exists = false, holders = {}}
+-- holder_deadline returns a holder record's deadline (ms) and mode.
+local function holder_deadline(rec)
+  local renewed, ttl, mode = string.match(rec, '^%x+|(%d+)|(%d+)|%d+|(%a)|')
+  if not renewed then
+    return 0, 'x'
+  end
+  return tonumber(renewed) + tonumber(ttl), mode
+end
+
+-- read_state reads the holders hash once, and finds owner's record: in the
+-- field named after it, or in 'o' (which starts with the owner id).
+local function read_state(owner)
   local h = redis.call('HGETALL', lock)
+  local n = 0
   for i = 1, #h, 2 do
     local f, v = h[i], h[i + 1]
-    st.exists = true
+    S.exists = true
     if f == 'k' then
-      st.label = v
+      S.label_s = v
     elseif f == 't' then
-      st.last = v
+      S.last = v
     elseif f == 'p' then
-      st.prev = v
+      S.prev = v
     else
-      local o, d, tok, m = string.match(v, '^(%x+)|(%d+)|(%d+)|(%a)|')
-      st.holders[#st.holders + 1] = {slot = f, owner = o, deadline = tonumber(d) or 0,
-        token = tok, mode = m, rec = v}
+      if n == 0 then
+        S.slots, S.recs = {}, {}
+      end
+      n = n + 1
+      S.slots[n], S.recs[n] = f, v
+      if f == owner or (f == 'o' and string.find(v, owner, 1, true) == 1) then
+        S.mine = n
+      end
     end
   end
-  return st
+  S.nrec = n
 end
 
-local function find_holder(st, owner)
-  for _, h in ipairs(st.holders) do
-    if h.owner == owner then
-      return h
-    end
-  end
-  return nil
-end
-
--- tally counts the live holders other than skip (a holder's record lives
--- while its deadline has not passed, as Redis keeps a key until its expiry
--- has passed), their earliest and latest deadlines, and collects the dead
--- ones for removal. It reads the clock only when there is somebody to count.
-local function tally(st, skip)
-  local c = {shared = 0, excl = 0, live = 0, maxdl = 0, dead = {}, o_free = true}
-  for _, h in ipairs(st.holders) do
-    if h ~= skip then
+-- tally counts the live holders but the caller's (a record lives while its
+-- deadline has not passed, as Redis keeps a key until its expiry has
+-- passed), and collects the dead ones for removal. It reads the clock
+-- only when there is somebody to count.
+local function tally()
+  for i = 1, S.nrec do
+    if i ~= S.mine then
       local _, ms = now()
-      if h.deadline >= ms then
-        c.live = c.live + 1
-        if h.mode == 'x' then
-          c.excl = c.excl + 1
+      local d, m = holder_deadline(S.recs[i])
+      if d >= ms then
+        S.live = S.live + 1
+        if m == 'x' then
+          S.excl = S.excl + 1
         else
-          c.shared = c.shared + 1
+          S.shared = S.shared + 1
         end
-        if not c.mindl or h.deadline < c.mindl then
-          c.mindl = h.deadline
+        if not S.mindl or d < S.mindl then
+          S.mindl = d
         end
-        if h.deadline > c.maxdl then
-          c.maxdl = h.deadline
+        if d > S.maxdl then
+          S.maxdl = d
         end
-        if h.slot == 'o' then
-          c.o_free = false
+        if S.slots[i] == 'o' then
+          S.o_free = false
         end
+      elseif S.slots[i] == 'o' then
+        S.o_dead = true -- free; deleted unless a grant reuses it
       else
-        c.dead[#c.dead + 1] = h.slot
+        S.dead = S.dead or {}
+        S.dead[#S.dead + 1] = S.slots[i]
       end
     end
   end
-  return c
-end
-
--- Removes the owner's queue entry, if any. LREM is O(queue length), but it
--- only runs for an owner that has an entry, i.e. once per cancelled waiter.
-local function remove_waiter(owner)
-  if redis.call('HDEL', waiters, owner) == 1 then
-    redis.call('LREM', queue, 1, owner)
-  end
-end
-
--- peek_live_waiter returns the first waiter whose deadline has not passed,
--- and its record, without taking it from the queue; nil when nobody live
--- waits. Dead entries before it are dropped, each once: amortised O(1).
-local function peek_live_waiter()
-  while true do
-    local head = redis.call('LINDEX', queue, 0)
-    if not head then
-      return nil
-    end
-    local rec = redis.call('HGET', waiters, head)
-    if rec then
-      local _, ms = now()
-      local w = parse_waiter(rec)
-      if w.deadline >= ms then
-        return head, w
-      end
-      redis.call('HDEL', waiters, head)
-    end
-    redis.call('LPOP', queue)
-  end
-end
-
--- pop_live_waiter is peek_live_waiter for a waiter that will be granted
--- whatever its mode (nothing is ahead of it): popping at once saves the
--- LINDEX.
-local function pop_live_waiter()
-  while true do
-    local head = redis.call('LPOP', queue)
-    if not head then
-      return nil
-    end
-    local rec = redis.call('HGET', waiters, head)
-    redis.call('HDEL', waiters, head)
-    if rec then
-      local _, ms = now()
-      local w = parse_waiter(rec)
-      if w.deadline >= ms then
-        return head, w
-      end
-    end
-  end
-end
-
--- A batch collects one script's writes to the holders hash, so that any
--- number of grants cost one HSET, one PEXPIRE and one SET of the fence,
--- plus one PUBLISH per granted waiter. c is tally's count of the live
--- holders; the batch's counts grow with each grant.
-local function new_batch(st, c)
-  local b = {st = st, shared = c.shared, excl = c.excl, live = c.live,
-    maxdl = c.maxdl, mindl = c.mindl, o_free = c.o_free, last = st.last,
-    hset = {}, removed = {}, pubs = {}, granted = 0}
-  for _, slot in ipairs(c.dead) do
-    b.removed[slot] = true
-  end
-  -- A hash that exists with nobody live in it is what holders that died
-  -- left: it is replaced whole (its kind label may be another's).
-  b.fresh = st.exists and c.live == 0
-  return b
+  -- A hash with nobody live in it is what holders that died left: it is
+  -- replaced whole (its kind label may be another's).
+  S.fresh = S.exists and S.live == 0 and not S.mine
 end
 
 -- grant makes owner a holder with a fresh fencing token and returns it (as a
--- string). The token is max(latest token + 1, server clock in µs): above
--- every earlier grant's while the server keeps its data (the latest is the
--- hash's 't', or the fence when the hash is gone), however its clock steps,
--- and increasing by the clock alone after a restart that lost every key.
-local function grant(b, owner, ttl, mode, meta)
+-- string); flush writes it. The token is max(latest token + 1, server clock
+-- in µs): above every earlier grant's while the server keeps its data (the
+-- latest is the hash's 't', or the fence when the hash is gone), however its
+-- clock steps, and increasing by the clock alone after a restart that lost
+-- every key.
+local function grant(owner, ttl, mode, meta)
   local us, ms = now()
-  if b.last == nil then
-    b.last = redis.call('GET', fence)
+  if not S.last and not S.fenced then
+    S.last, S.fenced = redis.call('GET', fence), true -- false when there is none
   end
-  local previous = tonumber(b.last or '0')
   local token = now_us_s
-  if previous >= us then
-    token = fmt(previous + 1)
+  if S.last and tonumber(S.last) >= us then
+    token = fmt(tonumber(S.last) + 1)
   end
-  b.last = token
+  S.last = token
   local dl = ms + tonumber(ttl)
-  if dl > b.maxdl then
-    b.maxdl = dl
+  if dl > S.maxdl then
+    -- The hash must live until this deadline: later than any live
+    -- holder's, so PEXPIRE ttl shortens nobody's.
+    S.maxdl, S.pexp = dl, ttl
   end
-  if not b.mindl or dl < b.mindl then
-    b.mindl = dl
+  if not S.mindl or dl < S.mindl then
+    S.mindl = dl
   end
   local slot = owner
-  if b.o_free then
-    slot, b.o_free = 'o', false
-    b.removed['o'] = nil
+  if S.o_free then
+    slot, S.o_free, S.o_taken = 'o', false, true
   end
-  local h = b.hset
-  h[#h + 1] = slot
-  h[#h + 1] = owner .. '|' .. fmt(dl) .. '|' .. token .. '|' .. mode .. '|' .. now_ms_s .. '|' .. meta
+  S.hset = S.hset or {}
+  local n = #S.hset
+  S.hset[n + 1] = slot
+  S.hset[n + 2] = owner .. '|' .. now_ms_s .. '|' .. ttl .. '|' .. token .. '|' .. mode .. '|' .. now_ms_s .. '|' .. meta
   if mode == 'x' then
-    b.excl = b.excl + 1
+    S.excl = S.excl + 1
   else
-    b.shared = b.shared + 1
+    S.shared = S.shared + 1
   end
-  b.live = b.live + 1
-  b.granted = b.granted + 1
+  S.live = S.live + 1
+  S.granted = S.granted + 1
   return token
 end
 
 -- serve grants, in queue order, every waiter at the head of the queue that
--- the rule admits, and tells each on its client's channel ("owner:token",
--- at flush): exactly the waiters granted are woken. caller is the owner of
--- the script's request, who gets its token back instead of a notice (nil
--- for a release). head, w: the live head already read, if any.
+-- the grant rule admits, and tells each on its client's channel
+-- ("owner:token", at flush): exactly the waiters granted are woken. caller
+-- is the owner of the script's request, who gets its token back instead of
+-- a notice (nil for a release). head, ttl, mode, channel, meta: the live
+-- head already read, if any.
 -- Returns the caller's token if it was granted, and why serving stopped:
 -- 'full' (nobody more can be admitted; the queue was not read), 'empty'
 -- (nobody live waits), 'blocked' (the head, returned third, is not
 -- admitted, and so nobody behind it is: every entry behind it has it ahead).
-local function serve(b, limit, caller, head, w)
-  local mine
+-- The rule (driver.Admits): an entry is granted when everything ahead of
+-- it is compatible with it and fewer than limit entries are ahead of it
+-- (limit 0: no limit); S.shared and S.excl count the entries ahead. It is
+-- written out here and in acquire.lua rather than as a function, which
+-- would cost its creation at every run (see Cost).
+local function serve(limit, caller, head, ttl, mode, channel, meta)
+  local token_of_caller, popped
   while true do
-    if full(limit, b.shared, b.excl) then
-      return mine, 'full'
+    if S.excl > 0 or (limit > 0 and S.shared >= limit) then
+      -- Full: nobody of any mode is admitted behind these.
+      return token_of_caller, 'full'
     end
     if not head then
-      if b.shared == 0 and b.excl == 0 then
-        head, w = pop_live_waiter()
+      -- The first live waiter; dead ones before it are dropped, each once
+      -- (amortised O(1)). With nothing ahead it is admitted whatever its
+      -- mode, so it is popped at once (saving an LINDEX); otherwise
+      -- peeked, and taken only if admitted.
+      local nothing_ahead = S.shared == 0 and S.excl == 0
+      while not head do
+        local id
+        if nothing_ahead then
+          id = redis.call('LPOP', queue)
+        else
+          id = redis.call('LINDEX', queue, 0)
+        end
+        if not id then
+          return token_of_caller, 'empty'
+        end
+        local rec = redis.call('HGET', waiters, id)
+        if rec then
+          local _, ms = now()
+          local deadline
+          deadline, ttl, _, mode, _, channel, meta = parse_waiter(rec)
+          if deadline >= ms then
+            head, popped = id, nothing_ahead
+          end
+        end
         if not head then
-          return mine, 'empty'
+          redis.call('HDEL', waiters, id)
+          if not nothing_ahead then
+            redis.call('LPOP', queue)
+          end
         end
-      else
-        head, w = peek_live_waiter()
-        if not head then
-          return mine, 'empty'
-        end
-        if not admits(limit, w.mode, b.shared, b.excl) then
-          return mine, 'blocked', head
-        end
-        redis.call('LPOP', queue)
-        redis.call('HDEL', waiters, head)
       end
-    elseif admits(limit, w.mode, b.shared, b.excl) then
+    end
+    if S.excl > 0 or (mode == 'x' and S.shared > 0) then
+      return token_of_caller, 'blocked', head
+    end
+    if not popped then
       redis.call('LPOP', queue)
-      redis.call('HDEL', waiters, head)
-    else
-      return mine, 'blocked', head
     end
-    local token = grant(b, head, w.ttl, w.mode, w.meta)
+    redis.call('HDEL', waiters, head)
+    local token = grant(head, ttl, mode, meta)
     if head == caller then
-      mine = token
+      token_of_caller = token
     else
-      b.pubs[#b.pubs + 1] = w.channel
-      b.pubs[#b.pubs + 1] = head .. ':' .. token
+      S.pubs = S.pubs or {}
+      S.pubs[#S.pubs + 1] = channel
+      S.pubs[#S.pubs + 1] = head .. ':' .. token
     end
-    head, w = nil, nil
+    head, popped = nil, false
   end
 end
 
--- flush writes the batch: the holders removed (released, or dead), the
--- grants with the latest token and, for a new hash, the kind label; the
--- hash's expiry, the latest deadline of its live holders; the fence; the
--- notices. label is the key's kind label; prev the releasing owner, if any.
-local function flush(b, label, prev)
-  if b.fresh then
+-- flush writes the run's changes to the holders hash: the records removed
+-- (released, or dead), the grants with the latest token and, for a new
+-- hash, the kind label; its expiry; the fence; the notices. label is the
+-- key's kind label; releaser the releasing owner, if any.
+local function flush(label, releaser)
+  if S.fresh then
     redis.call('DEL', lock)
   else
-    local dels = {}
-    for slot in pairs(b.removed) do
-      dels[#dels + 1] = slot
+    if (S.o_dead or S.drop == 'o') and not S.o_taken then
+      S.dead = S.dead or {}
+      S.dead[#S.dead + 1] = 'o'
     end
-    if #dels > 0 then
-      redis.call('HDEL', lock, unpack(dels))
+    if S.drop and S.drop ~= 'o' then
+      S.dead = S.dead or {}
+      S.dead[#S.dead + 1] = S.drop
+    end
+    if S.dead then
+      redis.call('HDEL', lock, unpack(S.dead))
     end
   end
-  local h = b.hset
-  if prev then
+  local h = S.hset or {}
+  if releaser then
     h[#h + 1] = 'p'
-    h[#h + 1] = prev
+    h[#h + 1] = releaser
   end
-  if b.granted > 0 then
+  if S.granted > 0 then
     h[#h + 1] = 't'
-    h[#h + 1] = b.last
-    if (b.fresh or not b.st.exists) and label ~= 'lock' then
+    h[#h + 1] = S.last
+    if (S.fresh or not S.exists) and label ~= 'lock' then
       h[#h + 1] = 'k'
       h[#h + 1] = label
     end
@@ -346,15 +320,19 @@ local function flush(b, label, prev)
   if #h > 0 then
     redis.call('HSET', lock, unpack(h))
   end
-  if b.granted > 0 then
-    redis.call('PEXPIRE', lock, b.maxdl - now_ms) -- grant read the clock
+  if S.pexp then
+    redis.call('PEXPIRE', lock, S.pexp)
+  end
+  if S.granted > 0 then
     -- The token outlives the hash, which goes with the last release or
     -- its expiry (holders that crashed): the fence keeps it for the next
     -- grant, since the clock may step back behind it at any time. No
     -- expiry: an integer string, a few dozen bytes per key ever locked.
-    redis.call('SET', fence, b.last)
-    for i = 1, #b.pubs, 2 do
-      redis.call('PUBLISH', b.pubs[i], b.pubs[i + 1])
+    redis.call('SET', fence, S.last)
+  end
+  if S.pubs then
+    for i = 1, #S.pubs, 2 do
+      redis.call('PUBLISH', S.pubs[i], S.pubs[i + 1])
     end
   end
 end

@@ -5,36 +5,37 @@
 -- order: the client sorts them by token, which is grant order); the live
 -- waiters in order, each as mode, meta, since, deadline.
 local _, ms = now()
-local st = read_state()
+read_state('-') -- nobody's
 local out = {now_ms_s, '', 0}
-local live = false
-for _, h in ipairs(st.holders) do
-  if h.deadline >= ms then
-    local since, meta = string.match(h.rec, '^%x+|%d+|%d+|%a|(%d+)|(.*)$')
-    table.insert(out, h.token)
-    table.insert(out, h.mode)
-    table.insert(out, meta or '')
-    table.insert(out, since or '0')
-    table.insert(out, fmt(h.deadline))
+local known = false
+for i = 1, S.nrec do
+  local renewed, ttl, token, mode, since, meta =
+    string.match(S.recs[i], '^%x+|(%d+)|(%d+)|(%d+)|(%a)|(%d+)|(.*)$')
+  if renewed and tonumber(renewed) + tonumber(ttl) >= ms then
+    table.insert(out, token)
+    table.insert(out, mode)
+    table.insert(out, meta)
+    table.insert(out, since)
+    table.insert(out, fmt(tonumber(renewed) + tonumber(ttl)))
     out[3] = out[3] + 1
-    live = true
+    known = true
   end
 end
-if live then
-  out[2] = st.label or ''
+if known then
+  out[2] = S.label_s or ''
 end
 for _, id in ipairs(redis.call('LRANGE', queue, 0, -1)) do
   local rec = redis.call('HGET', waiters, id)
   if rec then
-    local w = parse_waiter(rec)
-    if w.deadline >= ms then
-      if not live then
-        out[2], live = w.label, true
+    local deadline, _, since, mode, label, _, meta = parse_waiter(rec)
+    if deadline >= ms then
+      if not known then
+        out[2], known = label, true
       end
-      table.insert(out, w.mode)
-      table.insert(out, w.meta)
-      table.insert(out, w.since)
-      table.insert(out, fmt(w.deadline))
+      table.insert(out, mode)
+      table.insert(out, meta)
+      table.insert(out, since)
+      table.insert(out, fmt(deadline))
     end
   end
 end

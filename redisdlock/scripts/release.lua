@@ -6,16 +6,19 @@
 -- since (released now, or by an earlier attempt whose reply was lost), 0
 -- otherwise.
 local owner = ARGV[1]
-local st = read_state()
-local mine = find_holder(st, owner)
-if not mine then
+read_state(owner)
+if not S.mine then
   -- Not a holder: a cancelled attempt leaving the queue (a holder is never
   -- queued: every grant pops its owner from the queue), or a release resent
   -- after its reply was lost.
-  remove_waiter(owner)
-  if st.exists then
+  -- LREM is O(queue length), but it only runs for an owner that has an
+  -- entry, i.e. once per cancelled waiter.
+  if redis.call('HDEL', waiters, owner) == 1 then
+    redis.call('LREM', queue, 1, owner)
+  end
+  if S.exists then
     -- Ours only if our earlier attempt was the latest release.
-    if st.prev == owner then
+    if S.prev == owner then
       return 1
     end
     return 0
@@ -30,20 +33,23 @@ if not mine then
 end
 -- Our record, live or not. A dead one still here means nobody has been
 -- granted the key since it died (every grant drops the dead records), so
--- releasing it is as good as releasing in time: 1 either way.
-local c = tally(st, mine)
-local b = new_batch(st, c)
-b.fresh = false -- the hash stays: it has the kind label
-b.removed[mine.slot] = true
-if mine.slot == 'o' then
-  b.o_free = true
+-- releasing it is as good as releasing in time: 1 either way. Its field is
+-- deleted, or reused by the first grant if it is 'o'.
+S.drop = S.slots[S.mine]
+tally()
+-- The key's limit, from its kind label (driver.KindLabel).
+local limit = 1
+if S.label_s == 'rwmutex' then
+  limit = 0
+elseif S.label_s then
+  limit = tonumber(string.match(S.label_s, '^semaphore/(%d+)$')) or 1
 end
-serve(b, label_limit(st.label), nil)
-if b.live == 0 then
+serve(limit, nil)
+if S.live == 0 then
   -- Nobody holds, nobody waits (serve found the queue empty). The fence
   -- has the latest token already, for the next grant.
   redis.call('DEL', lock)
   return 1
 end
-flush(b, st.label or 'lock', owner)
+flush(S.label_s or 'lock', owner)
 return 1
