@@ -11,9 +11,10 @@ import (
 
 // Replies of acquire.lua.
 const (
-	statusLocked  = 0
-	statusGranted = 1
-	statusQueued  = 2
+	statusLocked   = 0
+	statusGranted  = 1
+	statusQueued   = 2
+	statusMismatch = 3 // the key is another kind; v[1] is its label
 )
 
 type acquireReply struct {
@@ -23,18 +24,42 @@ type acquireReply struct {
 	serverUs int64         // granted: the server's TIME in µs
 	pttl     time.Duration // holder's time left; negative when unknown
 	head     bool          // first in the queue
-	holder   uint64        // queued: the current holder's token
+	holder   uint64        // queued: the latest grant's token (the fence's)
+	label    string        // mismatch: the key's kind label
 }
 
 // acquireArgs are acquire.lua's arguments, boxed once per Lock call: a
 // waiter sends the same ones with every poll.
 // An array, so that it can live on the caller's stack.
-func (d *redisDriver) acquireArgs(req *driver.AcquireRequest, owner any) [6]any {
+func (d *redisDriver) acquireArgs(req *driver.AcquireRequest, owner any) [9]any {
 	wait := "0"
 	if req.Wait {
 		wait = "1"
 	}
-	return [6]any{owner, ms(req.TTL), req.Metadata, wait, d.waiterTimeoutArg, d.channelArg}
+	label, limit, mode := shapeArgs(req)
+	return [9]any{owner, ms(req.TTL), req.Metadata, wait, d.waiterTimeoutArg, d.channelArg, label, limit, mode}
+}
+
+// The arguments of a lock's shape, boxed once per process: the lock's path
+// allocates nothing for them.
+var (
+	lockLabelArg any = driver.KindLabel(driver.KindLock, 1)
+	oneArg       any = "1"
+	exclusiveArg any = "x"
+	sharedArg    any = "s"
+)
+
+// shapeArgs returns the kind label, the limit ("0": none) and the mode
+// ("x" or "s") of req, as acquire.lua takes them.
+func shapeArgs(req *driver.AcquireRequest) (label, limit, mode any) {
+	mode = exclusiveArg
+	if req.Mode == driver.Shared {
+		mode = sharedArg
+	}
+	if req.Kind == driver.KindLock {
+		return lockLabelArg, oneArg, mode
+	}
+	return driver.KindLabel(req.Kind, req.Limit), strconv.Itoa(req.Limit), mode
 }
 
 func (d *redisDriver) runAcquire(ctx context.Context, keys, args []any) (acquireReply, error) {
@@ -58,6 +83,8 @@ func (d *redisDriver) runAcquire(ctx context.Context, keys, args []any) (acquire
 		if r.serverUs, err = parseInt(now); err != nil {
 			return r, fmt.Errorf("bad server time %q in acquire reply", now)
 		}
+	case statusMismatch:
+		r.label, _ = v[1].(string)
 	default:
 		p, _ := v[1].(int64)
 		r.pttl = time.Duration(p) * time.Millisecond
@@ -91,9 +118,12 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 	// server had not yet granted us the key: a grant delivered by a notice
 	// happened after it, so it is a safe ValidFrom for that grant — provided
 	// the notice is not older than that request. staleUpTo tells: it is the
-	// holder's token that request found, and a notice with a token up to it
-	// announces a grant made before, which we have lost since (we were
-	// paused, say, while it expired and passed on).
+	// latest grant's token that request found (the fence's value; with
+	// several holders, the newest one's). Tokens increase with every grant,
+	// so a notice announces a grant made after that request if and only if
+	// its token is above it; one with a token up to it announces a grant
+	// made before, which we have lost since (we were paused, say, while it
+	// expired and passed on), since the request found us still waiting.
 	notBefore := time.Now()
 	var staleUpTo uint64
 	queued := false
@@ -117,6 +147,11 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 			g.token, g.tokenArg, g.validFrom = r.token, r.tokenArg, sent
 			g.clock = clockReading{sent: sent, received: time.Now(), serverUs: r.serverUs}
 			return g, nil
+		case r.status == statusMismatch:
+			// Nothing was written: no entry to remove. (A waiter whose
+			// queue entry expired while another kind took the key ends
+			// here too.)
+			return nil, driver.KindMismatch(r.label, req.Kind, req.Limit)
 		case r.status == statusLocked:
 			if r.pttl < 0 {
 				return nil, driver.ErrLocked
@@ -128,10 +163,11 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 			staleUpTo = max(staleUpTo, r.holder)
 		}
 
-		// Wait for the hand-off notice, polling now and then: at least every
+		// Wait for the grant notice, polling now and then: at least every
 		// TTL/3, so that notBefore stays recent. The first in line also
-		// polls when the holder's lease would run out, which is how a
-		// crashed holder's key reaches the queue.
+		// polls at the earliest deadline among the holders (all of which
+		// block it), which is how a crashed holder's place reaches the
+		// queue.
 		next := min(d.opts.PollInterval, req.TTL/3)
 		if r.head && r.pttl >= 0 && r.pttl+time.Millisecond < next {
 			next = r.pttl + time.Millisecond

@@ -51,6 +51,28 @@ func TestErrorMessages(t *testing.T) {
 		TTL: 3 * time.Second,
 	})
 
+	// A key used as another kind (issue 12): the error names what it is.
+	kc, err := open(ctx, t, srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := kc.Lock(ctx, "km"); err != nil {
+		t.Fatal(err)
+	} else {
+		_, err = kc.Semaphore("km", 3).TryAcquire(ctx)
+		r.Record("semaphore-on-lock", err, dlock.ErrKindMismatch)
+		_ = l.Unlock(ctx)
+	}
+	if l, err := kc.Semaphore("km", 2).Acquire(ctx); err != nil {
+		t.Fatal(err)
+	} else {
+		_, err = kc.Semaphore("km", 3).Acquire(ctx)
+		r.Record("semaphore-limit-mismatch", err, dlock.ErrKindMismatch)
+		_, err = kc.RWMutex("km").RLock(ctx)
+		r.Record("rlock-on-semaphore", err, dlock.ErrKindMismatch)
+		_ = l.Unlock(ctx)
+	}
+
 	// Options of New.
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: "s3cret"})
 	t.Cleanup(func() { _ = rdb.Close() })
@@ -81,7 +103,7 @@ func TestErrorMessages(t *testing.T) {
 
 	// Nobody listens.
 	closed := testserver.Addr(testserver.FreePort(t))
-	_, err := dlock.Open(ctx, "redis://"+closed+"/0?max_retries=-1")
+	_, err = dlock.Open(ctx, "redis://"+closed+"/0?max_retries=-1")
 	r.Record("open-unavailable", err, dlock.ErrUnavailable)
 	down := redis.NewClient(&redis.Options{Addr: closed, MaxRetries: -1})
 	t.Cleanup(func() { _ = down.Close() })

@@ -10,3 +10,6 @@ func AcquireScriptHashForTest() string { return acquireScript.Hash() }
 
 // ReleaseScriptHashForTest is the SHA1 that EVALSHA sends for release.lua.
 func ReleaseScriptHashForTest() string { return releaseScript.Hash() }
+
+// RenewScriptHashForTest is the SHA1 that EVALSHA sends for renew.lua.
+func RenewScriptHashForTest() string { return renewScript.Hash() }

@@ -1,6 +1,7 @@
 package redisdlock
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -19,28 +20,54 @@ func (d *redisDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo
 	if err != nil {
 		return nil, wrapErr(fmt.Sprintf("redis at %s", d.addr), err)
 	}
-	if len(v) < 5 || (len(v)-5)%3 != 0 {
-		return nil, fmt.Errorf("redis at %s: unexpected inspect reply of %d items", d.addr, len(v))
+	return parseInspect(key, v, d.addr)
+}
+
+// parseInspect reads inspect.lua's reply: {now_ms, label, n, n holders of 5
+// items, waiters of 4 items}.
+func parseInspect(key string, v []any, addr string) (*driver.LockInfo, error) {
+	bad := fmt.Errorf("redis at %s: unexpected inspect reply of %d items", addr, len(v))
+	if len(v) < 3 {
+		return nil, bad
 	}
 	str := func(i int) string { s, _ := v[i].(string); return s }
 	num := func(i int) int64 { n, _ := strconv.ParseInt(str(i), 10, 64); return n }
+	nh, _ := v[2].(int64)
+	if nh < 0 || int64(len(v)) < 3+5*nh || (int64(len(v))-3-5*nh)%4 != 0 {
+		return nil, bad
+	}
+	kind, limit, err := driver.ParseKindLabel(str(1))
+	if err != nil {
+		return nil, fmt.Errorf("redis at %s: key %q: %w", addr, key, err)
+	}
 	now := num(0)
-	info := &driver.LockInfo{Key: key, Limit: 1}
-	if tok := str(1); tok != "" {
-		token, _ := strconv.ParseUint(tok, 10, 64)
-		pttl, _ := v[4].(int64)
+	mode := func(i int) driver.Mode {
+		if str(i) == "s" {
+			return driver.Shared
+		}
+		return driver.Exclusive
+	}
+	info := &driver.LockInfo{Key: key, Kind: kind, Limit: limit}
+	i := 3
+	for range nh {
+		token, _ := strconv.ParseUint(str(i), 10, 64)
 		info.Holders = append(info.Holders, driver.Entry{
 			Token:    token,
-			Metadata: []byte(str(2)),
-			Since:    time.UnixMilli(num(3)),
-			TTL:      time.Duration(pttl) * time.Millisecond,
+			Mode:     mode(i + 1),
+			Metadata: []byte(str(i + 2)),
+			Since:    time.UnixMilli(num(i + 3)),
+			TTL:      time.Duration(num(i+4)-now) * time.Millisecond,
 		})
+		i += 5
 	}
-	for i := 5; i < len(v); i += 3 {
+	// Grant order: tokens increase with every grant.
+	slices.SortFunc(info.Holders, func(a, b driver.Entry) int { return cmp.Compare(a.Token, b.Token) })
+	for ; i < len(v); i += 4 {
 		info.Waiters = append(info.Waiters, driver.Entry{
-			Metadata: []byte(str(i)),
-			Since:    time.UnixMilli(num(i + 1)),
-			TTL:      time.Duration(num(i+2)-now) * time.Millisecond,
+			Mode:     mode(i),
+			Metadata: []byte(str(i + 1)),
+			Since:    time.UnixMilli(num(i + 2)),
+			TTL:      time.Duration(num(i+3)-now) * time.Millisecond,
 		})
 	}
 	return info, nil

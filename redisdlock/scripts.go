@@ -23,7 +23,7 @@ var (
 
 	acquireScript = newScript(commonLua + acquireLua)
 	releaseScript = newScript(commonLua + releaseLua)
-	renewScript   = newScript(commonLua + renewLua)
+	renewScript   = newScript(renewLua) // alone: it needs nothing of common.lua
 	inspectScript = newScript(commonLua + inspectLua)
 )
 

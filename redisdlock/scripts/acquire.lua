@@ -1,63 +1,130 @@
--- acquire.lua: take the lock, or join (or stay in) its queue. The same call
+-- acquire.lua: take the key, or join (or stay in) its queue. The same call
 -- serves the first attempt, a retry after a lost reply, and a waiter's
 -- periodic poll, which also keeps its queue entry alive.
 -- ARGV[1] owner id, ARGV[2] ttl ms, ARGV[3] metadata, ARGV[4] "1" to wait,
--- ARGV[5] waiter timeout ms, ARGV[6] notification channel.
+-- ARGV[5] waiter timeout ms, ARGV[6] notification channel, ARGV[7] kind
+-- label, ARGV[8] limit (0: none), ARGV[9] mode ('x' or 's').
 -- Returns {1, token, now} granted (now: the server's TIME in µs, for the
--- client's watch on the server's clock); {0, pttl} held by another (not waiting);
--- {2, pttl, head, token} queued (head = 1 when first in line, and pttl -1
--- unless head: only the first in line uses it; token is the current
--- holder's: a hand-off notice with a token up to it announces a grant the
--- caller has already lost).
-local owner, ttl, meta = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+-- client's watch on the server's clock); {0, pttl} not granted (not
+-- waiting); {2, pttl, head, token} queued (head = 1 when first in line, and
+-- pttl -1 unless head: only the first in line uses it; token is the latest
+-- grant's, the fence's value: a notice with a token up to it announces a
+-- grant made before this call, which the caller has lost since);
+-- {3, label} the key is another kind (nothing was written).
+-- pttl is the time left to the earliest deadline among the holders: every
+-- holder blocks the first waiter (an exclusive one is alone; a shared first
+-- waiter is blocked by the limit, which every holder counts towards; an
+-- exclusive one by every holder), so that is when it may be admitted.
+local owner, ttl, meta = ARGV[1], ARGV[2], ARGV[3]
 local wait, waiter_timeout, channel = ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6]
+local label, limit, mode = ARGV[7], tonumber(ARGV[8]), ARGV[9]
 
-local h = redis.call('HMGET', lock, 'owner', 'token')
-local holder, token = h[1], h[2]
-if holder == owner then
-  -- Ours already: a retried request whose first reply was lost, or a waiter
-  -- that missed its hand-off notice. Extend from now, which is later than
-  -- when this request was sent, so the caller's deadline stays safe.
-  redis.call('PEXPIRE', lock, ttl)
-  now()
+read_state(owner)
+if S.mine then
+  local _, ms = now()
+  local rec = S.recs[S.mine]
+  if holder_deadline(rec) >= ms then
+    -- Ours already: a retried request whose first reply was lost, or a
+    -- waiter that missed its notice. Extend from now, which is later than
+    -- when this request was sent, so the caller's deadline stays safe.
+    local o, rest = string.match(rec, '^(%x+)|%d+|%d+|(.*)$')
+    redis.call('HSET', lock, S.slots[S.mine], o .. '|' .. now_ms_s .. '|' .. ttl .. '|' .. rest)
+    if redis.call('PTTL', lock) < tonumber(ttl) then
+      redis.call('PEXPIRE', lock, ttl)
+    end
+    return {1, string.match(rec, '^%x+|%d+|%d+|(%d+)|'), now_us_s}
+  end
+  -- Ours, but expired: as good as gone (tally drops it).
+  S.mine = nil
+end
+
+-- The key's kind: its live holders' or, when none lives, its live waiters'.
+-- Read without writing anything, so that a mismatch leaves the key as it
+-- was, dead entries included.
+tally()
+local stored, head, wttl, wmode, wchannel, wmeta
+local qempty = false
+if S.live > 0 then
+  stored = S.label_s or 'lock'
+else
+  local i = 0
+  while true do
+    local id = redis.call('LINDEX', queue, i)
+    if not id then
+      qempty = i == 0
+      break
+    end
+    local rec = redis.call('HGET', waiters, id)
+    if rec then
+      local _, ms = now()
+      local deadline, t, _, m, l, ch, me = parse_waiter(rec)
+      if deadline >= ms then
+        stored = l
+        if i == 0 then
+          head, wttl, wmode, wchannel, wmeta = id, t, m, ch, me
+        end
+        break
+      end
+    end
+    i = i + 1
+  end
+end
+if stored and stored ~= label then
+  return {3, stored}
+end
+
+-- Serve the queue first, in order: whoever the rule admits now (the holders
+-- ahead of them died without releasing, so nobody has granted them yet).
+local token, why, bhead
+if qempty then
+  why = 'empty'
+else
+  token, why, bhead = serve(limit, owner, head, wttl, wmode, wchannel, wmeta)
+end
+if not token and why == 'empty' and S.excl == 0 and
+    ((mode == 'x' and S.shared == 0) or (mode ~= 'x' and (limit == 0 or S.shared < limit))) then
+  -- Nobody waits, and the holders admit the caller: at the tail of the
+  -- queue, it would be granted at once.
+  token = grant(owner, ttl, mode, meta)
+end
+if token then
+  flush(label)
   return {1, token, now_us_s}
 end
-
-if not holder then
-  -- Free. The previous token is in the fence (a free lock has no hash),
-  -- unless the key was never locked or the server lost its data.
-  token = redis.call('GET', fence)
-  -- A fair lock serves its queue first.
-  local head, wttl, wchannel, wmeta = pop_live_waiter()
-  if head == nil or head == owner then
-    local granted = grant(owner, ARGV[2], meta, '', token)
-    return {1, granted, now_us_s}
-  end
-  -- The holder expired without releasing (it crashed), so nobody has woken
-  -- the first waiter yet: hand the lock to it now (it is popped already).
-  token = serve(head, wttl, wchannel, wmeta, '', token)
+if S.granted > 0 then
+  flush(label)
 end
 
-if not wait then
-  return {0, redis.call('PTTL', lock)}
-end
 local _, ms = now()
-local deadline, rest = fmt(ms + waiter_timeout), '|' .. channel .. '|' .. meta
+local pttl = -1
+if S.mindl then
+  pttl = S.mindl - ms
+end
+if not wait then
+  return {0, pttl}
+end
+local deadline = fmt(ms + waiter_timeout)
+local rest = '|' .. mode .. '|' .. label .. '|' .. channel .. '|' .. meta
 -- Joining is once per grant, a poll once per PollInterval: try the join's
 -- write first, which also tells whether the caller is queued already.
-local head = 0
-if redis.call('HSETNX', waiters, owner, deadline .. '|' .. ARGV[2] .. '|' .. now_ms_s .. rest) == 1 then
+local first = 0
+if redis.call('HSETNX', waiters, owner, deadline .. '|' .. ttl .. '|' .. now_ms_s .. rest) == 1 then
   -- Last in line, and so first only in an empty queue.
   if redis.call('RPUSH', queue, owner) == 1 then
-    head = 1
+    first = 1
   end
 else
   -- A poll (or a join resent after a lost reply): keep the place in line
   -- and the time of joining, refresh the deadline.
   local _, _, since = parse_waiter(redis.call('HGET', waiters, owner))
-  redis.call('HSET', waiters, owner, deadline .. '|' .. ARGV[2] .. '|' .. since .. rest)
-  if redis.call('LINDEX', queue, 0) == owner then
-    head = 1
+  redis.call('HSET', waiters, owner, deadline .. '|' .. ttl .. '|' .. (since or now_ms_s) .. rest)
+  if bhead then
+    -- serve stopped at the first waiter: we know who it is.
+    if bhead == owner then
+      first = 1
+    end
+  elseif redis.call('LINDEX', queue, 0) == owner then
+    first = 1
   end
 end
 -- The queue vanishes by itself once every waiter has stopped polling. It is
@@ -68,8 +135,7 @@ if redis.call('PTTL', queue) < waiter_timeout then
   redis.call('PEXPIRE', queue, 2 * waiter_timeout)
   redis.call('PEXPIRE', waiters, 2 * waiter_timeout)
 end
-local pttl = -1
-if head == 1 then
-  pttl = redis.call('PTTL', lock)
+if first == 0 then
+  pttl = -1
 end
-return {2, pttl, head, token or '0'}
+return {2, pttl, first, S.last or '0'}

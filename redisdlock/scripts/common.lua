@@ -1,26 +1,50 @@
 -- common.lua is prepended to every dlock script. All keys of one lock share a
 -- Redis Cluster hash slot through the hash tag {<escaped key>}:
---   KEYS[1] lock    hash: owner, token, meta, since (ms), prev (the owner
---                   before a hand-off). PEXPIRE = lease TTL.
+--   KEYS[1] lock    hash of the holders (docs/redis.md, "Keys"):
+--                     'o' or an owner id ->
+--                       "owner|renewed_ms|ttl_ms|token|mode|since_ms|meta"
+--                       one field per holder, valid until renewed + ttl;
+--                       the first holder granted while 'o' is unused takes
+--                       'o', so that a lock's hand-off overwrites one field
+--                       instead of deleting one and writing another;
+--                     'k' the kind label (driver.KindLabel), absent for a lock;
+--                     't' the token of the latest grant (as the fence);
+--                     'p' the owner of the latest release (lost replies).
+--                   Its expiry is at least the latest deadline of its live
+--                   holders: every grant and renewal that would pass it
+--                   moves it.
 --   KEYS[2] queue   list of waiting owner ids, arrival order.
---   KEYS[3] waiters hash: owner id -> "deadline_ms|ttl_ms|since_ms|channel|meta"
---   KEYS[4] fence   string: the token of the lock's latest grant, written
+--   KEYS[3] waiters hash: owner id ->
+--                     "deadline_ms|ttl_ms|since_ms|mode|kind label|channel|meta"
+--   KEYS[4] fence   string: the token of the key's latest grant, written
 --                   by every grant and kept for good (no expiry): the next
 --                   token is above it whatever the server's clock does, and
 --                   a release resent after a lost reply finds in it whether
---                   anybody was granted the lock since (release.lua).
--- renew.lua is sent KEYS[1] only: it touches nothing else.
+--                   anybody was granted the key since (release.lua).
+-- renew.lua is sent KEYS[1] only, and runs without this file: it touches
+-- nothing else.
+-- Modes are 'x' (exclusive) and 's' (shared). Every holder and waiter of a
+-- key has the same kind label: a request with another is refused before
+-- anything is written (acquire.lua).
 -- The queue and the waiters hash always hold the same owner ids: every script
 -- adds or removes an id in both, and both get the same expiry.
--- Times come from the server's clock (TIME), never from a client's. Every
--- redis.call is server time on the path of a grant, so the scripts read each
--- thing once (HMGET) and only what the path taken needs.
+-- Times come from the server's clock (TIME), never from a client's.
+--
+-- Cost. Every redis.call is server time on the path of a grant, and so is
+-- the Lua around them: on the test machine a table with a few fields costs
+-- ≈ 0.7 µs, a number formatted ≈ 1 µs, a string.match ≈ 1.3 µs — as much
+-- as a command. So the scripts read each thing once (one HGETALL of the
+-- holders), keep one script's state in the locals below rather than in
+-- tables, store times as the strings TIME and ARGV give (a holder's
+-- deadline is renewed + ttl, added when read, never formatted), and parse
+-- a record only when its content matters: a lock's release finds its own
+-- record by its prefix and parses nothing.
 local lock, queue, waiters, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
 -- now returns the server time in µs and ms, reading it on first use only:
--- renew and the retried-request paths never need it. It also keeps both as
--- strings, cut from TIME's reply ({seconds, microseconds}): formatting a
--- number in Lua costs more than the commands around it.
+-- the retried-request paths and a lock's release with nobody waiting never
+-- need it. It also keeps both as strings, cut from TIME's reply ({seconds,
+-- microseconds}).
 local now_us, now_ms, now_us_s, now_ms_s
 local function now()
   if not now_us then
@@ -38,84 +62,277 @@ local function fmt(n)
   return string.format('%.0f', n)
 end
 
--- parse_waiter splits a waiter record. Only the deadline becomes a number:
--- the rest goes back into commands as the strings they are.
+-- The state of one script run, in one table: locals captured by the
+-- functions below would cost more (every function is created anew at each
+-- run, and each captured local is looked up then).
+--   exists: the holders hash exists; label_s, last, prev: its 'k', 't',
+--   'p'; slots, recs: its holders' fields and records (nil when none),
+--   nrec: their number; mine: the index of
+--   the caller's record, if any (read_state).
+--   shared, excl, live: the live holders and the grants of this run;
+--   mindl, maxdl: their earliest and latest deadlines, ms (tally, grant).
+--   o_free: 'o' is unused; o_taken: a grant of this run took it; o_dead: it
+--   holds a dead record. dead: fields of dead holders to delete; drop: the
+--   field of the caller's released record; fresh: the hash holds only dead
+--   records, replace it whole. hset, pubs: HSET's and the notices'
+--   arguments; granted: grants of this run; pexp: PEXPIRE's argument when
+--   a grant's deadline is the latest.
+-- Every field is set here (false for none) so that the table is sized once.
+local S = {exists = false, label_s = false, last = false, prev = false, slots = false,
+  recs = false, nrec = 0, mine = false, shared = 0, excl = 0, live = 0, mindl = false,
+  maxdl = 0, o_free = true, o_taken = false, o_dead = false, dead = false, drop = false,
+  fresh = false, hset = false, pubs = false, granted = 0, pexp = false, fenced = false}
+
+-- parse_waiter splits a waiter record: deadline (a number), ttl, since,
+-- mode, label, channel, meta. A record that does not parse (written by
+-- another version) counts as dead.
 local function parse_waiter(rec)
-  local deadline, ttl, since, channel, meta = string.match(rec, '^(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
-  return tonumber(deadline), ttl, since, channel, meta
+  local deadline, ttl, since, mode, label, channel, meta =
+    string.match(rec, '^(%d+)|(%d+)|(%d+)|(%a)|([^|]*)|([^|]*)|(.*)$')
+  return tonumber(deadline) or 0, ttl, since, mode, label, channel, meta
 end
 
--- Removes the owner's queue entry, if any. LREM is O(queue length), but it
--- only runs for an owner that has an entry, i.e. once per cancelled waiter.
-local function remove_waiter(owner)
-  if redis.call('HDEL', waiters, owner) == 1 then
-    redis.call('LREM', queue, 1, owner)
+-- holder_deadline returns a holder record's deadline (ms) and mode.
+local function holder_deadline(rec)
+  local renewed, ttl, mode = string.match(rec, '^%x+|(%d+)|(%d+)|%d+|(%a)|')
+  if not renewed then
+    return 0, 'x'
   end
+  return tonumber(renewed) + tonumber(ttl), mode
 end
 
--- pop_live_waiter removes the first waiter whose deadline has not passed
--- from the queue and returns its id, ttl, channel and metadata, dropping
--- dead ones before it; nil when nobody live waits. Every caller serves the
--- waiter it gets (grants it the lock), so popping at once saves a LINDEX.
--- Every dead entry is dropped once, so the cost is amortised O(1).
-local function pop_live_waiter()
-  while true do
-    local head = redis.call('LPOP', queue)
-    if not head then
-      return nil
-    end
-    local rec = redis.call('HGET', waiters, head)
-    redis.call('HDEL', waiters, head)
-    if rec then
-      local _, ms = now()
-      local deadline, ttl, _, channel, meta = parse_waiter(rec)
-      if deadline >= ms then
-        return head, ttl, channel, meta
+-- read_state reads the holders hash once, and finds owner's record: in the
+-- field named after it, or in 'o' (which starts with the owner id).
+local function read_state(owner)
+  local h = redis.call('HGETALL', lock)
+  local n = 0
+  for i = 1, #h, 2 do
+    local f, v = h[i], h[i + 1]
+    S.exists = true
+    if f == 'k' then
+      S.label_s = v
+    elseif f == 't' then
+      S.last = v
+    elseif f == 'p' then
+      S.prev = v
+    else
+      if n == 0 then
+        S.slots, S.recs = {}, {}
+      end
+      n = n + 1
+      S.slots[n], S.recs[n] = f, v
+      if f == owner or (f == 'o' and string.find(v, owner, 1, true) == 1) then
+        S.mine = n
       end
     end
   end
+  S.nrec = n
 end
 
--- grant makes owner the holder with a fresh fencing token and returns it (as
--- a string). last is the previous token: the lock hash's on a hand-off, the
--- fence's (or nil) when the lock was free. The token is max(last + 1, server
--- clock in µs): above the previous one while the server keeps its data,
--- however its clock steps, and increasing by the clock alone after a
--- restart that lost every key. HSET overwrites every field, so no DEL is
--- needed first.
-local function grant(owner, ttl, meta, prev, last)
-  local us = now()
-  local previous = tonumber(last or '0')
+-- tally counts the live holders but the caller's (a record lives while its
+-- deadline has not passed, as Redis keeps a key until its expiry has
+-- passed), and collects the dead ones for removal. It reads the clock
+-- only when there is somebody to count.
+local function tally()
+  for i = 1, S.nrec do
+    if i ~= S.mine then
+      local _, ms = now()
+      local d, m = holder_deadline(S.recs[i])
+      if d >= ms then
+        S.live = S.live + 1
+        if m == 'x' then
+          S.excl = S.excl + 1
+        else
+          S.shared = S.shared + 1
+        end
+        if not S.mindl or d < S.mindl then
+          S.mindl = d
+        end
+        if d > S.maxdl then
+          S.maxdl = d
+        end
+        if S.slots[i] == 'o' then
+          S.o_free = false
+        end
+      elseif S.slots[i] == 'o' then
+        S.o_dead = true -- free; deleted unless a grant reuses it
+      else
+        S.dead = S.dead or {}
+        S.dead[#S.dead + 1] = S.slots[i]
+      end
+    end
+  end
+  -- A hash with nobody live in it is what holders that died left: it is
+  -- replaced whole (its kind label may be another's).
+  S.fresh = S.exists and S.live == 0 and not S.mine
+end
+
+-- grant makes owner a holder with a fresh fencing token and returns it (as a
+-- string); flush writes it. The token is max(latest token + 1, server clock
+-- in µs): above every earlier grant's while the server keeps its data (the
+-- latest is the hash's 't', or the fence when the hash is gone), however its
+-- clock steps, and increasing by the clock alone after a restart that lost
+-- every key.
+local function grant(owner, ttl, mode, meta)
+  local us, ms = now()
+  if not S.last and not S.fenced then
+    S.last, S.fenced = redis.call('GET', fence), true -- false when there is none
+  end
   local token = now_us_s
-  if previous >= us then
-    token = fmt(previous + 1)
+  if S.last and tonumber(S.last) >= us then
+    token = fmt(tonumber(S.last) + 1)
   end
-  redis.call('HSET', lock, 'owner', owner, 'token', token, 'meta', meta,
-    'since', now_ms_s, 'prev', prev)
-  redis.call('PEXPIRE', lock, ttl)
-  -- The token outlives the hash, which goes with a release or its expiry
-  -- (a holder that crashed): the fence keeps it for the next grant, since
-  -- the clock may step back behind it at any time. No expiry: an integer
-  -- string, a few dozen bytes per key ever locked (docs/redis.md).
-  redis.call('SET', fence, token)
+  S.last = token
+  local dl = ms + tonumber(ttl)
+  if dl > S.maxdl then
+    -- The hash must live until this deadline: later than any live
+    -- holder's, so PEXPIRE ttl shortens nobody's.
+    S.maxdl, S.pexp = dl, ttl
+  end
+  if not S.mindl or dl < S.mindl then
+    S.mindl = dl
+  end
+  local slot = owner
+  if S.o_free then
+    slot, S.o_free, S.o_taken = 'o', false, true
+  end
+  S.hset = S.hset or {}
+  local n = #S.hset
+  S.hset[n + 1] = slot
+  S.hset[n + 2] = owner .. '|' .. now_ms_s .. '|' .. ttl .. '|' .. token .. '|' .. mode .. '|' .. now_ms_s .. '|' .. meta
+  if mode == 'x' then
+    S.excl = S.excl + 1
+  else
+    S.shared = S.shared + 1
+  end
+  S.live = S.live + 1
+  S.granted = S.granted + 1
   return token
 end
 
--- serve grants the lock to a waiter popped by pop_live_waiter and tells it
--- on its client's channel ("owner:token"): exactly one waiter is woken.
--- Returns the new token.
-local function serve(head, ttl, channel, meta, prev, last)
-  local token = grant(head, ttl, meta, prev, last)
-  redis.call('PUBLISH', channel, head .. ':' .. token)
-  return token
+-- serve grants, in queue order, every waiter at the head of the queue that
+-- the grant rule admits, and tells each on its client's channel
+-- ("owner:token", at flush): exactly the waiters granted are woken. caller
+-- is the owner of the script's request, who gets its token back instead of
+-- a notice (nil for a release). head, ttl, mode, channel, meta: the live
+-- head already read, if any.
+-- Returns the caller's token if it was granted, and why serving stopped:
+-- 'full' (nobody more can be admitted; the queue was not read), 'empty'
+-- (nobody live waits), 'blocked' (the head, returned third, is not
+-- admitted, and so nobody behind it is: every entry behind it has it ahead).
+-- The rule (driver.Admits): an entry is granted when everything ahead of
+-- it is compatible with it and fewer than limit entries are ahead of it
+-- (limit 0: no limit); S.shared and S.excl count the entries ahead. It is
+-- written out here and in acquire.lua rather than as a function, which
+-- would cost its creation at every run (see Cost).
+local function serve(limit, caller, head, ttl, mode, channel, meta)
+  local token_of_caller, popped
+  while true do
+    if S.excl > 0 or (limit > 0 and S.shared >= limit) then
+      -- Full: nobody of any mode is admitted behind these.
+      return token_of_caller, 'full'
+    end
+    if not head then
+      -- The first live waiter; dead ones before it are dropped, each once
+      -- (amortised O(1)). With nothing ahead it is admitted whatever its
+      -- mode, so it is popped at once (saving an LINDEX); otherwise
+      -- peeked, and taken only if admitted.
+      local nothing_ahead = S.shared == 0 and S.excl == 0
+      while not head do
+        local id
+        if nothing_ahead then
+          id = redis.call('LPOP', queue)
+        else
+          id = redis.call('LINDEX', queue, 0)
+        end
+        if not id then
+          return token_of_caller, 'empty'
+        end
+        local rec = redis.call('HGET', waiters, id)
+        if rec then
+          local _, ms = now()
+          local deadline
+          deadline, ttl, _, mode, _, channel, meta = parse_waiter(rec)
+          if deadline >= ms then
+            head, popped = id, nothing_ahead
+          end
+        end
+        if not head then
+          redis.call('HDEL', waiters, id)
+          if not nothing_ahead then
+            redis.call('LPOP', queue)
+          end
+        end
+      end
+    end
+    if S.excl > 0 or (mode == 'x' and S.shared > 0) then
+      return token_of_caller, 'blocked', head
+    end
+    if not popped then
+      redis.call('LPOP', queue)
+    end
+    redis.call('HDEL', waiters, head)
+    local token = grant(head, ttl, mode, meta)
+    if head == caller then
+      token_of_caller = token
+    else
+      S.pubs = S.pubs or {}
+      S.pubs[#S.pubs + 1] = channel
+      S.pubs[#S.pubs + 1] = head .. ':' .. token
+    end
+    head, popped = nil, false
+  end
 end
 
--- hand_off grants the lock to the first live waiter (serve). last is the
--- token in the lock hash. Returns the new holder, or nil when nobody waits.
-local function hand_off(prev, last)
-  local head, ttl, channel, meta = pop_live_waiter()
-  if head then
-    serve(head, ttl, channel, meta, prev, last)
+-- flush writes the run's changes to the holders hash: the records removed
+-- (released, or dead), the grants with the latest token and, for a new
+-- hash, the kind label; its expiry; the fence; the notices. label is the
+-- key's kind label; releaser the releasing owner, if any.
+local function flush(label, releaser)
+  if S.fresh then
+    redis.call('DEL', lock)
+  else
+    if (S.o_dead or S.drop == 'o') and not S.o_taken then
+      S.dead = S.dead or {}
+      S.dead[#S.dead + 1] = 'o'
+    end
+    if S.drop and S.drop ~= 'o' then
+      S.dead = S.dead or {}
+      S.dead[#S.dead + 1] = S.drop
+    end
+    if S.dead then
+      redis.call('HDEL', lock, unpack(S.dead))
+    end
   end
-  return head
+  local h = S.hset or {}
+  if releaser then
+    h[#h + 1] = 'p'
+    h[#h + 1] = releaser
+  end
+  if S.granted > 0 then
+    h[#h + 1] = 't'
+    h[#h + 1] = S.last
+    if (S.fresh or not S.exists) and label ~= 'lock' then
+      h[#h + 1] = 'k'
+      h[#h + 1] = label
+    end
+  end
+  if #h > 0 then
+    redis.call('HSET', lock, unpack(h))
+  end
+  if S.pexp then
+    redis.call('PEXPIRE', lock, S.pexp)
+  end
+  if S.granted > 0 then
+    -- The token outlives the hash, which goes with the last release or
+    -- its expiry (holders that crashed): the fence keeps it for the next
+    -- grant, since the clock may step back behind it at any time. No
+    -- expiry: an integer string, a few dozen bytes per key ever locked.
+    redis.call('SET', fence, S.last)
+  end
+  if S.pubs then
+    for i = 1, #S.pubs, 2 do
+      redis.call('PUBLISH', S.pubs[i], S.pubs[i + 1])
+    end
+  end
 end

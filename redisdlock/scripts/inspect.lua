@@ -1,25 +1,38 @@
--- inspect.lua: a consistent snapshot of one lock.
--- Returns {now_ms, token, meta, since, pttl, w1_meta, w1_since, w1_deadline, ...}
--- with token "" when nobody holds the lock; only live waiters, in order.
+-- inspect.lua: a consistent snapshot of one key.
+-- Returns {now_ms, label, n, holder_1..holder_n, waiter_1, ...}: label the
+-- kind label ('' when nobody holds or waits, or for a lock), n the live
+-- holders, each as token, mode, meta, since, deadline (in no particular
+-- order: the client sorts them by token, which is grant order); the live
+-- waiters in order, each as mode, meta, since, deadline.
 local _, ms = now()
-local out = {now_ms_s}
-local h = redis.call('HMGET', lock, 'token', 'meta', 'since')
-if h[1] then
-  table.insert(out, h[1])
-  table.insert(out, h[2] or '')
-  table.insert(out, h[3] or '0')
-  table.insert(out, redis.call('PTTL', lock))
-else
-  table.insert(out, '')
-  table.insert(out, '')
-  table.insert(out, '0')
-  table.insert(out, -2)
+read_state('-') -- nobody's
+local out = {now_ms_s, '', 0}
+local known = false
+for i = 1, S.nrec do
+  local renewed, ttl, token, mode, since, meta =
+    string.match(S.recs[i], '^%x+|(%d+)|(%d+)|(%d+)|(%a)|(%d+)|(.*)$')
+  if renewed and tonumber(renewed) + tonumber(ttl) >= ms then
+    table.insert(out, token)
+    table.insert(out, mode)
+    table.insert(out, meta)
+    table.insert(out, since)
+    table.insert(out, fmt(tonumber(renewed) + tonumber(ttl)))
+    out[3] = out[3] + 1
+    known = true
+  end
+end
+if known then
+  out[2] = S.label_s or ''
 end
 for _, id in ipairs(redis.call('LRANGE', queue, 0, -1)) do
   local rec = redis.call('HGET', waiters, id)
   if rec then
-    local deadline, _, since, _, meta = parse_waiter(rec)
+    local deadline, _, since, mode, label, _, meta = parse_waiter(rec)
     if deadline >= ms then
+      if not known then
+        out[2], known = label, true
+      end
+      table.insert(out, mode)
       table.insert(out, meta)
       table.insert(out, since)
       table.insert(out, fmt(deadline))
