@@ -92,6 +92,17 @@ local function parse_waiter(rec)
   return tonumber(deadline) or 0, ttl, since, mode, label, channel, meta
 end
 
+-- label_limit returns the limit of a kind label (driver.KindLabel): 1 for
+-- a lock (false: no label), 0 (none) for a read-write lock.
+local function label_limit(label)
+  if not label or label == 'lock' then
+    return 1
+  elseif label == 'rwmutex' then
+    return 0
+  end
+  return tonumber(string.match(label, '^semaphore/(%d+)$')) or 1
+end
+
 -- holder_deadline returns a holder record's deadline (ms) and mode.
 local function holder_deadline(rec)
   local renewed, ttl, mode = string.match(rec, '^%x+|(%d+)|(%d+)|%d+|(%a)|')

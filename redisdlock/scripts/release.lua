@@ -10,26 +10,42 @@ read_state(owner)
 if not S.mine then
   -- Not a holder: a cancelled attempt leaving the queue (a holder is never
   -- queued: every grant pops its owner from the queue), or a release resent
-  -- after its reply was lost.
-  -- LREM is O(queue length), but it only runs for an owner that has an
-  -- entry, i.e. once per cancelled waiter.
-  if redis.call('HDEL', waiters, owner) == 1 then
-    redis.call('LREM', queue, 1, owner)
-  end
+  -- after its reply was lost. The answer is decided first, from the state
+  -- before anything below grants.
+  local released = 0
   if S.exists then
     -- Ours only if our earlier attempt was the latest release.
     if S.prev == owner then
-      return 1
+      released = 1
     end
-    return 0
+  elseif redis.call('GET', fence) == ARGV[2] then
+    -- Free. Every grant writes its token to the fence, so a fence that
+    -- still holds ours means nobody has been granted the key since: our
+    -- earlier attempt released it, or our grant expired with nobody
+    -- taking it.
+    released = 1
   end
-  -- Free. Every grant writes its token to the fence, so a fence that still
-  -- holds ours means nobody has been granted the key since: our earlier
-  -- attempt released it, or our grant expired with nobody taking it.
-  if redis.call('GET', fence) == ARGV[2] then
-    return 1
+  local rec = redis.call('HGET', waiters, owner)
+  if rec then
+    -- LREM is O(queue length), but it only runs for an owner that has an
+    -- entry, i.e. once per cancelled waiter.
+    redis.call('HDEL', waiters, owner)
+    redis.call('LREM', queue, 1, owner)
+    -- A waiter that leaves may have been what blocked the ones behind it:
+    -- a writer ahead of readers, or an exclusive head ahead of shared
+    -- ones. Grant whoever the rule now admits, as a release does, so that
+    -- they are not left for their next poll. The key's kind is the
+    -- leaving waiter's: it joined only as the key's kind.
+    local _, _, _, _, label = parse_waiter(rec)
+    if label then
+      tally()
+      serve(label_limit(label), nil)
+      if S.granted > 0 then
+        flush(label)
+      end
+    end
   end
-  return 0
+  return released
 end
 -- Our record, live or not. A dead one still here means nobody has been
 -- granted the key since it died (every grant drops the dead records), so
@@ -37,14 +53,7 @@ end
 -- deleted, or reused by the first grant if it is 'o'.
 S.drop = S.slots[S.mine]
 tally()
--- The key's limit, from its kind label (driver.KindLabel).
-local limit = 1
-if S.label_s == 'rwmutex' then
-  limit = 0
-elseif S.label_s then
-  limit = tonumber(string.match(S.label_s, '^semaphore/(%d+)$')) or 1
-end
-serve(limit, nil)
+serve(label_limit(S.label_s), nil)
 if S.live == 0 then
   -- Nobody holds, nobody waits (serve found the queue empty). The fence
   -- has the latest token already, for the next grant.
