@@ -88,8 +88,8 @@ func FuzzEscapeKey(f *testing.F) {
 func TestParseLockNode(t *testing.T) {
 	owner := strings.Repeat("ab", 16)
 	for name, want := range map[string]lockNode{
-		"lock-" + owner + "-0000000007":  {owner: owner, seq: 7},
-		"lock-" + owner + "--2147483648": {owner: owner, seq: -2147483648},
+		"lock-" + owner + "-0000000007":  {owner: owner, seq: 7, label: "lock"},
+		"lock-" + owner + "--2147483648": {owner: owner, seq: -2147483648, label: "lock"},
 	} {
 		got, ok := parseLockNode(name)
 		want.name = name
