@@ -12,7 +12,10 @@ import (
 
 // acquireFunc is one of the acquiring calls: Lock, Semaphore.Acquire,
 // RWMutex.RLock, …
-type acquireFunc func(ctx context.Context, opts ...dlock.LockOption) (*dlock.Lease, error)
+type acquireFunc func(ctx ctxT, opts ...dlock.LockOption) (*dlock.Lease, error)
+
+// ctxT shortens the signatures of acquireFunc literals.
+type ctxT = context.Context
 
 // pendingAcquire is an acquiring call running in the background.
 type pendingAcquire struct {
