@@ -226,6 +226,15 @@ func (a *attempt) place(ctx context.Context) (*grant, error) {
 		}
 		return nil, nil
 	}
+	if a.d.conn.SessionID() != a.sid {
+		// Our node belongs to a session that has ended (a stale server
+		// still lists it): watchOwn removes it, and we queue again.
+		a.step = stepList
+		if err := a.watchOwn(ctx); err != nil {
+			return nil, a.retry(ctx, "watch "+a.me.name, err)
+		}
+		return nil, nil
+	}
 	a.fails = 0
 	if admittedAt(q, mine, a.req.Limit, a.req.Mode) {
 		return a.take(ctx, q, mine)
