@@ -58,8 +58,9 @@ const (
 	// stepQueue: we have no node (node is nodeNone). List the queue to
 	// check the kind (and, for TryLock, that we would be granted at
 	// once), then create our node. The listing is skipped when the
-	// Client's last attempt on the key found it free: the create then
-	// comes first, and a mismatch is found by the listing after it.
+	// Client's last listing of the key showed it free or in use as this
+	// kind: the create then comes first, and a mismatch is found by the
+	// listing after it.
 	stepQueue step = iota
 	// stepList: we have, or may have, a node (node is nodeUnsure,
 	// nodeAdopted or nodeKnown). List the queue, setting the watches the
@@ -153,7 +154,9 @@ type attempt struct {
 //
 //  1. List the queue: a node of another kind ends the attempt with
 //     driver.KindMismatch, and TryLock ends with ErrLocked if it would
-//     wait, before anything is created.
+//     wait, before anything is created. (Skipped when the Client's last
+//     listing of the key showed it free or in use as this kind: see
+//     queue.)
 //  2. Create our node (ephemeral, sequential, named after the owner and
 //     the mode) in a multi with a setData on the key node: both take the
 //     transaction's zxid, so the key node's new Stat gives our node's
@@ -213,7 +216,7 @@ func (a *attempt) place(ctx context.Context) (*grant, error) {
 		a.forget()
 		return nil, nil
 	}
-	a.d.setFree(a.keyPath, len(q) == 1)
+	a.d.setHint(a.keyPath, q, len(q) == 1)
 	if have, bad := mismatchAhead(q, mine, a.label); bad {
 		return nil, a.leave(ctx, driver.KindMismatch(have, a.req.Kind, a.req.Limit))
 	}

@@ -35,11 +35,18 @@ func (p *preview) after(ks *zk.Stat) bool {
 	return ks.Czxid == p.czxid && ks.Cversion == p.cversion+1
 }
 
-// queue is stepQueue: the pre-listing (unless the key was free when the
-// Client last looked), then the create.
+// queue is stepQueue: the pre-listing, then the create. The pre-listing
+// is skipped when the Client's last listing of the key showed it free, or
+// in use as the attempt's kind: the kind is then most likely right, and
+// the lock's costs stay what they were before kinds (3 requests for an
+// uncontended cycle, 5 for a contended grant, where the pre-listing would
+// add one whenever somebody joins or leaves before the create). A key
+// that meanwhile emptied and went to another kind is found by the listing
+// after the create, and the node deleted before the mismatch is reported:
+// created and deleted, not "nothing created", in that case only.
 func (a *attempt) queue(ctx context.Context) error {
 	d := a.d
-	if a.pre == nil && !d.wasFree(a.keyPath) {
+	if h := d.hint(a.keyPath); a.pre == nil && !h.free && h.label != a.label {
 		l, err := d.listQueue(ctx, a.keyPath, a.callTimeout())
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
@@ -48,6 +55,7 @@ func (a *attempt) queue(ctx context.Context) error {
 			return a.retry(ctx, "list the queue", err)
 		default:
 			d.noteAlive(l.sid, l.sent)
+			d.setHint(a.keyPath, l.q, false)
 			if have, bad := mismatchAhead(l.q, len(l.q), a.label); bad {
 				a.clean = a.created == 0
 				return driver.KindMismatch(have, a.req.Kind, a.req.Limit)

@@ -81,30 +81,54 @@ func TestKindMismatch_refusedBeforeCreating(t *testing.T) {
 	}
 }
 
-// TestKindMismatch_afterFreeHint_leavesNothing: a Client that last saw the
-// key free creates its node before it lists (one request less); if the
-// key is meanwhile in use as another kind, its listing finds out, and the
-// node goes before the error returns.
-func TestKindMismatch_afterFreeHint_leavesNothing(t *testing.T) {
+// TestKindMismatch_afterHint_leavesNothing: a Client whose last listing
+// of the key showed it free, or in use as the same kind, creates its node
+// before it lists (the lock's request counts of before kinds); if the key
+// is meanwhile in use as another kind, its listing finds out, and the node
+// goes before the error returns.
+func TestKindMismatch_afterHint_leavesNothing(t *testing.T) {
 	ctx := testCtx(t)
 	srv, admin, opts := sharedServer(t, ctx)
-	const key = "kind-free-hint"
-	path := zkdlock.KeyPathForTest(opts.Root, key)
-	c := plainClient(t, ctx, srv.Addr(), opts)
-	mustUnlock(t, ctx, mustLock(t, ctx, c, key)) // the Client saw the key free
-	other := plainClient(t, ctx, srv.Addr(), opts)
-	l, err := other.Semaphore(key, 2).Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name string
+		look func(t *testing.T, c *dlock.Client, key string) // leaves the hint
+	}{
+		{"free", func(t *testing.T, c *dlock.Client, key string) {
+			mustUnlock(t, ctx, mustLock(t, ctx, c, key))
+		}},
+		{"same kind", func(t *testing.T, c *dlock.Client, key string) {
+			l := mustLock(t, ctx, plainClient(t, ctx, srv.Addr(), opts), key)
+			if _, err := c.TryLock(ctx, key); !errors.Is(err, dlock.ErrLocked) {
+				t.Fatalf("TryLock on a held key: %v", err)
+			}
+			mustUnlock(t, ctx, l)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "kind-hint-" + strings.ReplaceAll(tc.name, " ", "-")
+			path := zkdlock.KeyPathForTest(opts.Root, key)
+			hook := &hookConn{Conn: dialZK(t, ctx, srv.Addr(), connOpts{})}
+			c := newClient(t, ctx, hook, opts)
+			tc.look(t, c, key)
+			other := plainClient(t, ctx, srv.Addr(), opts)
+			l, err := other.Semaphore(key, 2).Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			names := children(t, admin, path)
+			creates := hook.creates.Load()
+			if _, err := c.Lock(ctx, key); !errors.Is(err, dlock.ErrKindMismatch) {
+				t.Fatalf("Lock on a semaphore's key: %v, want ErrKindMismatch", err)
+			}
+			if hook.creates.Load() == creates {
+				t.Error("no create: the hint was not used, so this test does not test it")
+			}
+			if got := children(t, admin, path); !slices.Equal(got, names) {
+				t.Errorf("nodes %v after the refusal, want %v", got, names)
+			}
+			mustUnlock(t, ctx, l)
+		})
 	}
-	names := children(t, admin, path)
-	if _, err := c.Lock(ctx, key); !errors.Is(err, dlock.ErrKindMismatch) {
-		t.Fatalf("Lock on a semaphore's key: %v, want ErrKindMismatch", err)
-	}
-	if got := children(t, admin, path); !slices.Equal(got, names) {
-		t.Errorf("nodes %v after the refusal, want %v", got, names)
-	}
-	mustUnlock(t, ctx, l)
 }
 
 // heldCreates holds every create of a lock node until release is closed,
