@@ -3,6 +3,10 @@
 // creates an ephemeral sequential node under the key's node; the lowest
 // holds the key, and every other one watches only the node just before its
 // own, so a release wakes exactly one waiter, in arrival order.
+// Semaphores and read-write locks use the same queue: each node's name
+// carries its kind and mode, every client applies dlock's grant rule to one
+// listing, and each waiter watches the one node (or, a semaphore's first
+// waiter, the key node's children) whose change can grant it.
 // docs/zookeeper.md describes the recipe and the node layout.
 //
 // Import it to register the URL scheme used by dlock.Open:
