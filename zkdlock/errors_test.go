@@ -52,6 +52,34 @@ func TestErrorMessages(t *testing.T) {
 		// The lease length is the session timeout, from the URL.
 	})
 
+	// A key used as two kinds.
+	kc, err := open(ctx, t, srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kl, err := kc.Lock(ctx, "kind")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kc.Semaphore("kind", 3).TryAcquire(ctx)
+	r.Record("semaphore-on-lock", err, dlock.ErrKindMismatch)
+	_, err = kc.RWMutex("kind").RLock(ctx)
+	r.Record("rlock-on-lock", err, dlock.ErrKindMismatch)
+	if err := kl.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ks, err := kc.Semaphore("kind", 3).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kc.Semaphore("kind", 2).Acquire(ctx)
+	r.Record("semaphore-other-limit", err, dlock.ErrKindMismatch)
+	_, err = kc.Lock(ctx, "kind")
+	r.Record("lock-on-semaphore", err, dlock.ErrKindMismatch)
+	if err := ks.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
 	// Options of New.
 	conn := dialZK(t, ctx, srv.Addr(), connOpts{})
 	for _, c := range []struct {
@@ -84,7 +112,7 @@ func TestErrorMessages(t *testing.T) {
 
 	// Nobody listens.
 	closed := testserver.Addr(testserver.FreePort(t))
-	_, err := dlock.Open(ctx, "zk://"+closed+"/dlock?connect_timeout=1500ms")
+	_, err = dlock.Open(ctx, "zk://"+closed+"/dlock?connect_timeout=1500ms")
 	r.Record("open-unavailable", err, dlock.ErrUnavailable)
 
 	// Refused credentials: alice's root does not let anybody else in.

@@ -8,3 +8,13 @@ var (
 	EscapeKeyForTest   = escapeKey
 	UnescapeKeyForTest = unescapeKey
 )
+
+// SetListAskHookForTest makes f run whenever an attempt asks for a listing
+// of a key's queue (nil: stop).
+func SetListAskHookForTest(f func(keyPath string)) {
+	if f == nil {
+		onListAsk.Store(nil)
+		return
+	}
+	onListAsk.Store(&f)
+}

@@ -19,6 +19,7 @@ type grant struct {
 	path      string // the lock node
 	sid       int64  // the session that owns the node
 	token     uint64 // the node's creation zxid
+	version   int32  // the node's data version while held: 0, or 1 after a semaphore's grant notice
 	validFrom time.Time
 	validity  time.Duration
 
@@ -34,7 +35,7 @@ type grant struct {
 	cancel context.CancelFunc
 }
 
-func newGrant(d *zkDriver, key, path string, sid, czxid int64, validFrom time.Time, watch <-chan zk.Event) *grant {
+func newGrant(d *zkDriver, key, path string, sid, czxid int64, version int32, validFrom time.Time, watch <-chan zk.Event) *grant {
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &grant{
 		d:         d,
@@ -42,6 +43,7 @@ func newGrant(d *zkDriver, key, path string, sid, czxid int64, validFrom time.Ti
 		path:      path,
 		sid:       sid,
 		token:     uint64(czxid),
+		version:   version,
 		validFrom: validFrom,
 		validity:  d.timeout(),
 		lost:      make(chan error, 1),
@@ -59,7 +61,13 @@ func newGrant(d *zkDriver, key, path string, sid, czxid int64, validFrom time.Ti
 // ensemble and only go up (a new leader starts a new epoch in the high 32
 // bits), and a later grant always belongs to a later node, so the token
 // keeps increasing even when the key node is deleted and recreated and
-// sequence numbers start again from zero.
+// sequence numbers start again from zero. In every mode: grants follow
+// queue order (rule.go: a node is granted only once every node ahead of
+// it is, or has gone, and a node ahead is an earlier node with a smaller
+// creation zxid), so a reader or permit granted after another holds a
+// greater token; readers or permits granted by the same release hold
+// tokens in their queue order, which may differ from the order in which
+// their owners learn of the grants.
 func (g *grant) Token() uint64 { return g.token }
 
 // ValidFrom is when a request of the session that the server answered was
@@ -137,7 +145,7 @@ func (g *grant) rearm() <-chan zk.Event {
 			return getW{stat, ch}, err
 		})
 		switch {
-		case err == nil && r.stat.EphemeralOwner == g.sid && r.stat.Version == 0:
+		case err == nil && r.stat.EphemeralOwner == g.sid && r.stat.Version == g.version:
 			return r.ch
 		case err == nil && r.stat.EphemeralOwner == g.sid:
 			g.report(g.overwritten())
@@ -162,8 +170,8 @@ func (g *grant) rearm() <-chan zk.Event {
 }
 
 // overwritten is the error for a grant whose lock node's data was written
-// after its create (its data version is no longer 0): only a release does
-// that, so the waiter behind has taken the key.
+// after its grant (its data version is no longer the grant's): only a
+// release does that, so the waiter behind may have taken the key.
 func (g *grant) overwritten() error {
 	return fmt.Errorf("lock node %s was written by somebody else, which hands the key to the next waiter", g.nodeName())
 }
@@ -240,7 +248,7 @@ func (g *grant) Renew(ctx context.Context) error {
 	if stat.EphemeralOwner != g.sid || d.conn.SessionID() != g.sid {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.sessionGone())
 	}
-	if stat.Version != 0 {
+	if stat.Version != g.version {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.overwritten())
 	}
 	d.noteAlive(g.sid, sent)

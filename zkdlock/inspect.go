@@ -3,6 +3,7 @@ package zkdlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -12,9 +13,11 @@ import (
 )
 
 // Inspect implements driver.Inspector: the lock nodes of the key in sequence
-// order, with the metadata each stores. The first is the holder, whose token
-// is its creation zxid. TTL is unknown (-1): a node lives as long as its
-// owner's session, whose timeout only the owner knows.
+// order, with the metadata each stores. The kind and limit are those the
+// first node's name carries; the holders are the nodes the grant rule
+// admits (a prefix of the queue, see rule.go), each with its token, its
+// creation zxid; the rest wait. TTL is unknown (-1): a node lives as long
+// as its owner's session, whose timeout only the owner knows.
 func (d *zkDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo, error) {
 	path := d.keyPath(key)
 	info := &driver.LockInfo{Key: key, Limit: 1}
@@ -28,7 +31,20 @@ func (d *zkDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo, e
 	if err != nil {
 		return nil, d.wrapErr("list the queue", err)
 	}
-	for _, n := range queue(children) {
+	q := queue(children)
+	if len(q) == 0 {
+		return info, nil
+	}
+	kind, limit, err := driver.ParseKindLabel(q[0].label)
+	if err != nil {
+		return nil, fmt.Errorf("zkdlock: node %s: %w", q[0].name, err) // parseLockNode accepts no such label
+	}
+	info.Kind, info.Limit = kind, limit
+	var (
+		left    []lockNode // the nodes still there when read
+		entries []driver.Entry
+	)
+	for _, n := range q {
 		type node struct {
 			data []byte
 			stat *zk.Stat
@@ -43,13 +59,14 @@ func (d *zkDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo, e
 		if err != nil {
 			return nil, d.wrapErr("read "+n.name, err)
 		}
-		e := driver.Entry{Metadata: r.data, Since: time.UnixMilli(r.stat.Ctime), TTL: -1}
-		if len(info.Holders) == 0 {
-			e.Token = uint64(r.stat.Czxid)
-			info.Holders = append(info.Holders, e)
-			continue
-		}
-		info.Waiters = append(info.Waiters, e)
+		left = append(left, n)
+		entries = append(entries, driver.Entry{Token: uint64(r.stat.Czxid), Metadata: r.data, Since: time.UnixMilli(r.stat.Ctime), TTL: -1, Mode: n.mode})
+	}
+	granted := grantedPrefix(left, limit)
+	info.Holders = entries[:granted:granted]
+	info.Waiters = entries[granted:]
+	for i := range info.Waiters {
+		info.Waiters[i].Token = 0
 	}
 	return info, nil
 }

@@ -2,7 +2,10 @@ package zkdlock
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
+
+	"github.com/go-zookeeper/zk"
 )
 
 // A listing is one getChildren of a key node, shared by every attempt of
@@ -19,14 +22,21 @@ import (
 type listing struct {
 	done chan struct{} // closed when the fields below are set
 	q    []lockNode    // the key's queue, sorted; shared: read only
+	stat *zk.Stat      // the key node's
 	sent time.Time     // when the request was sent
 	sid  int64         // the session it was sent on
 	err  error
 }
 
+// onListAsk, when set (by tests), is called by every listQueue.
+var onListAsk atomic.Pointer[func(keyPath string)]
+
 // listQueue returns the queue of keyPath from a listing sent after the
 // call, waiting at most timeout (if > 0) for it.
 func (d *zkDriver) listQueue(ctx context.Context, keyPath string, timeout time.Duration) (*listing, error) {
+	if f := onListAsk.Load(); f != nil {
+		(*f)(keyPath)
+	}
 	d.listMu.Lock()
 	if d.listNext == nil {
 		d.listNext = make(map[string]*listing)
@@ -56,9 +66,9 @@ func (d *zkDriver) sendListings(keyPath string, l *listing) {
 	for l != nil {
 		l.sid = d.conn.SessionID()
 		l.sent = time.Now()
-		children, _, err := d.conn.Children(keyPath)
+		children, stat, err := d.conn.Children(keyPath)
 		if err == nil {
-			l.q = queue(children)
+			l.q, l.stat = queue(children), stat
 		}
 		l.err = err
 		close(l.done)

@@ -2,6 +2,7 @@ package zkdlock_test
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/dlockdev/dlock"
@@ -25,9 +26,10 @@ func (g *gatedLists) Children(path string) ([]string, *zk.Stat, error) {
 // TestLock_oneClientManyWaiters_shareListings: the waiters of one Client
 // that join a key while a listing of it is in flight share the next one,
 // instead of each moving the whole queue through the connection (which, for
-// N waiters, is O(N²) bytes). The first listing is held until every waiter's
-// node exists; the others then need one or two listings between them, and
-// are still served in arrival order.
+// N waiters, is O(N²) bytes). The first listing is held until every waiter
+// has asked for one (each lists the queue before its create, to check the
+// key's kind); the others then share the next, and after their creates a
+// few more, and are still served in arrival order.
 func TestLock_oneClientManyWaiters_shareListings(t *testing.T) {
 	ctx := testCtx(t)
 	srv := testserver.SharedZooKeeper(t)
@@ -40,9 +42,17 @@ func TestLock_oneClientManyWaiters_shareListings(t *testing.T) {
 	}
 	g := &gatedLists{hookConn: &hookConn{Conn: dialZK(t, ctx, srv.Addr(), connOpts{})}, gate: make(chan struct{})}
 	c := newClient(t, ctx, g, opts)
+	var asked atomic.Int64
+	path := zkdlock.KeyPathForTest(opts.Root, key)
+	zkdlock.SetListAskHookForTest(func(p string) {
+		if p == path {
+			asked.Add(1)
+		}
+	})
+	defer zkdlock.SetListAskHookForTest(nil)
 	w := startWaiters(ctx, key, n, func(int) *dlock.Client { return c })
 	never := make(chan struct{})
-	awaitOrFail(t, ctx, "every waiter's node exists", func() bool { return g.creates.Load() == n },
+	awaitOrFail(t, ctx, "every waiter asked for a listing", func() bool { return asked.Load() >= n },
 		func() { _, _ = holder.Inspect(ctx, key) }, never) // a round trip, as a pause
 	close(g.gate)
 	waitWaiters(t, ctx, holder, key, n)

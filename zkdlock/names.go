@@ -8,15 +8,19 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/dlockdev/dlock/driver"
 )
 
 // Node layout (docs/zookeeper.md):
 //
 //	<root>                         persistent, created by Open/New if missing
 //	<root>/<escaped key>           container: the server deletes it once empty
-//	<root>/<escaped key>/lock-<owner>-<sequence>
+//	<root>/<escaped key>/<tag>-<owner>-<sequence>
 //	                               ephemeral sequential: one per holder or waiter,
-//	                               data = the caller's metadata (JSON)
+//	                               data = the caller's metadata (JSON);
+//	                               tag = "lock" for a lock, or the kind and the
+//	                               mode: "semaphore.3.s", "rwmutex.x", "rwmutex.s"
 
 // escapeKey maps a key to a node name that ZooKeeper accepts and that cannot
 // reach outside its parent: '/' and '%' never appear unescaped, "." and ".."
@@ -86,28 +90,81 @@ func unescapeKey(name string) (string, bool) {
 	return key, true
 }
 
-// lockPrefix starts the name of every lock node.
+// lockPrefix starts the name of every lock node of a lock: the only kind
+// that older dlock knew, so their names are what older Clients read.
 const lockPrefix = "lock-"
+
+// nodeTag names a node's kind and mode, the first part of its name: "lock"
+// for a lock (as before kinds existed), else the kind's label (see
+// driver.KindLabel) with '/' written '.', then ".x" for Exclusive or ".s"
+// for Shared: "semaphore.3.s", "rwmutex.x", "rwmutex.s". Every client can
+// so apply the grant rule, and check the kind, from one getChildren.
+func nodeTag(label string, m driver.Mode) string {
+	if label == "lock" && m == driver.Exclusive {
+		return "lock"
+	}
+	c := "x"
+	if m == driver.Shared {
+		c = "s"
+	}
+	return strings.ReplaceAll(label, "/", ".") + "." + c
+}
+
+// parseTag reverses nodeTag. It reports false for a tag nodeTag cannot
+// have produced.
+func parseTag(tag string) (label string, m driver.Mode, ok bool) {
+	if tag == "lock" {
+		return "lock", driver.Exclusive, true
+	}
+	i := strings.LastIndexByte(tag, '.')
+	if i < 0 {
+		return "", 0, false
+	}
+	switch tag[i+1:] {
+	case "x":
+		m = driver.Exclusive
+	case "s":
+		m = driver.Shared
+	default:
+		return "", 0, false
+	}
+	label = strings.Replace(tag[:i], ".", "/", 1)
+	k, limit, err := driver.ParseKindLabel(label)
+	if err != nil || driver.KindLabel(k, limit) != label || nodeTag(label, m) != tag {
+		return "", 0, false
+	}
+	return label, m, true
+}
 
 // nodePrefix is the name a contender asks ZooKeeper to create; the server
 // appends a ten-digit sequence number. Embedding the owner (dlock's random
 // 128-bit id of this attempt) is what lets a retry recognise its own node
-// after a lost reply, as Curator's "protected" mode does.
-func nodePrefix(owner string) string { return lockPrefix + owner + "-" }
+// after a lost reply, as Curator's "protected" mode does; the tag, what the
+// node asks for.
+func nodePrefix(owner, label string, m driver.Mode) string {
+	return nodeTag(label, m) + "-" + owner + "-"
+}
 
-// lockNode is a parsed child of a key node.
+// lockNode is a parsed child of a key node: one entry of the key's queue.
 type lockNode struct {
 	name  string
 	owner string
 	seq   int64
+	label string      // the kind's label (driver.KindLabel)
+	mode  driver.Mode // what the entry asks for
 }
 
-// parseLockNode parses "lock-<owner>-<sequence>". The sequence is a signed
-// 32-bit counter that ZooKeeper formats with %010d, so after 2^31 creations
-// under one key node (which a container that empties now and then never
-// reaches) it would be negative.
+// parseLockNode parses "<tag>-<owner>-<sequence>" (see nodeTag); a node of
+// older dlock, "lock-<owner>-<sequence>", is a lock's Exclusive entry. The
+// sequence is a signed 32-bit counter that ZooKeeper formats with %010d,
+// so after 2^31 creations under one key node (which a container that
+// empties now and then never reaches) it would be negative.
 func parseLockNode(name string) (lockNode, bool) {
-	rest, ok := strings.CutPrefix(name, lockPrefix)
+	tag, rest, ok := strings.Cut(name, "-")
+	if !ok {
+		return lockNode{}, false
+	}
+	label, mode, ok := parseTag(tag)
 	if !ok {
 		return lockNode{}, false
 	}
@@ -119,7 +176,7 @@ func parseLockNode(name string) (lockNode, bool) {
 	if err != nil {
 		return lockNode{}, false
 	}
-	return lockNode{name: name, owner: owner, seq: n}, true
+	return lockNode{name: name, owner: owner, seq: n, label: label, mode: mode}, true
 }
 
 // validOwner accepts what dlock generates (hex digits); the driver refuses
@@ -138,8 +195,8 @@ func validOwner(owner string) bool {
 }
 
 // queue parses and sorts the children of a key node by sequence: the
-// first is the holder, the others wait in that order. Names that are not
-// lock nodes are ignored.
+// order of the key's queue (see rule.go). Names that are not lock nodes
+// are ignored.
 func queue(children []string) []lockNode {
 	q := make([]lockNode, 0, len(children))
 	for _, c := range children {

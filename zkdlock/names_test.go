@@ -6,6 +6,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"github.com/dlockdev/dlock/driver"
 	"github.com/dlockdev/dlock/internal/keys"
 )
 
@@ -88,8 +89,8 @@ func FuzzEscapeKey(f *testing.F) {
 func TestParseLockNode(t *testing.T) {
 	owner := strings.Repeat("ab", 16)
 	for name, want := range map[string]lockNode{
-		"lock-" + owner + "-0000000007":  {owner: owner, seq: 7},
-		"lock-" + owner + "--2147483648": {owner: owner, seq: -2147483648},
+		"lock-" + owner + "-0000000007":  {owner: owner, seq: 7, label: "lock"},
+		"lock-" + owner + "--2147483648": {owner: owner, seq: -2147483648, label: "lock"},
 	} {
 		got, ok := parseLockNode(name)
 		want.name = name
@@ -121,6 +122,36 @@ func TestCheckRoot(t *testing.T) {
 	for _, bad := range []string{"", "/", "dlock", "/a/", "/a//b", "/a/../b", "/a/.", "/a\x00", "/\ue000"} {
 		if err := checkRoot(bad); err == nil {
 			t.Errorf("checkRoot(%q) = nil, want an error", bad)
+		}
+	}
+}
+
+// TestNodeTag_modes: the tag in a node's name says the kind and the mode;
+// a lock's node keeps the name older dlock gave it, and names that no
+// kind produces are not lock nodes.
+func TestNodeTag_modes(t *testing.T) {
+	owner := strings.Repeat("cd", 16)
+	for _, tc := range []struct {
+		label string
+		mode  driver.Mode
+		name  string
+	}{
+		{"lock", driver.Exclusive, "lock-" + owner + "-0000000001"},
+		{"semaphore/3", driver.Shared, "semaphore.3.s-" + owner + "-0000000001"},
+		{"rwmutex", driver.Exclusive, "rwmutex.x-" + owner + "-0000000001"},
+		{"rwmutex", driver.Shared, "rwmutex.s-" + owner + "-0000000001"},
+	} {
+		if got := nodePrefix(owner, tc.label, tc.mode) + "0000000001"; got != tc.name {
+			t.Errorf("nodePrefix(%s, %v) gives %q, want %q", tc.label, tc.mode, got, tc.name)
+		}
+		n, ok := parseLockNode(tc.name)
+		if !ok || n.label != tc.label || n.mode != tc.mode || n.owner != owner || n.seq != 1 {
+			t.Errorf("parseLockNode(%q) = %+v, %v", tc.name, n, ok)
+		}
+	}
+	for _, tag := range []string{"semaphore.0.s", "semaphore.03.s", "semaphore.3.q", "semaphore.3", "rwmutex", "bogus.x", "lock.x.x"} {
+		if n, ok := parseLockNode(tag + "-" + owner + "-0000000001"); ok {
+			t.Errorf("tag %q parsed as %+v, want not a lock node", tag, n)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package zkdlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -232,5 +233,105 @@ func TestLock_slowServer_waitsInsteadOfFailing(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("no grant (watchdog)")
+	}
+}
+
+// TestModes_requestsPerGrant_flat: the server requests a grant costs, for
+// a semaphore of 2 permits and for a read-write lock with one writer in
+// four, with 4 and with 24 waiters queued behind the holders and served in
+// turn, do not grow with the queue: every waiter watches one node (or, the
+// first waiter of a semaphore, the key node's children), so a release
+// costs a constant number of requests, whoever waits.
+func TestModes_requestsPerGrant_flat(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
+	insp := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
+	for _, tc := range []struct {
+		name string
+		hold func(c *dlock.Client, key string) (*dlock.Lease, error)
+		held int
+		call func(c *dlock.Client, key string, i int) acquireFunc
+		// bound on the requests per grant: see the comment at the check
+		bound float64
+	}{
+		{"semaphore", func(c *dlock.Client, key string) (*dlock.Lease, error) { return c.Semaphore(key, 2).Acquire(ctx) }, 2,
+			func(c *dlock.Client, key string, _ int) acquireFunc { return c.Semaphore(key, 2).Acquire }, 9},
+		{"rwmutex", func(c *dlock.Client, key string) (*dlock.Lease, error) { return c.RWMutex(key).Lock(ctx) }, 1,
+			func(c *dlock.Client, key string, i int) acquireFunc {
+				if i%4 == 3 {
+					return c.RWMutex(key).Lock
+				}
+				return c.RWMutex(key).RLock
+			}, 7},
+	} {
+		per := map[int]float64{}
+		for _, n := range []int{4, 24} {
+			key := fmt.Sprintf("%s-%d", tc.name, n)
+			var held []*dlock.Lease
+			for range tc.held {
+				l, err := tc.hold(insp, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, l)
+			}
+			hooks := make([]*hookConn, 4)
+			cs := make([]*dlock.Client, len(hooks))
+			for i := range hooks {
+				hooks[i] = &hookConn{Conn: dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession})}
+				cs[i] = newClient(t, ctx, hooks[i], opts)
+			}
+			var base int64 // New's own requests
+			for _, h := range hooks {
+				base += h.requests.Load()
+			}
+			errc := make(chan error, n)
+			for i := range n {
+				f := tc.call(cs[i%len(cs)], key, i)
+				go func() {
+					l, err := f(ctx)
+					if err == nil {
+						err = l.Unlock(ctx)
+					}
+					errc <- err
+				}()
+				waitWaiters(t, ctx, insp, key, i+1)
+			}
+			for _, l := range held {
+				mustUnlock(t, ctx, l)
+			}
+			for range n {
+				select {
+				case err := <-errc:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-ctx.Done():
+					t.Fatalf("%s: not every waiter was served (watchdog)", key)
+				}
+			}
+			requests := -base
+			for _, h := range hooks {
+				requests += h.requests.Load()
+			}
+			per[n] = float64(requests) / float64(n)
+			t.Logf("%s, %d waiters: %.2f requests per grant", tc.name, n, per[n])
+		}
+		// A semaphore's waiter: pre-listing, create, a watch (getData
+		// on its predecessor, or the child watch), the listing its
+		// predecessor's notice causes (with the child watch), the
+		// listing the child watch causes, its own notice, the watch on
+		// its node, the release: 8 at most, often 7 (its listing can show
+		// it granted at once), 9 with a margin for a second departure
+		// while it waits. A reader: pre-listing, create, the
+		// watches on its node and on the writer ahead, the release: 5;
+		// a writer, behind readers, one listing more per reader release
+		// that wakes it: 7 on average is generous for one writer in four.
+		for n, p := range per {
+			if p > tc.bound {
+				t.Errorf("%s, %d waiters: %.2f requests per grant, want at most %v", tc.name, n, p, tc.bound)
+			}
+		}
 	}
 }

@@ -3,6 +3,10 @@
 // creates an ephemeral sequential node under the key's node; the lowest
 // holds the key, and every other one watches only the node just before its
 // own, so a release wakes exactly one waiter, in arrival order.
+// Semaphores and read-write locks use the same queue: each node's name
+// carries its kind and mode, every client applies dlock's grant rule to one
+// listing, and each waiter watches the one node (or, a semaphore's first
+// waiter, the key node's children) whose change can grant it.
 // docs/zookeeper.md describes the recipe and the node layout.
 //
 // Import it to register the URL scheme used by dlock.Open:
@@ -145,37 +149,52 @@ type zkDriver struct {
 	listNext map[string]*listing // guarded by listMu
 	listBusy map[string]bool     // guarded by listMu
 
-	// free holds the key nodes that the last attempt of this Client found
-	// free (its node alone in the queue): the next attempt on such a key
-	// sets a child watch with its listing, instead of an exists watch on
-	// its node, which saves a request when the key is still free. A hint
-	// only: a wrong guess costs a request or a spurious notification.
-	freeMu sync.Mutex
-	free   map[string]struct{} // guarded by freeMu
+	// hints holds what the last listing of this Client showed of a key
+	// (see keyHint), for up to maxHints keys. Hints only: a wrong guess
+	// costs a request, a spurious notification, or (see attempt.queue) a
+	// node created and deleted again.
+	hintMu sync.Mutex
+	hints  map[string]keyHint // guarded by hintMu
 }
 
-// maxFree bounds the free hints.
-const maxFree = 1024
+// keyHint is what the last listing of a key by this Client showed.
+type keyHint struct {
+	// free: the attempt's node was alone in the queue. The next attempt
+	// on the key sets a child watch with its listing, instead of an
+	// exists watch on its node, which saves a request when the key is
+	// still free; and creates its node without listing the queue first.
+	free bool
+	// label is the kind the key was in use as (the first node's): the
+	// next attempt of that kind creates its node without listing the
+	// queue first, as the key is most likely in use as that kind still.
+	label string
+}
 
-func (d *zkDriver) setFree(keyPath string, free bool) {
-	d.freeMu.Lock()
-	defer d.freeMu.Unlock()
-	if !free {
-		delete(d.free, keyPath)
+// maxHints bounds the hints.
+const maxHints = 1024
+
+// setHint records what a listing of keyPath showed: q, in which the
+// attempt's own node is alone when free.
+func (d *zkDriver) setHint(keyPath string, q []lockNode, free bool) {
+	d.hintMu.Lock()
+	defer d.hintMu.Unlock()
+	if len(q) == 0 {
+		delete(d.hints, keyPath)
 		return
 	}
-	if d.free == nil || len(d.free) >= maxFree {
-		d.free = make(map[string]struct{})
+	if d.hints == nil || len(d.hints) >= maxHints {
+		d.hints = make(map[string]keyHint)
 	}
-	d.free[keyPath] = struct{}{}
+	d.hints[keyPath] = keyHint{free: free, label: q[0].label}
 }
 
-func (d *zkDriver) wasFree(keyPath string) bool {
-	d.freeMu.Lock()
-	defer d.freeMu.Unlock()
-	_, ok := d.free[keyPath]
-	return ok
+func (d *zkDriver) hint(keyPath string) keyHint {
+	d.hintMu.Lock()
+	defer d.hintMu.Unlock()
+	return d.hints[keyPath]
 }
+
+func (d *zkDriver) wasFree(keyPath string) bool { return d.hint(keyPath).free }
 
 // noteAlive records that a request sent at sent on session sid was
 // answered (now, or a little before). sid is the session read before

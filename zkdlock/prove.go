@@ -1,0 +1,147 @@
+package zkdlock
+
+import (
+	"context"
+	"time"
+
+	"github.com/dlockdev/dlock/internal/lease"
+)
+
+// grant makes the grant of our node, which heads the queue as of a
+// listing sent at listSent. It returns nil when the node's watch fired or
+// the session changed since it was set: run then looks again.
+func (a *attempt) grant(ctx context.Context, listSent time.Time) (*grant, error) {
+	if a.ownFired() || a.d.conn.SessionID() != a.sid {
+		return nil, nil
+	}
+	// The server answered the listing, so the session was alive after it
+	// was sent.
+	return a.grantFrom(ctx, listSent)
+}
+
+// grantFrom makes the grant of our node, known to be first, given a moment
+// after which the server is known to have heard from the session. The
+// grant's ValidFrom must be such a moment; the latest known is the last
+// answered request of this session. On a server stated standalone, if
+// even that is more than a third of the session timeout ago (a long wait
+// on an idle Client, or a slow server), one exists on our node renews the
+// proof, and checks the node once more; nil, nil means it is gone.
+// Otherwise (an ensemble, or a server found standalone) the lease counts
+// from what the server that expires the session is known to have heard
+// (see heard and proveHeard).
+func (a *attempt) grantFrom(ctx context.Context, validFrom time.Time) (*grant, error) {
+	d := a.d
+	sid := a.sid
+	if t, ok := d.aliveSince(sid); ok && t.After(validFrom) {
+		validFrom = t
+	}
+	if d.lag() > 0 {
+		synced, ok, err := a.proveHeard(ctx)
+		if err != nil || !ok {
+			return nil, err
+		}
+		if synced.After(validFrom) {
+			validFrom = synced
+		}
+	} else if time.Since(validFrom) > d.timeout()/3 {
+		path := a.keyPath + "/" + a.me.name
+		sent := time.Now()
+		r, err := call(ctx, nil, a.callTimeout(), func() (existsW, error) {
+			ok, stat, err := d.conn.Exists(path)
+			return existsW{ok: ok, stat: stat}, err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if !r.ok || r.stat.EphemeralOwner != sid || d.conn.SessionID() != sid {
+			a.syncFirst = true
+			return nil, nil // the listing will tell
+		}
+		d.noteAlive(sid, sent)
+		validFrom = sent
+	}
+	return newGrant(d, a.req.Key, a.keyPath+"/"+a.me.name, sid, a.czxid, a.version, validFrom, a.own), nil
+}
+
+// proveHeard makes sure, before a grant, that the leader is known to have
+// heard from the session recently enough for the lease to live until its
+// first renewal: the lease counts from that moment (grant.HeardFrom), and
+// the engine renews a third of the session timeout before the deadline at
+// the latest, so the moment must leave at least that much (with the
+// engine's margins). An uncontended Lock has its proof already, mostly: a
+// fresh session's handshake, or the session's pings, which the create (a
+// write through the leader) proves reported. A waiter that waited long on
+// an otherwise idle Client sends a sync, which proves the pings (or the
+// waiter's own requests) answered half a tick and more before it; when the
+// Client saw nothing answered in that window (a Client made with New,
+// which cannot see the pings), it waits until the sync it just sent can be
+// proved and sends another. While the Client makes the standalone check
+// (Detect, see checkStandalone), the check takes the place of the sync and
+// proves itself: one request, no wait. It returns when the last sync (or
+// check) was sent (zero if none was), and ok false when the node or the
+// session was lost meanwhile (the listing will tell).
+func (a *attempt) proveHeard(ctx context.Context) (synced time.Time, ok bool, err error) {
+	d := a.d
+	sid := a.sid
+	for i := 0; ; i++ {
+		if from, known := d.heard.since(sid); known {
+			safe := d.timeout() - time.Duration(float64(d.timeout())*lease.DriftFactor) - lease.DriftMargin
+			if from.Add(safe - d.timeout()/3).After(time.Now()) {
+				return synced, true, nil
+			}
+		}
+		if i == 2 {
+			// A sync proves the one lag before it (the lag is at most 9/32
+			// of the timeout): only a slow server gets here. The lease
+			// counts from what is known, however short.
+			return synced, true, nil
+		}
+		if i == 1 {
+			// Nothing answered long enough ago: wait until the sync just
+			// sent can be proved.
+			if _, answered, known := d.heard.last(sid); known {
+				wait := time.NewTimer(time.Until(d.heard.provableAt(answered)))
+				select {
+				case <-wait.C:
+				case <-ctx.Done():
+					wait.Stop()
+					return time.Time{}, false, ctx.Err()
+				}
+			}
+		}
+		// The standalone check, while the server answers it empty: it
+		// proves its own send time.
+		sent, proved, err := d.checkStandalone(ctx, a.callTimeout())
+		if err != nil {
+			return time.Time{}, false, err
+		}
+		if !proved {
+			sent = time.Now()
+			// sync: through the leader, after the follower's ping replies.
+			if err := call0(ctx, nil, a.callTimeout(), func() error {
+				_, err := d.conn.Sync(a.keyPath)
+				return err
+			}); err != nil {
+				return time.Time{}, false, err
+			}
+			d.noteViaLeader(sid, sent)
+		}
+		synced = sent
+		// Our node is still there: had it been deleted before the sync (or
+		// the check) was answered, its watch would have fired first.
+		if a.ownFired() || d.conn.SessionID() != sid {
+			a.syncFirst = true
+			return time.Time{}, false, nil
+		}
+	}
+}
+
+// handOff makes the grant of a waiter whose predecessor released the key
+// or, being the head of the queue, was deleted, without listing again (see
+// grantFrom for its ValidFrom).
+func (a *attempt) handOff(ctx context.Context) (*grant, error) {
+	if a.d.conn.SessionID() != a.sid {
+		return nil, nil
+	}
+	return a.grantFrom(ctx, time.Time{})
+}
