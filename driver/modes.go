@@ -42,6 +42,10 @@ const (
 	// KindRWMutex is a read-write lock: Exclusive writers, Shared readers,
 	// limit 0 (no limit on readers).
 	KindRWMutex
+	// KindElection is a leader election: Exclusive entries, limit 1, as a
+	// lock, whose holder (the leader) publishes a value in its metadata
+	// (see Publisher) that observers follow (see Observer).
+	KindElection
 )
 
 // String returns the kind's name as Inspect and `dlock status` show it:
@@ -54,6 +58,8 @@ func (k Kind) String() string {
 		return "semaphore"
 	case KindRWMutex:
 		return "rwmutex"
+	case KindElection:
+		return "election"
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -114,6 +120,8 @@ func ParseKindLabel(s string) (k Kind, limit int, err error) {
 		return KindLock, 1, nil
 	case "rwmutex":
 		return KindRWMutex, 0, nil
+	case "election":
+		return KindElection, 1, nil
 	}
 	if n, ok := strings.CutPrefix(s, "semaphore/"); ok {
 		if limit, err := strconv.Atoi(n); err == nil && limit >= 1 && strconv.Itoa(limit) == n {
@@ -151,6 +159,8 @@ func DescribeKind(k Kind, limit int) string {
 		return "a semaphore of " + strconv.Itoa(limit) + " permits"
 	case KindRWMutex:
 		return "a read-write lock"
+	case KindElection:
+		return "an election"
 	case KindLock:
 		return "a lock"
 	}
