@@ -142,7 +142,7 @@ func (c *Client) acquire(ctx context.Context, op, key string, sh shape, wait boo
 		Key:      key,
 		Owner:    newOwnerID(),
 		TTL:      cfg.ttl,
-		Metadata: cfg.metadata.encode(),
+		Metadata: encodeMetadata(cfg.metadata, cfg.value),
 		Wait:     wait,
 		Kind:     sh.kind,
 		Limit:    sh.limit,
@@ -155,7 +155,7 @@ func (c *Client) acquire(ctx context.Context, op, key string, sh shape, wait boo
 		}
 		return nil, opErr(op, key, err)
 	}
-	l := &Lease{client: c, key: key, token: g.Token(), ttl: g.Validity(), mode: sh.mode, eng: lease.Start(key, g, c.log)}
+	l := &Lease{client: c, key: key, token: g.Token(), ttl: g.Validity(), mode: sh.mode, grant: g, metadata: cfg.metadata, eng: lease.Start(key, g, c.log)}
 
 	c.mu.Lock()
 	closed, closing := c.closed, c.closing
@@ -271,7 +271,8 @@ func (c *Client) inspector() (driver.Inspector, error) {
 
 func convertInfo(in *driver.LockInfo) *LockInfo {
 	conv := func(e driver.Entry) Entry {
-		return Entry{Token: e.Token, Metadata: decodeMetadata(e.Metadata), Since: e.Since, TTL: e.TTL, Mode: e.Mode}
+		md, value := decodeMetadata(e.Metadata)
+		return Entry{Token: e.Token, Metadata: md, Since: e.Since, TTL: e.TTL, Mode: e.Mode, Value: value}
 	}
 	out := &LockInfo{Key: in.Key, Kind: in.Kind, Limit: in.Limit}
 	for _, h := range in.Holders {

@@ -67,6 +67,10 @@ var (
 	// another kind.
 	ErrKindMismatch = driver.ErrKindMismatch
 
+	// ErrNoLeader is returned by Election.Leader when nobody leads the
+	// election.
+	ErrNoLeader = errors.New("dlock: no leader")
+
 	// ErrInvalidOption is returned for an option value out of range.
 	ErrInvalidOption = errors.New("dlock: invalid option")
 

@@ -15,6 +15,7 @@ const (
 	KindLock      = driver.KindLock      // Client.Lock, TryLock and Do
 	KindSemaphore = driver.KindSemaphore // Client.Semaphore
 	KindRWMutex   = driver.KindRWMutex   // Client.RWMutex
+	KindElection  = driver.KindElection  // Client.Election
 )
 
 // Mode is what a lease holds, or a waiter waits for.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/dlockdev/dlock/driver"
 	"github.com/dlockdev/dlock/internal/lease"
 )
 
@@ -23,7 +24,10 @@ type Lease struct {
 	token  uint64
 	ttl    time.Duration
 	mode   Mode
-	eng    *lease.Engine
+	grant  driver.Grant // for what the engine does not do: an election's Publish
+	// metadata is what the lease was granted with, kept by Proclaim.
+	metadata Metadata
+	eng      *lease.Engine
 }
 
 // Mode returns what the lease holds: Exclusive for a lock and a

@@ -13,18 +13,25 @@ type Metadata struct {
 	Note string `json:"note,omitempty"` // free text, at most MaxNoteLen bytes
 }
 
-func (m Metadata) encode() []byte {
-	b, _ := json.Marshal(m) // cannot fail: strings and an int
+// storedMetadata is the document the server keeps with an entry: the
+// Metadata and, for an election's candidate, the value it published.
+type storedMetadata struct {
+	Metadata
+	Value string `json:"value,omitempty"`
+}
+
+func encodeMetadata(m Metadata, value string) []byte {
+	b, _ := json.Marshal(storedMetadata{m, value}) // cannot fail: strings and an int
 	return b
 }
 
-func decodeMetadata(b []byte) Metadata {
-	var m Metadata
-	if len(b) > 0 && json.Unmarshal(b, &m) != nil {
+func decodeMetadata(b []byte) (Metadata, string) {
+	var s storedMetadata
+	if len(b) > 0 && json.Unmarshal(b, &s) != nil {
 		// Written by something other than dlock: show it rather than lose it.
-		m.Note = string(b)
+		return Metadata{Note: string(b)}, ""
 	}
-	return m
+	return s.Metadata, s.Value
 }
 
 // LockInfo is a snapshot of one key, as returned by Client.Inspect.
@@ -43,4 +50,5 @@ type Entry struct {
 	Since    time.Time     // when the server recorded the entry; zero if unknown
 	TTL      time.Duration // time left before the entry expires unless renewed; negative if unknown
 	Mode     Mode          // Exclusive (a lock, a writer) or Shared (a reader, a permit)
+	Value    string        // an election's: the value the leader or candidate published
 }

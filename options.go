@@ -61,6 +61,7 @@ type lockConfig struct {
 	ttl      time.Duration
 	ttlSet   bool // by WithTTL: checked against a driver.FixedTTL
 	metadata Metadata
+	value    string // an election candidate's value (Campaign)
 }
 
 type ttlOption time.Duration
