@@ -184,7 +184,7 @@ func (r *rig) holderTTL(name string, weak bool, ttl time.Duration, via ...*fault
 func (r *rig) isAcquire(f *faultinject.Frame) bool {
 	switch {
 	case r.kind == "redis" && r.recipe == "dlock":
-		return isScript(f, 13)
+		return isScript(f, 16)
 	case r.kind == "redis":
 		return f.Command() == "SET"
 	case r.kind == "zk" && r.recipe == "dlock":
@@ -226,7 +226,7 @@ func (r *rig) isRenew(f *faultinject.Frame) bool {
 }
 
 // isScript matches a redisdlock script call with n arguments in all:
-// EVALSHA sha numkeys, then 4 keys and 6 arguments (acquire), 4 keys and 2
+// EVALSHA sha numkeys, then 4 keys and 9 arguments (acquire), 4 keys and 2
 // (release), or 1 key and 2 (renew).
 func isScript(f *faultinject.Frame, n int) bool {
 	c := f.Command()

@@ -10,11 +10,14 @@ package redisdlock
 // build for anything else.
 func init() {
 	releaseScript = newScript(commonLua + `
-remove_waiter(ARGV[1])
+if redis.call('HDEL', waiters, ARGV[1]) == 1 then
+  redis.call('LREM', queue, 1, ARGV[1])
+end
 redis.call('DEL', lock)
 return 1
 `)
-	renewScript = newScript(commonLua + `
+	renewScript = newScript(`
+local lock = KEYS[1]
 local t = redis.call('TIME')
 redis.call('PEXPIRE', lock, tonumber(ARGV[2]))
 return {1, t[1], t[2]}
