@@ -1,5 +1,6 @@
 // Package etcddlock is the etcd backend of dlock: a fair (FIFO) queue per
-// key on etcd v3 that serves locks, semaphores and read-write locks, in
+// key on etcd v3 that serves locks, semaphores, read-write locks and leader
+// elections, in
 // which each waiter watches only what can grant it (a lock waiter, the
 // entry just ahead of it), with leases that etcd expires when their holder
 // stops renewing them, and fencing tokens taken from etcd's revision
