@@ -508,3 +508,50 @@ func TestWatch_firstValueThenChanges(t *testing.T) {
 		t.Fatalf("Watch after Close: %v, want ErrClosed", err)
 	}
 }
+
+// An observer whose watch stream breaks while the leader proclaims, and
+// whose resume revision is compacted by then, still sees the new value:
+// etcd refuses the resumed watch (compacted), the driver closes the
+// channel, and Observe watches again and reads the state. Nothing in
+// between is polled.
+func TestElection_observeAcrossCompaction(t *testing.T) {
+	srv := testserver.SharedEtcd(t)
+	ctx := testCtx(t)
+	key := "elect-compact/" + t.Name()
+	ca, err := dlock.Open(ctx, srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.Close()
+	p := dlocktest.NewProxy(t, srv.Addr())
+	obs, err := dlock.Open(ctx, "etcd://"+p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close()
+	a, err := ca.Election(key).Campaign(ctx, "a", longTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Resign(ctx)
+	octx, stop := context.WithCancel(ctx)
+	defer stop()
+	ch := obs.Election(key).Observe(octx)
+	wantObserved(t, ctx, ch, "a", a.Token())
+
+	p.Blackhole()
+	if err := a.Proclaim(ctx, "a2"); err != nil {
+		t.Fatal(err)
+	}
+	admin := adminClient(t, srv.Addr())
+	resp, err := admin.Get(ctx, "compact-probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Compact(ctx, resp.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	p.Reset() // what the proxy held is lost
+	p.Restore()
+	wantObserved(t, ctx, ch, "a2", a.Token())
+}
