@@ -582,6 +582,7 @@ func (a *attempt) grant(ctx context.Context) *grant {
 		validFrom: a.l.since(),
 		reusable:  !a.dirty,
 		mode:      a.req.Mode,
+		label:     a.label,
 		lost:      make(chan error, 1),
 	}
 	switch {

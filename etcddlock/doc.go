@@ -1,10 +1,11 @@
 // Package etcddlock is the etcd backend of dlock: a fair (FIFO) queue per
-// key on etcd v3 that serves locks, semaphores and read-write locks, in
-// which each waiter watches only what can grant it (a lock waiter, the
-// entry just ahead of it), with leases that etcd expires when their holder
-// stops renewing them, and fencing tokens taken from etcd's revision
-// counter. docs/etcd.md describes the
-// algorithm and what it guarantees.
+// key on etcd v3 that serves locks, semaphores, read-write locks and leader
+// elections, in which each waiter watches only what can grant it (a lock
+// waiter, the entry just ahead of it), with leases that etcd expires when
+// their holder stops renewing them, and fencing tokens taken from etcd's
+// revision counter. An election's leader publishes its value by rewriting
+// its entry, and observers follow the queue with one etcd watch. docs/etcd.md
+// describes the algorithm and what it guarantees.
 //
 // Import it to register the URL schemes used by dlock.Open:
 //

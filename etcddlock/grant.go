@@ -27,6 +27,7 @@ type grant struct {
 	validFrom time.Time
 	reusable  bool // the lease may serve another call after a clean release
 	mode      driver.Mode
+	label     string // driver.KindLabel of the key: the entry's header (keys.go)
 
 	lost chan error // receives once if the entry is deleted behind our back
 

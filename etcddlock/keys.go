@@ -131,7 +131,7 @@ func isEntry(dir, etcdKey string) bool {
 //	entry: "\x00" label "\x00" mode metadata     mode: 'x' Exclusive, 's' Shared
 //	tail:  "\x00" label "\x00" mode entry-key
 //
-// where label is driver.KindLabel ("semaphore/3", "rwmutex"). The label in
+// where label is driver.KindLabel ("semaphore/3", "rwmutex", "election"). The label in
 // the tail is what makes a join check the key's kind in the same Txn that
 // queues (see tailBounds); the mode in the tail tells a reader whether the
 // newest entry is a writer, which it then waits for without reading the

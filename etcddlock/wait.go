@@ -171,8 +171,12 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 					}
 				case key == a.pred && ev.Type == mvccpb.DELETE:
 					gone = ev.Kv.ModRevision
-				case key == a.pred:
+				case key == a.pred && a.semaphore():
 					// Put again: a semaphore's waiter granted (touch).
+					// Only a semaphore's waiter waits for a waiter's
+					// grant; the entry another kind's waiter waits for
+					// may be put again by its holder's Publish (an
+					// election's Proclaim), which grants nobody.
 					gone = ev.Kv.ModRevision
 				case key == marker && ev.Type == mvccpb.PUT:
 					marked = ev.Kv.ModRevision
@@ -278,11 +282,19 @@ func (a *attempt) checkQueue(ctx context.Context) (int64, bool, error) {
 	return a.seen, false, nil
 }
 
-// predChanged reports whether kvs, a read of a.pred, shows it gone or
-// written since it was created: an entry we wait for is never written
-// again, but by a semaphore's waiter that was granted (touch).
+// predChanged reports whether kvs, a read of a.pred, shows it gone or, for
+// a semaphore's waiter, written since it was created: a semaphore's waiter
+// that was granted writes to its entry (touch), and nothing else writes to
+// a waiter's entry. Other kinds look at the create revision alone: the
+// entry they wait for may be a holder that rewrote its metadata (Publish),
+// which changes its mod revision and grants nobody; counted as a change,
+// it would make every wait behind a leader that proclaimed read the queue
+// again at each watch start and each check, and find it unchanged.
 func (a *attempt) predChanged(kvs []*mvccpb.KeyValue) bool {
-	return len(kvs) == 0 || kvs[0].CreateRevision != a.predRev || kvs[0].ModRevision != a.predRev
+	if len(kvs) == 0 || kvs[0].CreateRevision != a.predRev {
+		return true
+	}
+	return a.semaphore() && kvs[0].ModRevision != a.predRev
 }
 
 // predGone reads whether the entry we wait for is gone (or changed), at a
