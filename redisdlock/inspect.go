@@ -20,7 +20,11 @@ func (d *redisDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo
 	if err != nil {
 		return nil, wrapErr(fmt.Sprintf("redis at %s", d.addr), err)
 	}
-	return parseInspect(key, v, d.addr)
+	info, err := parseInspect(key, v, d.addr)
+	if err == nil {
+		d.sawHolders(key, info) // the watches' deadline wake (watch.go)
+	}
+	return info, err
 }
 
 // parseInspect reads inspect.lua's reply: {now_ms, label, n, n holders of 5

@@ -35,6 +35,9 @@ type notifier struct {
 
 	mu      sync.Mutex
 	waiters map[string]waiter // by owner id; guarded by mu
+
+	// The observer channels this connection also subscribes to (watch.go).
+	watchState
 }
 
 // waiter is one waiting Lock call. It receives the token of a hand-off
@@ -55,6 +58,7 @@ func newNotifier(ctx context.Context, rdb redis.UniversalClient, channel string)
 		return nil, err
 	}
 	n := &notifier{ps: ps, channel: channel, stop: make(chan struct{}), done: make(chan struct{}), waiters: map[string]waiter{}}
+	n.watches = map[string]*watchChan{}
 	go n.run()
 	return n, nil
 }
@@ -122,6 +126,10 @@ func (n *notifier) pause(d time.Duration) bool {
 func (n *notifier) deliver(msg any) {
 	switch m := msg.(type) {
 	case *redis.Message:
+		if m.Channel != n.channel {
+			n.notice(m.Channel) // an observer channel's
+			return
+		}
 		owner, tok, ok := strings.Cut(m.Payload, ":")
 		token, err := strconv.ParseUint(tok, 10, 64)
 		if !ok || err != nil || token == pollNow {
@@ -133,13 +141,19 @@ func (n *notifier) deliver(msg any) {
 		}
 		n.mu.Unlock()
 	case *redis.Subscription:
+		if m.Channel != n.channel {
+			n.subscription(m) // an observer channel's (watch.go)
+			return
+		}
 		// go-redis subscribed again after a reconnect: notices sent while
 		// the connection was down are lost, so every waiter polls now.
+		// (Every watch reads when its own channel's reply comes.)
 		n.mu.Lock()
 		for _, w := range n.waiters {
 			w.set(pollNow)
 		}
 		n.mu.Unlock()
+		n.resubscribed()
 	}
 	// *redis.Pong: a sign of life, nothing to do.
 }
@@ -171,6 +185,7 @@ func (n *notifier) unregister(owner string) {
 func (n *notifier) close() error {
 	err := redis.ErrClosed
 	n.once.Do(func() {
+		n.closeWatches()
 		close(n.stop)
 		err = n.ps.Close()
 	})

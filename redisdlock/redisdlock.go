@@ -20,6 +20,12 @@
 // not step: see the exceptions for Redis in the Safety section of package
 // dlock.
 //
+// Leader election (dlock.Election) runs on the same queue: the grant
+// implements driver.Publisher (Proclaim) and the driver driver.Observer
+// (Observe), whose notices come by Pub/Sub on the key's own channel and,
+// for a leader that dies without releasing, at its deadline: see
+// docs/redis.md, "Leader election".
+//
 // Or build a Client from a go-redis client the program already has with New;
 // that works unchanged with a plain client, Sentinel (redis.NewFailoverClient)
 // and Cluster (redis.NewClusterClient), because every key of one lock shares a

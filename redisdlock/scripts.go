@@ -20,11 +20,14 @@ var (
 	renewLua string
 	//go:embed scripts/inspect.lua
 	inspectLua string
+	//go:embed scripts/publish.lua
+	publishLua string
 
 	acquireScript = newScript(commonLua + acquireLua)
 	releaseScript = newScript(commonLua + releaseLua)
 	renewScript   = newScript(renewLua) // alone: it needs nothing of common.lua
 	inspectScript = newScript(commonLua + inspectLua)
+	publishScript = newScript(publishLua) // alone, as renew.lua
 )
 
 // script runs one Lua script by EVALSHA, falling back to EVAL when the

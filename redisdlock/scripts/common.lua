@@ -295,6 +295,18 @@ local function serve(limit, caller, head, ttl, mode, channel, meta)
   end
 end
 
+-- notify_observers tells the observers of an election key (driver.Observer,
+-- watch.go) that its holders changed: one PUBLISH on the key's own channel,
+-- KEYS[1] .. ':n', which shares the key's hash tag. Only election keys pay
+-- for it: locks, semaphores and read-write locks have no observers. A
+-- holder that dies without releasing runs no script, so nothing is sent
+-- then; the observers wake at its deadline by themselves (watch.go), and
+-- the candidate whose poll then takes its place (acquire.lua, serve) sends
+-- the notice of that grant.
+local function notify_observers()
+  redis.call('PUBLISH', lock .. ':n', 'c')
+end
+
 -- flush writes the run's changes to the holders hash: the records removed
 -- (released, or dead), the grants with the latest token and, for a new
 -- hash, the kind label; its expiry; the fence; the notices. label is the
@@ -345,5 +357,8 @@ local function flush(label, releaser)
     for i = 1, #S.pubs, 2 do
       redis.call('PUBLISH', S.pubs[i], S.pubs[i + 1])
     end
+  end
+  if label == 'election' and (S.granted > 0 or releaser) then
+    notify_observers()
   end
 end

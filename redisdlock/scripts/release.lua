@@ -58,6 +58,9 @@ if S.live == 0 then
   -- Nobody holds, nobody waits (serve found the queue empty). The fence
   -- has the latest token already, for the next grant.
   redis.call('DEL', lock)
+  if S.label_s == 'election' then
+    notify_observers()
+  end
   return 1
 end
 flush(S.label_s or 'lock', owner)
