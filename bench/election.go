@@ -108,10 +108,20 @@ type electionRun struct {
 // reqPerEvent is the server requests per event of the run.
 func (r electionRun) reqPerEvent() float64 { return perGrant(r.Delta.Requests, r.Events) }
 
+// Why a run measured nothing: the backend lacks the feature in the code
+// measured (electionRun.Missing is "not available: " and these, joined).
 const (
-	observeMissing = "not available: Observe's channel closed at once, before any state (the backend does not implement driver.Observer in this build)"
-	publishMissing = "not available: Proclaim failed with errors.ErrUnsupported (the backend's grant does not implement driver.Publisher in this build)"
+	observeMissing = "Observe's channel closed at once, before any state (the backend does not implement driver.Observer in this build)"
+	publishMissing = "Proclaim failed with errors.ErrUnsupported (the backend's grant does not implement driver.Publisher in this build)"
 )
+
+// notAvailable is electionRun.Missing for the reasons given.
+func notAvailable(reasons ...string) string {
+	if len(reasons) == 0 {
+		return ""
+	}
+	return "not available: " + strings.Join(reasons, "; ")
+}
 
 // runElectionSection runs the three runs on every election library.
 func runElectionSection(s *servers, libs []*library, cfg config) []electionResult {
@@ -310,7 +320,7 @@ func runElectionHandovers(s *servers, el *electionLib, key string, observe bool,
 						seenAt = t
 					case errors.Is(err, errObserveClosed) && seen.neverReceived():
 						mu.Lock()
-						r.Missing, finished = observeMissing, true
+						r.Missing, finished = notAvailable(observeMissing), true
 						mu.Unlock()
 					default:
 						rec.fail(fmt.Errorf("observe %s: %w", value, err))
@@ -495,7 +505,7 @@ func runElectionProclaims(s *servers, el *electionLib, key string, maxN, warm in
 			break
 		}
 	}
-	r.Missing = strings.Join(missing, "; ")
+	r.Missing = notAvailable(missing...)
 	if proclaimFailed {
 		// The reasons are the figures: nothing was measured.
 		return r

@@ -67,7 +67,7 @@ func electionBounds(res *results) (b electionResult) {
 
 // bound is "up to N … after W not measured, within L".
 func bound(r electionRun, what string) string {
-	return fmt.Sprintf("up to %d %s after %d not measured, within %s", r.Max, what, r.Warm, r.Limit)
+	return fmt.Sprintf("up to %d %s after %d not measured, within %s", r.Max, what, r.Warm, fmtDur(r.Limit))
 }
 
 // electionReport writes the section of issue 13: election hand-over and
@@ -118,6 +118,11 @@ func electionReport(m *md, res *results) {
 	m.p("- **not available**: the backend does not do it in the code measured (dlock's `Observe` closes its")
 	m.p("  channel at once where the driver has no `driver.Observer`; `Proclaim` fails with")
 	m.p("  `errors.ErrUnsupported` where its grant has no `driver.Publisher`).")
+	m.p("- **etcd Election's tail**: its `Campaign` waits for the deletion of the key just before its own with a")
+	m.p("  watch from the revision of the `Get` that found that key (`WithRev`); the server serves such a watch")
+	m.p("  as one to catch up (\"unsynced\") until its next resync, every 100 ms (`watchResyncPeriod` in")
+	m.p("  `go.etcd.io/etcd/server/v3/storage/mvcc`), so a deletion that comes before that resync reaches the")
+	m.p("  candidate only at it. etcd's `Mutex` waits the same way (see the contended tables).")
 	m.p("")
 
 	var rows [][]string
@@ -167,7 +172,11 @@ func electionReport(m *md, res *results) {
 			if x.Window > 0 {
 				window = fmtDur(x.Window)
 			}
-			rows = append(rows, []string{r.Lib, run.name, fmt.Sprint(x.N), fmt.Sprint(x.Events), window,
+			measured, events := fmt.Sprint(x.N), fmt.Sprint(x.Events)
+			if x.Missing != "" && x.N == 0 {
+				measured, events = "not available", "–"
+			}
+			rows = append(rows, []string{r.Lib, run.name, measured, events, window,
 				fmtDur(x.P50), fmtDur(x.P99), inRTT(x.P50, res.RTT[r.Backend].P50), inRTT(x.P50, res.notifyFloor(r.Backend)),
 				req, cpu, fmt.Sprint(x.Overlaps), electionErrText(x)})
 		}
