@@ -307,13 +307,14 @@ func runElectionHandovers(s *servers, el *electionLib, key string, observe bool,
 				myTerm := terms
 				prev := lastResign
 				measuring := snapped && !finished
+				over := finished // elected by the last leader's Resign, after the run
 				mu.Unlock()
 				// A hand-over: this candidate was campaigning when the
 				// previous leader began to resign (with three candidates,
 				// every term after the first few).
 				handover := prev >= 0 && prev >= tc
 				seenAt := int64(-1)
-				if seen != nil {
+				if seen != nil && !over {
 					t, err := seen.wait(value, electionWait)
 					switch {
 					case err == nil:
@@ -322,6 +323,9 @@ func runElectionHandovers(s *servers, el *electionLib, key string, observe bool,
 						mu.Lock()
 						r.Missing, finished = notAvailable(observeMissing), true
 						mu.Unlock()
+					case ctx.Err() != nil:
+						// The run ended meanwhile (its end closes the
+						// observer): not the observer's failure.
 					default:
 						rec.fail(fmt.Errorf("observe %s: %w", value, err))
 					}
