@@ -82,8 +82,9 @@ func electionReport(m *md, res *results) {
 	}
 	b := electionBounds(res)
 	m.p("Measured by `%s`, in the same run and on the same servers as every other table here; the", res.Command)
-	m.p("section alone: `cd bench && ./run.sh -only election` (add `-quick` for short runs: about 30 s). dlock's")
-	m.p("`Client.Election` on each backend (`Campaign`, `Leadership.Resign` and `Proclaim`, `Observe`), beside")
+	m.p("section alone: `cd bench && ./run.sh -only election` (add `-quick` for short runs: about 10 s of")
+	m.p("measuring). dlock's `Client.Election` on each backend (`Campaign`, `Leadership.Resign` and `Proclaim`,")
+	m.p("`Observe`), beside")
 	m.p("etcd's `concurrency.Election` (`go.etcd.io/etcd/client/v3` %s: `Campaign`, `Resign`, `Proclaim`,", res.Versions["go.etcd.io/etcd/client/v3"])
 	m.p("`Observe`) on the same etcd server. Every candidate and observer is a client of its own (dlock: its own")
 	m.p("`dlock.Client`; etcd: its own client and session, TTL 10 s); each run has fresh clients and a fresh key.")
