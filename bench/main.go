@@ -5,6 +5,7 @@
 //	cd bench && ./run.sh            # everything, under 10 minutes on 2 cores
 //	cd bench && go run . -quick     # a smoke test: short windows, small scale
 //	cd bench && ./run.sh -only modes  # only the semaphore and RWMutex (issue 12)
+//	cd bench && ./run.sh -only election  # only leader election (issue 13)
 //
 // It starts its own redis-server, ZooKeeper (the Debian package's jars) and
 // an embedded etcd (in a child process) on free loopback ports, and stops
@@ -39,8 +40,9 @@ type config struct {
 	from     string
 	// modes are the workloads of the modes section (issue 12).
 	modes []modeWorkload
-	// partial: -only chose workloads of the modes section; like -quick,
-	// the report is then written only where -out says.
+	// partial: -only chose sections (modes workloads, election) rather
+	// than libraries; like -quick, the report is then written only where
+	// -out says.
 	partial bool
 }
 
@@ -58,6 +60,7 @@ type results struct {
 	Queue       []queueResult
 	Keys        []keysResult
 	Modes       []modeResult
+	Election    []electionResult
 	Notes       []string
 }
 
@@ -81,16 +84,24 @@ func main() {
 	flag.BoolVar(&cfg.quick, "quick", false, "smoke test: short windows and small scale tests (does not write the report unless -out is given)")
 	flag.DurationVar(&cfg.window, "window", 2*time.Second, "measuring window of each contended run")
 	flag.DurationVar(&cfg.warmup, "warmup", 300*time.Millisecond, "warm-up before each contended window")
-	flag.StringVar(&only, "only", "", "run only the libraries whose name matches this regexp; or, with \"modes\", \"semaphore\" or \"rwmutex\" (comma-separated), only those workloads of the modes section (with the lock as the reference) and the round-trip floor")
+	flag.StringVar(&only, "only", "", "run only the libraries whose name matches this regexp; or, with \"modes\", \"semaphore\", \"rwmutex\" or \"election\" (comma-separated), only those workloads of the modes section (with the lock as the reference), or the election section, and the round-trip floor")
 	flag.IntVar(&cfg.queueN, "queue-waiters", 0, "override the number of waiters of the queue test (0: per library, see queueSize)")
 	flag.StringVar(&cfg.from, "from", "", "do not measure: write the report and chart from this results.json of an earlier run")
-	flag.StringVar(&sections, "sections", "rtt,uncontended,contended,modes,cost,queue,keys", "sections to run")
+	flag.StringVar(&sections, "sections", "rtt,uncontended,contended,modes,election,cost,queue,keys", "sections to run")
 	flag.Parse()
 	cfg.modes = modeWorkloads
-	if sel := modeSelection(only); sel != nil {
-		cfg.modes, cfg.partial = sel, true
+	if modes, election, ok := onlySections(only); ok {
+		cfg.partial = true
+		secs := []string{"rtt"}
+		if modes != nil {
+			cfg.modes = modes
+			secs = append(secs, "modes")
+		}
+		if election {
+			secs = append(secs, "election")
+		}
 		if !flagGiven("sections") {
-			sections = "rtt,modes"
+			sections = strings.Join(secs, ",")
 		}
 	} else if only != "" {
 		cfg.only = regexp.MustCompile(only)
@@ -228,6 +239,9 @@ func run(cfg config) error {
 	}
 	if cfg.sections["modes"] {
 		res.Modes = runModesSection(s, libs, cfg)
+	}
+	if cfg.sections["election"] {
+		res.Election = runElectionSection(s, libs, cfg)
 	}
 	if cfg.sections["cost"] {
 		bt := "1s"

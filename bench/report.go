@@ -317,6 +317,7 @@ func report(res *results) string {
 	m.table([]string{"library", "server operations per grant (Redis: commandstats, commands inside scripts included)"}, rows)
 
 	modesReport(&m, res)
+	electionReport(&m, res)
 
 	m.p("## Client cost")
 	m.p("")

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs every benchmark of issue 5 — dlock and its peers on the same servers,
-# in one run — and those of issue 12 (a semaphore and an RWMutex on dlock's
-# backends), and writes ../docs/benchmarks.md and ../docs/benchmarks.png
-# (and results.json here). Takes 7–11 minutes on a 2-core machine.
+# in one run — those of issue 12 (a semaphore and an RWMutex on dlock's
+# backends) and of issue 13 (leader election: hand-over and Observe latency
+# on dlock's backends beside etcd's concurrency.Election), and writes
+# ../docs/benchmarks.md and ../docs/benchmarks.png (and results.json here).
+# Takes 8–12 minutes on a 2-core machine.
 #
 #   ./run.sh                 the full run
 #   ./run.sh -quick          a smoke test (short windows, small scale; writes nothing)
@@ -12,6 +14,12 @@
 #                            round-trip floor; also -only semaphore, -only rwmutex;
 #                            writes nothing unless -out DIR is given; add -quick
 #                            for short windows (about 30 s in all)
+#   ./run.sh -only election  only the leader election section (hand-over and
+#                            Observe latency, dlock's three backends and etcd's
+#                            concurrency.Election) and the round-trip floor;
+#                            writes nothing unless -out DIR is given; add
+#                            -quick for short runs; combines with the modes
+#                            names: -only modes,election
 #
 # Needs redis-server and ZooKeeper with Java (apt-get install -y redis-server
 # zookeeper); etcd is embedded. Servers run on free loopback ports and are
