@@ -40,6 +40,9 @@ type config struct {
 	from     string
 	// modes are the workloads of the modes section (issue 12).
 	modes []modeWorkload
+	// modesHold is how long each holder of the modes section holds its
+	// lease (-modes-hold; default modeHold).
+	modesHold time.Duration
 	// partial: -only chose sections (modes workloads, election) rather
 	// than libraries; like -quick, the report is then written only where
 	// -out says.
@@ -85,6 +88,7 @@ func main() {
 	flag.DurationVar(&cfg.window, "window", 2*time.Second, "measuring window of each contended run")
 	flag.DurationVar(&cfg.warmup, "warmup", 300*time.Millisecond, "warm-up before each contended window")
 	flag.StringVar(&only, "only", "", "run only the libraries whose name matches this regexp; or, with \"modes\", \"semaphore\", \"rwmutex\" or \"election\" (comma-separated), only those workloads of the modes section (with the lock as the reference), or the election section, and the round-trip floor")
+	flag.DurationVar(&cfg.modesHold, "modes-hold", modeHold, "how long each holder of the modes section holds its lease (the work a permit guards)")
 	flag.IntVar(&cfg.queueN, "queue-waiters", 0, "override the number of waiters of the queue test (0: per library, see queueSize)")
 	flag.StringVar(&cfg.from, "from", "", "do not measure: write the report and chart from this results.json of an earlier run")
 	flag.StringVar(&sections, "sections", "rtt,uncontended,contended,modes,election,cost,queue,keys", "sections to run")

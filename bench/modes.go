@@ -42,6 +42,7 @@ const (
 	// modeHold is how long each holder holds its lease: a sleep standing
 	// for the work a permit guards. Without it a lease would be held for
 	// no time at all and utilization would measure nothing.
+	// The default of -modes-hold; the report states the hold it used.
 	modeHold = time.Millisecond
 	// modeSeed seeds the readers' choice (one PRNG per contender, seeded
 	// with modeSeed and the contender's number).
@@ -126,7 +127,7 @@ func runModesSection(s *servers, libs []*library, cfg config) []modeResult {
 					continue
 				}
 				setup := time.Since(t0)
-				r := runModes(s, l, cs, w, modeHold, cfg.warmup, cfg.window, modeMaxGrants)
+				r := runModes(s, l, cs, w, cfg.modesHold, cfg.warmup, cfg.window, modeMaxGrants)
 				r.Setup = setup
 				log.Printf("modes %-18s %-9s n=%-3d grants/s %6.0f held %.2f (max %d) util %3.0f%% writer %3.0f%% handoff p50 %8v p99 %8v (%d) req/grant %.2f violations %d errs %d %s",
 					l.Name, w.Name, n, r.GrantsPerS, r.MeanHolders, r.MaxHolders, 100*r.Utilization, 100*r.WriterHeld,
