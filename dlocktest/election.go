@@ -47,7 +47,7 @@ func (s *suite) needElections(c *dlock.Client) {
 // candidate is a Campaign running in the background.
 type candidate struct {
 	name  string
-	done  chan struct{}    // closed when Campaign has returned
+	done  chan struct{}     // closed when Campaign has returned
 	term  *dlock.Leadership // Campaign's results, set before done is closed
 	err   error
 	value string
