@@ -218,6 +218,9 @@ var _ = register("Election_kindMismatch", func(s *suite) {
 	if _, err := b.Election(key).Leader(s.ctx); !errors.Is(err, dlock.ErrKindMismatch) {
 		s.t.Fatalf("Leader of a lock's key: err = %v, want ErrKindMismatch", err)
 	}
+	// For an observer, a key of another kind has no leader (Observe has
+	// no error to send); its first state says so.
+	s.expectState(s.observe(b, key), key, "first state of a lock's key", nobody)
 	s.unlock(lock)
 	w := s.granted(pw)
 	s.unlock(w)
