@@ -51,8 +51,10 @@ type LeaderInfo struct {
 	// Token is the leader's fencing token; it grows with every term. 0
 	// when nobody leads.
 	Token uint64
-	// Since is when the current term began by the server's clock (zero
-	// when nobody leads, or when the backend cannot tell).
+	// Since is the leader's Entry.Since, by the server's clock: when its
+	// term began, or, on a backend that records only when an entry was
+	// created (ZooKeeper's node ctime), when it began to campaign. Zero
+	// when nobody leads, or when the backend cannot tell (etcd).
 	Since time.Time
 	// Metadata is the leader's, as given with WithMetadata.
 	Metadata Metadata
