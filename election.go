@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlockdev/dlock/driver"
 	"github.com/dlockdev/dlock/internal/keys"
@@ -49,8 +51,10 @@ type LeaderInfo struct {
 	// Token is the leader's fencing token; it grows with every term. 0
 	// when nobody leads.
 	Token uint64
-	// Since is when the current term began by the server's clock (zero
-	// when nobody leads, or when the backend cannot tell).
+	// Since is the leader's Entry.Since, by the server's clock: when its
+	// term began, or, on a backend that records only when an entry was
+	// created (ZooKeeper's node ctime), when it began to campaign. Zero
+	// when nobody leads, or when the backend cannot tell (etcd).
 	Since time.Time
 	// Metadata is the leader's, as given with WithMetadata.
 	Metadata Metadata
@@ -75,7 +79,8 @@ func (t *Leadership) Token() uint64 { return t.l.Token() }
 // resigned, before the server can elect anybody else.
 func (t *Leadership) Done() <-chan struct{} { return t.l.Done() }
 
-// Err returns nil while leading, and afterwards why not, as Lease.Err.
+// Err returns nil while leading, and afterwards why not, as Lease.Err
+// (ErrReleased after Resign).
 func (t *Leadership) Err() error { return t.l.Err() }
 
 // Deadline returns the local time until which leadership is known to last
@@ -88,31 +93,72 @@ func (t *Leadership) Deadline() time.Time { return t.l.Deadline() }
 // the new value.
 func (t *Leadership) Proclaim(ctx context.Context, value string) error {
 	key := t.l.key
-	if len(value) > MaxValueLen {
-		return opErr("proclaim", key, fmt.Errorf("%w: value is %d bytes long, the limit is %d", ErrInvalidOption, len(value), MaxValueLen))
+	if err := checkValue(value); err != nil {
+		return opErr("proclaim", key, err)
 	}
 	if err := t.l.Err(); err != nil {
-		return opErr("proclaim", key, fmt.Errorf("%w: %w", ErrNotHeld, err))
+		return opErr("proclaim", key, notHeld(key, err))
 	}
 	p, ok := t.l.grant.(driver.Publisher)
 	if !ok {
 		return opErr("proclaim", key, fmt.Errorf("%w: the backend cannot publish a leader's value", errors.ErrUnsupported))
 	}
+	// The lease may end between the check above and the server's: the
+	// driver checks again, atomically with the write, so a term that has
+	// passed to somebody else never changes the new leader's value.
 	if err := p.Publish(ctx, encodeMetadata(t.l.metadata, value)); err != nil {
 		return opErr("proclaim", key, err)
 	}
 	return nil
 }
 
+// notHeld is the error of a call on a term that has ended with err (the
+// lease's Err): ErrNotHeld, caused by err, reading "dlock: lock not held:
+// lease lost: …" and not "dlock: lock not held: lease "k": dlock: lease
+// lost: …", which would name the key and the package twice (see the rule
+// for messages in package driver).
+func notHeld(key string, err error) error {
+	text := strings.TrimPrefix(err.Error(), "lease "+keys.Quote(key)+": ")
+	text = strings.TrimPrefix(text, "dlock: ")
+	return &causedError{text: ErrNotHeld.Error() + ": " + text, errs: []error{ErrNotHeld, err}}
+}
+
+// causedError is an error of one category caused by another: errors.Is
+// finds both, and the text says each once.
+type causedError struct {
+	text string
+	errs []error
+}
+
+func (e *causedError) Error() string   { return e.text }
+func (e *causedError) Unwrap() []error { return e.errs }
+
+// checkValue refuses a value that the server would not store as given.
+func checkValue(value string) error {
+	if len(value) > MaxValueLen {
+		return fmt.Errorf("%w: value is %d bytes long, the limit is %d", ErrInvalidOption, len(value), MaxValueLen)
+	}
+	if !utf8.ValidString(value) {
+		// JSON would replace the bad bytes: readers would see another value.
+		return fmt.Errorf("%w: value is not UTF-8", ErrInvalidOption)
+	}
+	return nil
+}
+
 // Resign gives leadership up: the next candidate, in arrival order, is
-// elected at once. It returns the errors of Lease.Unlock.
+// elected at once. Done is closed before the server hears of it, and Err
+// then satisfies errors.Is(err, ErrReleased). It returns the errors of
+// Lease.Unlock.
 func (t *Leadership) Resign(ctx context.Context) error {
 	defer t.l.client.forget(t.l)
-	if err := t.l.eng.Release(ctx); err != nil {
+	if err := t.l.eng.ReleaseWith(ctx, errResigned); err != nil {
 		return opErr("resign", t.l.key, err)
 	}
 	return nil
 }
+
+// errResigned is the Err of a resigned term: an ErrReleased that says how.
+var errResigned error = &causedError{text: "dlock: leadership resigned", errs: []error{ErrReleased}}
 
 // Campaign waits until the caller leads the election, publishing value, or
 // until ctx ends. Candidates are elected in arrival order. It returns the
@@ -120,8 +166,8 @@ func (t *Leadership) Resign(ctx context.Context) error {
 // lock, a semaphore or a read-write lock. When it returns an error it leaves
 // nothing behind on the server.
 func (e *Election) Campaign(ctx context.Context, value string, opts ...LockOption) (*Leadership, error) {
-	if len(value) > MaxValueLen {
-		return nil, opErr("campaign", e.key, fmt.Errorf("%w: value is %d bytes long, the limit is %d", ErrInvalidOption, len(value), MaxValueLen))
+	if err := checkValue(value); err != nil {
+		return nil, opErr("campaign", e.key, err)
 	}
 	opts = append(opts[:len(opts):len(opts)], valueOption(value))
 	l, err := e.c.acquire(ctx, "campaign", e.key, electionShape, true, opts)
@@ -187,66 +233,129 @@ func (e *Election) read(ctx context.Context) (LeaderInfo, error) {
 // (a LeaderInfo whose HasLeader is false). Changes are learnt from the
 // server's notifications, not by polling. An observer that falls behind
 // gets the latest state: it may miss states in between, never receive an
-// older one after a newer one. The channel is closed when ctx ends, or at
-// once (after nothing) when the backend cannot observe, the key is invalid
-// or the Client is closed.
+// older one after a newer one, nor the same state twice in a row. The
+// channel is closed when ctx ends, or at once (after nothing) when the
+// backend cannot observe, the key is invalid or the Client is closed.
+// Client.Close ends every observation, and waits for it to stop.
 //
+// A key in use as another kind (a lock, a semaphore, a read-write lock)
+// has no leader: Observe sends that, where Leader returns ErrKindMismatch.
 // While the server cannot be reached, nothing is sent; the state read
 // after it is reached again follows.
 func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
 	out := make(chan LeaderInfo, 1)
 	obs, ok := e.c.drv.(driver.Observer)
-	if !ok || keys.Validate(e.key) != nil || e.c.checkOpen() != nil {
+	if !ok || keys.Validate(e.key) != nil {
 		close(out)
 		return out
 	}
-	go e.observe(ctx, obs, out)
+	// Close waits for observers as for Lock calls in flight, so that none
+	// uses the driver once it is closed: it counts them among those.
+	c := e.c
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		close(out)
+		return out
+	}
+	c.acquiring.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.acquiring.Done()
+		e.observe(ctx, obs, out)
+	}()
 	return out
 }
 
+// observe sends the election's states to out until ctx or the Client ends.
+//
+// Order: one goroutine reads and sends, so states go out in the order they
+// were read; each read follows the notice of the change it may show (the
+// driver sends a notice after the watch is in place, and after every
+// change), so no change is left unread. A read is only as fresh as the
+// server it asks; a leader whose token is below one already sent is
+// a stale read (tokens grow with every term) and is not sent.
 func (e *Election) observe(ctx context.Context, obs driver.Observer, out chan LeaderInfo) {
 	defer close(out)
 	ctx, stop := mergeCancel(ctx, e.c.ctx)
 	defer stop()
 	var last LeaderInfo
+	var maxToken uint64 // the highest leader's token sent
 	sent := false
-	pause := 10 * time.Millisecond
+	send := func(info LeaderInfo) {
+		if sent && (sameState(info, last) || (info.HasLeader() && info.Token < maxToken)) {
+			return
+		}
+		last, sent = info, true
+		maxToken = max(maxToken, info.Token)
+		// Latest wins: replace a state the observer has not taken yet.
+		// Only this goroutine sends, so the send below never blocks.
+		select {
+		case <-out:
+		default:
+		}
+		out <- info
+	}
+	var watchPause, readPause backoff
 	for ctx.Err() == nil {
 		changes, err := obs.Watch(ctx, e.key)
 		if err != nil {
-			if !sleepCtx(ctx, pause) {
+			if !watchPause.wait(ctx) {
 				return
 			}
-			pause = min(2*pause, time.Second)
 			continue
 		}
 		began := time.Now()
 		for range changes {
-			info, err := e.read(ctx)
-			if err != nil {
-				continue // the next notice, or the next watch, reads again
+			// Read until a read succeeds: a notice is not repeated, and
+			// waiting for the next one could leave the observer with a
+			// stale state for as long as nothing else changes.
+			for {
+				info, err := e.read(ctx)
+				if err == nil {
+					readPause.reset()
+					send(info)
+					break
+				}
+				if errors.Is(err, ErrKindMismatch) {
+					send(LeaderInfo{Key: e.key})
+					break
+				}
+				if !readPause.wait(ctx) {
+					return
+				}
 			}
-			pause = 10 * time.Millisecond
-			if sent && info == last {
-				continue
-			}
-			last, sent = info, true
-			// Latest wins: replace a state the observer has not taken yet.
-			select {
-			case <-out:
-			default:
-			}
-			out <- info
 		}
 		// The watch ended (the connection broke, the session moved):
 		// watch again, but not in a tight loop when it keeps ending.
 		if time.Since(began) < time.Second {
-			if !sleepCtx(ctx, pause) {
+			if !watchPause.wait(ctx) {
 				return
 			}
-			pause = min(2*pause, time.Second)
+		} else {
+			watchPause.reset()
 		}
 	}
+}
+
+// sameState reports whether two states are the same for an observer.
+func sameState(a, b LeaderInfo) bool {
+	return a.Key == b.Key && a.Value == b.Value && a.Token == b.Token && a.Since.Equal(b.Since) && a.Metadata == b.Metadata
+}
+
+// backoff is a pause between retries that doubles from 10ms to a second.
+type backoff struct{ next time.Duration }
+
+func (b *backoff) reset() { b.next = 0 }
+
+// wait pauses, reporting false when ctx ends first.
+func (b *backoff) wait(ctx context.Context) bool {
+	if b.next == 0 {
+		b.next = 10 * time.Millisecond
+	}
+	d := b.next
+	b.next = min(2*b.next, time.Second)
+	return sleepCtx(ctx, d)
 }
 
 // sleepCtx waits d, reporting false when ctx ends first.
