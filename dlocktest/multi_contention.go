@@ -36,6 +36,13 @@ func holdAll(res map[string]*fencedResource, who string, m *dlock.MultiLease) {
 	}
 }
 
+// callContext returns the context of calls that the watchdog must not end
+// by itself: when it fires, the scenario first records the queues the calls
+// wait in (describeQueues), then ends them with stop.
+func (s *suite) callContext() (ctx context.Context, stop context.CancelFunc) {
+	return context.WithCancel(context.WithoutCancel(s.ctx))
+}
+
 // describeQueues renders who holds and waits for each key, by note, for the
 // report of a call stuck until the watchdog.
 func (s *suite) describeQueues(c *dlock.Client, ks []string) string {
@@ -69,6 +76,8 @@ var _ = register("MultiLock_oppositeOrders_noDeadlock", func(s *suite) {
 	h, a, b := s.client(), s.client(), s.client()
 	ks := s.multiKeys(2)
 	l0, l1 := s.lock(h, ks[0], s.ttl()), s.lock(h, ks[1], s.ttl())
+	ctx, stop := s.callContext()
+	defer stop()
 	var res = map[string]*fencedResource{ks[0]: {}, ks[1]: {}}
 	errc := make(chan error, 2)
 	for _, w := range []struct {
@@ -77,7 +86,7 @@ var _ = register("MultiLock_oppositeOrders_noDeadlock", func(s *suite) {
 		keys []string
 	}{{"a", a, []string{ks[0], ks[1]}}, {"b", b, []string{ks[1], ks[0]}}} {
 		go func() {
-			m, err := w.c.LockAll(s.ctx, w.keys, s.ttl(), note(w.name))
+			m, err := w.c.LockAll(ctx, w.keys, s.ttl(), note(w.name))
 			if err != nil {
 				errc <- fmt.Errorf("%s: LockAll(%q): %w", w.name, w.keys, err)
 				return
@@ -105,7 +114,9 @@ var _ = register("MultiLock_oppositeOrders_noDeadlock", func(s *suite) {
 				s.t.Fatalf("%v\nqueues:%s", err, s.describeQueues(h, ks))
 			}
 		case <-s.ctx.Done():
-			s.t.Fatalf("LockAll calls of the same keys in opposite orders did not return before the watchdog: deadlock\nqueues:%s", s.describeQueues(h, ks))
+			queues := s.describeQueues(h, ks) // while the calls still wait
+			stop()
+			s.t.Fatalf("LockAll calls of the same keys in opposite orders did not return before the watchdog: deadlock\nqueues:%s", queues)
 		}
 	}
 	for k, r := range res {
@@ -134,18 +145,31 @@ var _ = register("MultiLock_randomSubsets_noOverlapNoDeadlock", func(s *suite) {
 			}
 		}
 	}
-	res := make(map[string]*fencedResource, nkeys)
-	for _, k := range ks {
-		res[k] = &fencedResource{}
-	}
 	clients := make([]*dlock.Client, callers)
 	for i := range clients {
 		clients[i] = s.client()
 	}
+	res := make(map[string]*fencedResource, nkeys)
+	for _, k := range ks {
+		res[k] = &fencedResource{}
+	}
 
 	// A failed call cancels the others: the report is about the first.
-	ctx, cancel := context.WithCancel(s.ctx)
+	// At the watchdog, the queues are recorded before the calls end.
+	ctx, cancel := s.callContext()
 	defer cancel()
+	var queuesAtWatchdog string
+	finished := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-finished:
+		case <-s.ctx.Done():
+			queuesAtWatchdog = s.describeQueues(clients[0], ks)
+			cancel()
+		}
+	}()
 	var (
 		mu       sync.Mutex
 		errs     []error
@@ -180,6 +204,9 @@ var _ = register("MultiLock_randomSubsets_noOverlapNoDeadlock", func(s *suite) {
 					if ctx.Err() != nil && s.ctx.Err() == nil {
 						return // another caller failed first
 					}
+					if s.ctx.Err() != nil {
+						err = fmt.Errorf("%w (the watchdog ended the call: a deadlock, or callers starved)", err)
+					}
 					fail(fmt.Errorf("%s: LockAll(%q): %w", who, plan, err))
 					return
 				}
@@ -211,12 +238,14 @@ var _ = register("MultiLock_randomSubsets_noOverlapNoDeadlock", func(s *suite) {
 		})
 	}
 	wg.Wait()
+	close(finished)
+	<-watched
 	if len(errs) > 0 {
-		hint := ""
-		if s.ctx.Err() != nil {
-			hint = " (the watchdog ended the calls: a deadlock, or callers starved)"
+		queues := queuesAtWatchdog
+		if queues == "" {
+			queues = s.describeQueues(clients[0], ks)
 		}
-		s.t.Fatalf("seed %d: %v%s\nqueues:%s", multiSeed, errs[0], hint, s.describeQueues(clients[0], ks))
+		s.t.Fatalf("seed %d: %v\nqueues:%s", multiSeed, errs[0], queues)
 	}
 	for _, k := range ks {
 		writes, problems := res[k].report()
