@@ -54,9 +54,9 @@ func (c *Client) LockAll(ctx context.Context, keys []string, opts ...LockOption)
 // it, and otherwise returns at once with an error satisfying
 // errors.Is(err, ErrLocked) that names the first key it could not take,
 // having released the keys it took before. It takes them in the order of
-// LockAll, so that of two TryLockAll calls of the same keys one wins
-// rather than each taking a key and both failing. It returns the same
-// other errors as LockAll.
+// LockAll, so that of two TryLockAll calls of the same free keys one wins
+// (the other fails at the first key) rather than each taking a key and
+// both failing. It returns the same other errors as LockAll.
 func (c *Client) TryLockAll(ctx context.Context, keys []string, opts ...LockOption) (*MultiLease, error) {
 	return c.acquireAll(ctx, keys, false, opts)
 }
