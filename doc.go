@@ -43,7 +43,13 @@
 // wakes, exactly the waiters it makes grantable. Every grant is a Lease
 // with the same guarantees (renewal, Done, fencing token). A key serves one
 // kind, with one limit, while anybody holds or waits for it: a call of
-// another kind fails with ErrKindMismatch. See docs/primitives.md.
+// another kind fails with ErrKindMismatch.
+//
+// The same queue serves leader election (Client.Election: Campaign,
+// Leadership with Proclaim and Resign, Leader, Observe, and Lead to run a
+// function whenever the caller leads) and locks of several keys at once
+// (Client.LockAll, TryLockAll: all keys or none, taken in one global order
+// so that callers cannot deadlock). See docs/primitives.md.
 //
 // # Safety
 //
@@ -137,7 +143,8 @@
 //
 // Errors are values to test with errors.Is: ErrLocked, ErrNotHeld,
 // ErrLeaseLost, ErrReleased, ErrClosed, ErrReentrant, ErrKindMismatch,
-// ErrInvalidKey, ErrInvalidOption, ErrInvalidURL, ErrUnavailable and ErrAuth. Their messages name the key or
+// ErrNoLeader, ErrInvalidKey, ErrInvalidOption, ErrInvalidURL, ErrUnavailable
+// and ErrAuth. Their messages name the key or
 // address concerned.
 //
 // # Backends

@@ -47,7 +47,8 @@ var (
 	ErrClosed = errors.New("dlock: client closed")
 
 	// ErrInvalidKey is returned for an empty key, a key longer than
-	// MaxKeyLen bytes, or a key that is not UTF-8 or has control characters.
+	// MaxKeyLen bytes, or a key that is not UTF-8 or has control characters;
+	// and by LockAll for a key list that is empty or names a key twice.
 	ErrInvalidKey = keys.ErrInvalid
 
 	// ErrReentrant is returned by Lock, TryLock and Do when ctx carries the
