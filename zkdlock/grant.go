@@ -159,11 +159,11 @@ func (g *grant) watch(ch <-chan zk.Event) {
 func (g *grant) rearm() <-chan zk.Event {
 	for i := 0; ; i++ {
 		r, err := call(g.ctx, nil, g.validity, func() (getW, error) {
-			_, stat, ch, err := g.d.conn.GetW(g.path)
-			return getW{stat, ch}, err
+			data, stat, ch, err := g.d.conn.GetW(g.path)
+			return getW{stat, ch, data}, err
 		})
 		switch {
-		case err == nil && r.stat.EphemeralOwner == g.sid && g.ours(r.stat.Version):
+		case err == nil && r.stat.EphemeralOwner == g.sid && g.ours(r.stat.Version, r.data, true):
 			return r.ch
 		case err == nil && r.stat.EphemeralOwner == g.sid:
 			g.report(g.overwritten())
@@ -266,7 +266,7 @@ func (g *grant) Renew(ctx context.Context) error {
 	if stat.EphemeralOwner != g.sid || d.conn.SessionID() != g.sid {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.sessionGone())
 	}
-	if !g.ours(stat.Version) {
+	if !g.ours(stat.Version, nil, false) {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.overwritten())
 	}
 	d.noteAlive(g.sid, sent)
@@ -312,4 +312,5 @@ var _ driver.LaggingGrant = (*grant)(nil)
 type getW struct {
 	stat *zk.Stat
 	ch   <-chan zk.Event
+	data []byte // where the caller needs it
 }

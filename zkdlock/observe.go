@@ -187,7 +187,7 @@ func (o *observer) armFirst(ctx context.Context) error {
 	d := o.d
 	r, err := call(ctx, nil, d.timeout(), func() (getW, error) {
 		_, stat, ch, err := d.conn.GetW(o.keyPath + "/" + o.first)
-		return getW{stat, ch}, err
+		return getW{stat: stat, ch: ch}, err
 	})
 	if errors.Is(err, zk.ErrNoNode) {
 		o.first, o.firstW = "", nil

@@ -121,7 +121,7 @@ func (g *grant) settleDoubt(ctx context.Context, metadata []byte) (done bool, er
 	case r.stat.EphemeralOwner != g.sid:
 		return false, fmt.Errorf("%w: %w", driver.ErrNotHeld, g.sessionGone())
 	}
-	if !g.adopt(r.stat.Version, r.data) {
+	if !g.ours(r.stat.Version, r.data, true) {
 		return false, fmt.Errorf("%w: %w", driver.ErrNotHeld, g.overwritten())
 	}
 	return bytes.Equal(r.data, metadata), nil
@@ -148,40 +148,29 @@ func (g *grant) landed(v int32) {
 	g.version, g.pending, g.pendingData = max(g.version, v), 0, nil
 }
 
-// adopt reports whether version v with data is a write of ours in doubt,
-// and if so records it as landed.
-func (g *grant) adopt(v int32, data []byte) bool {
+// ours reports whether the node's data version v is that of a write of
+// ours: the last known one, or the one in doubt with the data (read with
+// the version) of one of the writes in doubt, which is then recorded as
+// landed. Renew reads no data (exists): it takes the version in doubt for
+// ours, records nothing, and leaves the verdict to the grant's watch,
+// which fires for every write and reads the data (see grant.rearm).
+func (g *grant) ours(v int32, data []byte, haveData bool) bool {
 	g.verMu.Lock()
 	defer g.verMu.Unlock()
 	if v == g.version {
-		return true // our last known write (a read that raced with it)
+		return true
 	}
 	if g.pending == 0 || v != g.pending {
 		return false
+	}
+	if !haveData {
+		return true
 	}
 	for _, p := range g.pendingData {
 		if bytes.Equal(p, data) {
 			g.version, g.pending, g.pendingData = v, 0, nil
 			return true
 		}
-	}
-	return false
-}
-
-// ours reports whether the node's data version v is that of a write of
-// ours: the last known one, or the one in doubt (which the watch and
-// Renew, which do not read the data, take for ours; only a write by
-// somebody else during the doubt would be mistaken for it). A version in
-// doubt seen is recorded as landed.
-func (g *grant) ours(v int32) bool {
-	g.verMu.Lock()
-	defer g.verMu.Unlock()
-	if v == g.version {
-		return true
-	}
-	if g.pending != 0 && v == g.pending {
-		g.version, g.pending, g.pendingData = v, 0, nil
-		return true
 	}
 	return false
 }

@@ -263,7 +263,7 @@ func (a *attempt) waitFor(ctx context.Context, p plan) (*grant, error) {
 	// (Curator avoids it the same way).
 	r, err := call(ctx, nil, a.callTimeout(), func() (getW, error) {
 		_, stat, ch, err := d.conn.GetW(path)
-		return getW{stat, ch}, err
+		return getW{stat: stat, ch: ch}, err
 	})
 	if watched != nil {
 		werr := <-watched
