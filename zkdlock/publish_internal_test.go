@@ -18,6 +18,16 @@ import (
 type lossyConn struct {
 	*zk.Conn
 	dropSets atomic.Int32
+	// holdGetWs, when set, makes getData-with-watch wait until it is
+	// closed: the grant's watch then cannot read its node.
+	holdGetWs atomic.Pointer[chan struct{}]
+}
+
+func (c *lossyConn) GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error) {
+	if p := c.holdGetWs.Load(); p != nil {
+		<-*p
+	}
+	return c.Conn.GetW(path)
 }
 
 func (c *lossyConn) Multi(ops ...any) ([]zk.MultiResponse, error) {
@@ -96,12 +106,17 @@ func notLost(t *testing.T, g *grant) {
 // TestPublish_lostReply_retrySucceeds: a Publish whose reply is lost landed
 // on the server; the caller's retry succeeds (without taking the write for
 // somebody else's), and so does a Publish of other data after another lost
-// reply; the grant is not lost and renews.
+// reply; the grant is not lost and renews. The grant's watch, which would
+// learn of the landed write by itself, is held off the node meanwhile, so
+// that the retry must settle the doubt (without it, the retry fails with
+// ErrNotHeld: ErrBadVersion, the version moved).
 func TestPublish_lostReply_retrySucceeds(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	d, conn, admin := testDriver(t, ctx)
 	g := acquireKind(t, ctx, d, "k", driver.KindElection, "v0")
+	hold := make(chan struct{})
+	conn.holdGetWs.Store(&hold)
 
 	conn.dropSets.Store(1)
 	if err := g.Publish(ctx, []byte("v1")); !errors.Is(err, driver.ErrUnavailable) {
@@ -121,6 +136,8 @@ func TestPublish_lostReply_retrySucceeds(t *testing.T) {
 	if got := nodeData(t, admin, g.path); got != "v3" {
 		t.Fatalf("node data %q, want v3", got)
 	}
+	conn.holdGetWs.Store(nil)
+	close(hold)
 	if err := g.Renew(ctx); err != nil {
 		t.Fatalf("Renew after the Publishes: %v", err)
 	}
