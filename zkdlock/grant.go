@@ -201,8 +201,8 @@ func (g *grant) sessionGone() error {
 }
 
 // Renew proves that the grant still holds: the session is the one that owns
-// the node, and the node exists, unwritten (a write is a release to the
-// waiter behind, see Release). It extends nothing on the server (the
+// the node, and the node exists, unwritten by anybody else (a write is a
+// release to the waiter behind, see Release; see ours for Publish's). It extends nothing on the server (the
 // session's pings do that). On a server stated standalone a successful
 // round trip started at time t proves that the session was alive after t,
 // so the server keeps it, and the node, until at least t plus the session
