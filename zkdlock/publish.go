@@ -149,7 +149,10 @@ func (g *grant) landed(v int32) {
 }
 
 // ours reports whether the node's data version v is that of a write of
-// ours: the last known one, or the one in doubt with the data (read with
+// ours: the last known one or an earlier one (a read sent before our
+// latest write and answered after it: every version up to the last known
+// one is ours, since each of our writes expected the one before, and the
+// first is the create's, or the notice's), or the one in doubt with the data (read with
 // the version) of one of the writes in doubt, which is then recorded as
 // landed. Renew reads no data (exists): it takes the version in doubt for
 // ours, records nothing, and leaves the verdict to the grant's watch,
@@ -157,7 +160,7 @@ func (g *grant) landed(v int32) {
 func (g *grant) ours(v int32, data []byte, haveData bool) bool {
 	g.verMu.Lock()
 	defer g.verMu.Unlock()
-	if v == g.version {
+	if v <= g.version {
 		return true
 	}
 	if g.pending == 0 || v != g.pending {

@@ -21,6 +21,21 @@ type lossyConn struct {
 	// holdGetWs, when set, makes getData-with-watch wait until it is
 	// closed: the grant's watch then cannot read its node.
 	holdGetWs atomic.Pointer[chan struct{}]
+	// holdExists and existsRead: see Exists.
+	holdExists atomic.Pointer[chan struct{}]
+	existsRead chan struct{}
+}
+
+// Exists, while holdExists is set, answers from the server at once but
+// returns only when holdExists is closed, after telling existsRead: a
+// reply that comes late.
+func (c *lossyConn) Exists(path string) (bool, *zk.Stat, error) {
+	ok, stat, err := c.Conn.Exists(path)
+	if p := c.holdExists.Load(); p != nil {
+		c.existsRead <- struct{}{}
+		<-*p
+	}
+	return ok, stat, err
 }
 
 func (c *lossyConn) GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error) {
@@ -58,7 +73,7 @@ func testDriver(t *testing.T, ctx context.Context) (*zkDriver, *lossyConn, *zk.C
 		}
 		return conn
 	}
-	conn := &lossyConn{Conn: dial()}
+	conn := &lossyConn{Conn: dial(), existsRead: make(chan struct{}, 1)}
 	o, err := (&Options{Root: fmt.Sprintf("/test/internal-%d", internalSeq.Add(1)), SessionTimeout: time.Second}).withDefaults(true)
 	if err != nil {
 		t.Fatal(err)
@@ -232,4 +247,34 @@ func TestWatch_closesWithCtxAndSession(t *testing.T) {
 	conn.Close()
 	for range ch { // closed by go-zookeeper's end of every watch
 	}
+}
+
+// TestPublish_renewReadBeforeIt_stillOurs pins a renewal whose read of the
+// node was answered before a Publish landed and reached the grant after
+// it: the version it shows is an earlier one of ours, not somebody else's
+// write (before the fix: ErrNotHeld, "written by somebody else", and the
+// term lost after its own Proclaim).
+func TestPublish_renewReadBeforeIt_stillOurs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	d, conn, _ := testDriver(t, ctx)
+	g := acquireKind(t, ctx, d, "k", driver.KindElection, "v0")
+	hold := make(chan struct{})
+	conn.holdExists.Store(&hold)
+	renewed := make(chan error, 1)
+	go func() { renewed <- g.Renew(ctx) }()
+	select {
+	case <-conn.existsRead:
+	case <-ctx.Done():
+		t.Fatal("Renew never read the node (watchdog)")
+	}
+	conn.holdExists.Store(nil)
+	if err := g.Publish(ctx, []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	close(hold)
+	if err := <-renewed; err != nil {
+		t.Fatalf("Renew whose read came before the Publish: %v", err)
+	}
+	notLost(t, g)
 }
