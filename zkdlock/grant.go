@@ -19,7 +19,6 @@ type grant struct {
 	path      string // the lock node
 	sid       int64  // the session that owns the node
 	token     uint64 // the node's creation zxid
-	version   int32  // the node's data version while held: 0, or 1 after a semaphore's grant notice
 	validFrom time.Time
 	validity  time.Duration
 
@@ -30,12 +29,27 @@ type grant struct {
 
 	lost chan error // receives the reason once, when the watch says the node is gone
 
+	// publishes: the grant may write its node while held (an election's
+	// leader, see Publish and rule.go's publishes).
+	publishes bool
+	// pubMu serialises Publish calls.
+	pubMu sync.Mutex
+	// verMu guards the node's data versions that are ours: version, that
+	// of the last write of ours known to have landed (0, or 1 after a
+	// semaphore's grant notice, or a Publish's), and pending, that of a
+	// Publish sent whose answer is not known (0: none), with the data it
+	// wrote. Any other version is somebody else's write.
+	verMu       sync.Mutex
+	version     int32
+	pending     int32
+	pendingData [][]byte
+
 	// ctx is cancelled by Release, which stops the watching goroutine.
 	ctx    context.Context
 	cancel context.CancelFunc
 }
 
-func newGrant(d *zkDriver, key, path string, sid, czxid int64, version int32, validFrom time.Time, watch <-chan zk.Event) *grant {
+func newGrant(d *zkDriver, key, path string, sid, czxid int64, version int32, publishes bool, validFrom time.Time, watch <-chan zk.Event) *grant {
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &grant{
 		d:         d,
@@ -44,6 +58,7 @@ func newGrant(d *zkDriver, key, path string, sid, czxid int64, version int32, va
 		sid:       sid,
 		token:     uint64(czxid),
 		version:   version,
+		publishes: publishes,
 		validFrom: validFrom,
 		validity:  d.timeout(),
 		lost:      make(chan error, 1),
@@ -108,8 +123,11 @@ func (g *grant) report(err error) {
 // when the Conn is closed. A key node deleted (the child watch) had no
 // children left, ours included. A write to the node's data is a loss too:
 // the waiter behind takes any write to its predecessor for a release (see
-// Release), so it is taking the key. Other events (another child of the
-// key node came or went) only need a watch on the lock node set again.
+// Release), so it is taking the key; except on a grant that publishes
+// (an election's leader), whose own Publish writes the node: there the
+// watch is set again, and the version the node has then tells whose
+// write it was (see ours). Other events (another child of the key node
+// came or went) only need a watch on the lock node set again.
 func (g *grant) watch(ch <-chan zk.Event) {
 	for {
 		select {
@@ -120,7 +138,7 @@ func (g *grant) watch(ch <-chan zk.Event) {
 			case ev.Type == zk.EventNodeDeleted:
 				g.report(fmt.Errorf("lock node %s was deleted by somebody else", g.nodeName()))
 				return
-			case ev.Type == zk.EventNodeDataChanged:
+			case ev.Type == zk.EventNodeDataChanged && !g.publishes:
 				g.report(g.overwritten())
 				return
 			case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrSessionExpired):
@@ -141,11 +159,11 @@ func (g *grant) watch(ch <-chan zk.Event) {
 func (g *grant) rearm() <-chan zk.Event {
 	for i := 0; ; i++ {
 		r, err := call(g.ctx, nil, g.validity, func() (getW, error) {
-			_, stat, ch, err := g.d.conn.GetW(g.path)
-			return getW{stat, ch}, err
+			data, stat, ch, err := g.d.conn.GetW(g.path)
+			return getW{stat, ch, data}, err
 		})
 		switch {
-		case err == nil && r.stat.EphemeralOwner == g.sid && r.stat.Version == g.version:
+		case err == nil && r.stat.EphemeralOwner == g.sid && g.ours(r.stat.Version, r.data, true):
 			return r.ch
 		case err == nil && r.stat.EphemeralOwner == g.sid:
 			g.report(g.overwritten())
@@ -183,8 +201,8 @@ func (g *grant) sessionGone() error {
 }
 
 // Renew proves that the grant still holds: the session is the one that owns
-// the node, and the node exists, unwritten (a write is a release to the
-// waiter behind, see Release). It extends nothing on the server (the
+// the node, and the node exists, unwritten by anybody else (a write is a
+// release to the waiter behind, see Release; see ours for Publish's). It extends nothing on the server (the
 // session's pings do that). On a server stated standalone a successful
 // round trip started at time t proves that the session was alive after t,
 // so the server keeps it, and the node, until at least t plus the session
@@ -248,7 +266,7 @@ func (g *grant) Renew(ctx context.Context) error {
 	if stat.EphemeralOwner != g.sid || d.conn.SessionID() != g.sid {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.sessionGone())
 	}
-	if stat.Version != g.version {
+	if !g.ours(stat.Version, nil, false) {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.overwritten())
 	}
 	d.noteAlive(g.sid, sent)
@@ -294,4 +312,5 @@ var _ driver.LaggingGrant = (*grant)(nil)
 type getW struct {
 	stat *zk.Stat
 	ch   <-chan zk.Event
+	data []byte // where the caller needs it
 }

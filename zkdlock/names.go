@@ -20,7 +20,8 @@ import (
 //	                               ephemeral sequential: one per holder or waiter,
 //	                               data = the caller's metadata (JSON);
 //	                               tag = "lock" for a lock, or the kind and the
-//	                               mode: "semaphore.3.s", "rwmutex.x", "rwmutex.s"
+//	                               mode: "semaphore.3.s", "rwmutex.x", "rwmutex.s",
+//	                               "election.x" (a candidate; the first is the leader)
 
 // escapeKey maps a key to a node name that ZooKeeper accepts and that cannot
 // reach outside its parent: '/' and '%' never appear unescaped, "." and ".."
@@ -130,10 +131,23 @@ func parseTag(tag string) (label string, m driver.Mode, ok bool) {
 	}
 	label = strings.Replace(tag[:i], ".", "/", 1)
 	k, limit, err := driver.ParseKindLabel(label)
-	if err != nil || driver.KindLabel(k, limit) != label || nodeTag(label, m) != tag {
+	if err != nil || driver.KindLabel(k, limit) != label || nodeTag(label, m) != tag || !modeOf(k, m) {
 		return "", 0, false
 	}
 	return label, m, true
+}
+
+// modeOf reports whether entries of kind k may ask for mode m: a lock's,
+// an election's and a semaphore's entries have one mode each (dlock never
+// makes the other), a read-write lock's both.
+func modeOf(k driver.Kind, m driver.Mode) bool {
+	switch k {
+	case driver.KindLock, driver.KindElection:
+		return m == driver.Exclusive
+	case driver.KindSemaphore:
+		return m == driver.Shared
+	}
+	return true
 }
 
 // nodePrefix is the name a contender asks ZooKeeper to create; the server

@@ -140,6 +140,7 @@ func TestNodeTag_modes(t *testing.T) {
 		{"semaphore/3", driver.Shared, "semaphore.3.s-" + owner + "-0000000001"},
 		{"rwmutex", driver.Exclusive, "rwmutex.x-" + owner + "-0000000001"},
 		{"rwmutex", driver.Shared, "rwmutex.s-" + owner + "-0000000001"},
+		{"election", driver.Exclusive, "election.x-" + owner + "-0000000001"},
 	} {
 		if got := nodePrefix(owner, tc.label, tc.mode) + "0000000001"; got != tc.name {
 			t.Errorf("nodePrefix(%s, %v) gives %q, want %q", tc.label, tc.mode, got, tc.name)
@@ -149,7 +150,7 @@ func TestNodeTag_modes(t *testing.T) {
 			t.Errorf("parseLockNode(%q) = %+v, %v", tc.name, n, ok)
 		}
 	}
-	for _, tag := range []string{"semaphore.0.s", "semaphore.03.s", "semaphore.3.q", "semaphore.3", "rwmutex", "bogus.x", "lock.x.x"} {
+	for _, tag := range []string{"semaphore.0.s", "semaphore.03.s", "semaphore.3.q", "semaphore.3", "rwmutex", "bogus.x", "lock.x.x", "election.s", "election", "semaphore.3.x", "lock.s"} {
 		if n, ok := parseLockNode(tag + "-" + owner + "-0000000001"); ok {
 			t.Errorf("tag %q parsed as %+v, want not a lock node", tag, n)
 		}

@@ -15,7 +15,8 @@ import (
 // a one-shot data watch on it, so it is notified once, of the setData —
 // EventNodeDataChanged, not EventNodeDeleted — and the delete is part of the
 // same committed transaction. Only a releasing holder ever writes to a lock
-// node (its metadata is set by the create), so that event tells the waiter
+// node (its metadata is set by the create; an election's leader writes its
+// own, and its candidate reads it again instead: see Publish), so that event tells the waiter
 // that its predecessor was the holder and that the key is its own now,
 // without listing the queue again; a plain delete (a waiter giving up, an
 // expired session, an operator) says nothing of the kind, and the waiter

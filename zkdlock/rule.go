@@ -113,7 +113,28 @@ type plan struct {
 	// child watch, as we are then the first waiter of a semaphore at
 	// least.
 	childNext bool
+	// publishes: target is an election's candidate, whose holder writes
+	// its node while it leads (Publish), so a data change is no release:
+	// it proves that target holds, or held, the key. We then read target
+	// again, with a new watch (see attempt.waitFor): gone means it
+	// released (or lost its session) after it was granted, and nothing can
+	// be ahead of us any more; there means it leads, and from then on
+	// (proven) its deletion grants us. One request more per hand-off than
+	// a lock's, and one per Publish, for the first candidate only.
+	publishes bool
+	// proven: target is known to have been granted (see publishes).
+	proven bool
 }
+
+// electionLabel is the label of an election's nodes.
+var electionLabel = driver.KindLabel(driver.KindElection, 1)
+
+// publishes reports whether the holders of a key of label label write
+// their nodes while they hold it (driver.Publisher): an election's
+// leader. Nobody else may: the waiter behind a lock's or a writer's node
+// takes a data change for a release (see grant.Release), and a
+// semaphore's waiter for a grant notice (see attempt.take).
+func publishes(label string) bool { return label == electionLabel }
 
 // noticesIn reports whether the granted Shared entries of a key of limit
 // limit write their nodes (a semaphore's: see attempt.take).
@@ -142,6 +163,12 @@ func noticesIn(limit int) bool { return limit > 0 }
 //     granted, and through its notice the next one, which becomes first.
 func planWait(q []lockNode, mine, limit int, m driver.Mode) plan {
 	pred := q[mine-1]
+	if m == driver.Exclusive && publishes(pred.label) {
+		// A candidate: the node just before it, as a lock's waiter, but
+		// a data change of that node is its leader's Publish or release,
+		// which only a read tells apart.
+		return plan{kind: watchNode, target: pred, onDelete: mine == 1, publishes: true}
+	}
 	if m == driver.Exclusive {
 		return plan{
 			kind:      watchNode,
@@ -180,7 +207,7 @@ func (p plan) grants(ev zk.Event) bool {
 	case zk.EventNodeDataChanged:
 		return p.onRelease
 	case zk.EventNodeDeleted:
-		return p.onDelete
+		return p.onDelete || p.proven
 	}
 	return false
 }
@@ -188,4 +215,4 @@ func (p plan) grants(ev zk.Event) bool {
 // shortcut reports whether some event of the plan's watch grants without
 // a listing: the attempt then needs a watch on its own node while it
 // waits (see attempt.waitFor).
-func (p plan) shortcut() bool { return p.onRelease || p.onDelete }
+func (p plan) shortcut() bool { return p.onRelease || p.onDelete || p.publishes }

@@ -263,7 +263,7 @@ func (a *attempt) waitFor(ctx context.Context, p plan) (*grant, error) {
 	// (Curator avoids it the same way).
 	r, err := call(ctx, nil, a.callTimeout(), func() (getW, error) {
 		_, stat, ch, err := d.conn.GetW(path)
-		return getW{stat, ch}, err
+		return getW{stat: stat, ch: ch}, err
 	})
 	if watched != nil {
 		werr := <-watched
@@ -273,6 +273,17 @@ func (a *attempt) waitFor(ctx context.Context, p plan) (*grant, error) {
 		if a.own == nil {
 			return nil, nil // our node is gone: queue again
 		}
+	}
+	if errors.Is(err, zk.ErrNoNode) && p.proven {
+		// A candidate's predecessor that was seen leading is gone: it
+		// released, or its session ended (see plan.publishes). Ours is
+		// first — if it still exists: ZooKeeper sends a session the
+		// notification of a change before the reply to a later request,
+		// so had our node gone first, its watch would have fired.
+		if a.ownFired() {
+			return nil, nil
+		}
+		return a.handOff(ctx)
 	}
 	if errors.Is(err, zk.ErrNoNode) {
 		a.wantChild = p.childNext
@@ -297,6 +308,14 @@ func (a *attempt) waitFor(ctx context.Context, p plan) (*grant, error) {
 			a.wantChild = p.notices
 		case zk.EventNodeDeleted:
 			a.wantChild = p.childNext
+		}
+		if p.publishes && ev.Type == zk.EventNodeDataChanged {
+			// The leader ahead of us published, or released (a setData
+			// and the delete in one transaction): it holds or held the
+			// key. Read it again, with a new watch (plan.publishes).
+			a.plan.proven = true
+			a.step = stepWait
+			return nil, nil
 		}
 		if !p.grants(ev) {
 			// A waiter ahead of us left, or the session ended: the

@@ -6,8 +6,10 @@
 // Semaphores and read-write locks use the same queue: each node's name
 // carries its kind and mode, every client applies dlock's grant rule to one
 // listing, and each waiter watches the one node (or, a semaphore's first
-// waiter, the key node's children) whose change can grant it.
-// docs/zookeeper.md describes the recipe and the node layout.
+// waiter, the key node's children) whose change can grant it. An election
+// is the same queue of kind "election": its leader publishes by writing its
+// own node (grant.Publish), and observers follow the key with watches
+// (Watch). docs/zookeeper.md describes the recipe and the node layout.
 //
 // Import it to register the URL scheme used by dlock.Open:
 //
