@@ -160,7 +160,7 @@ func (e *elector) term(ctx context.Context, pause time.Duration) (status int, ag
 	} else {
 		if e.verbose {
 			if who := c.describeHolder(e.client, key); who != "" {
-				fmt.Fprintf(c.stderr, "dlock: campaigning for %q, led now by %s\n", key, who)
+				fmt.Fprintf(c.stderr, "dlock: campaigning for %q, %s\n", key, who)
 			} else {
 				fmt.Fprintf(c.stderr, "dlock: campaigning for %q\n", key)
 			}
