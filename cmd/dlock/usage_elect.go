@@ -27,8 +27,8 @@ fencing token.
 
 Flags:
     --backend URL           lock server (DLOCK_BACKEND; default etcd://127.0.0.1:2379)
-    --value V               what the leader publishes, e.g. its address; dlock leader
-                            prints it (DLOCK_VALUE; default empty)
+    --value V               what the leader publishes, e.g. its address, for dlock leader
+                            (DLOCK_VALUE; default empty)
     --once                  exit when PROGRAM exits, instead of campaigning again (DLOCK_ONCE)
     --pause D               time between a term and the next campaign (DLOCK_PAUSE; default 1s)
     --ttl D                 lease length, renewed every D/3 (DLOCK_TTL; default 10s;
