@@ -40,6 +40,8 @@ var commands []command
 func init() {
 	commands = []command{
 		{name: "run", summary: "run PROGRAM while holding the lock KEY (or a permit, a read lease)", usage: usageRun, run: (*cli).cmdRun, operand: "KEY", program: true},
+		{name: "elect", summary: "run PROGRAM while leading the election KEY, and campaign again", usage: usageElect, run: (*cli).cmdElect, operand: "KEY", program: true},
+		{name: "leader", summary: "who leads the election KEY; with --watch, every change", usage: usageLeader, run: (*cli).cmdLeader, operand: "KEY"},
 		{name: "status", summary: "who holds KEY, who waits for it", usage: usageStatus, run: (*cli).cmdStatus, operand: "KEY"},
 		{name: "ls", summary: "every held or awaited lock", usage: usageList, run: (*cli).cmdList, operand: "[PREFIX]"},
 		{name: "serve", summary: "run a lock server (an embedded etcd)", usage: usageServe, run: (*cli).cmdServe},

@@ -38,3 +38,10 @@ const (
 	// signal N is reported as.
 	exitSignal = 128
 )
+
+// Exit statuses of dlock leader and dlock elect (issue 13); the table
+// above applies to them too.
+const (
+	// exitNoLeader: dlock leader found nobody leading the election.
+	exitNoLeader = 81
+)

@@ -8,6 +8,9 @@ const usageMain = `dlock: distributed locks from the command line.
 Usage:
     dlock run [flags] KEY -- PROGRAM [ARGS...]   run PROGRAM while holding the lock KEY
                                                  (--limit N: one of N permits; --shared: a read lease)
+    dlock elect [flags] KEY -- PROGRAM [ARGS...] run PROGRAM while leading the election KEY,
+                                                 and campaign again when it exits (--once: exit)
+    dlock leader [flags] KEY                     who leads the election KEY (--watch: every change)
     dlock status [flags] KEY                     who holds KEY, who waits for it
     dlock ls [flags] [PREFIX]                    every held or awaited lock
     dlock serve [flags]                          run a lock server (an embedded etcd)
