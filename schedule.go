@@ -67,7 +67,10 @@ func (o holdOption) applyLock(c *lockConfig) error {
 // Client.Close, for the same reason, does not release a lease in its
 // minimum hold (that would let an instance that fires a little later run
 // the job again at once) but stops renewing it, so that the server frees
-// the key when the TTL runs out. With a TTL shorter than d, the key of a
+// the key when the TTL runs out. (On ZooKeeper, whose leases belong to the
+// session, Close ends the session and the server deletes its nodes at
+// once: there the minimum hold ends with Close; a killed process keeps it
+// for the session timeout.) With a TTL shorter than d, the key of a
 // dead or closed holder may thus be free before d. Election's Resign
 // gives leadership up at once, minimum hold or not.
 //
