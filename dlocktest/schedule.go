@@ -70,7 +70,7 @@ var _ = register("Do_holdAtLeast_keepsKeyAfterJob", func(s *suite) {
 	// frees the key within the TTL. That Close does not release it at once
 	// is not checked here: on ZooKeeper, closing the connection ends the
 	// session, and the server deletes its nodes with it (see HoldAtLeast);
-	// package integrations' tests check it on Redis and etcd.
+	// cmd/dlock's testdata/sched.txtar checks it on Redis and etcd.
 	if err := c1.Close(); err != nil {
 		s.t.Fatalf("Close: %v", err)
 	}
