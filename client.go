@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/dlockdev/dlock/driver"
 	"github.com/dlockdev/dlock/internal/keys"
@@ -122,6 +123,7 @@ func (c *Client) acquire(ctx context.Context, op, key string, sh shape, wait boo
 	if err := checkFixedTTL(c.drv, &cfg); err != nil {
 		return nil, opErr(op, key, err)
 	}
+	wait = wait && !cfg.noWait
 	if c.holdsInContext(ctx, key) {
 		// Inside Do of this key: waiting would wait for ourselves.
 		return nil, opErr(op, key, ErrReentrant)
@@ -156,6 +158,9 @@ func (c *Client) acquire(ctx context.Context, op, key string, sh shape, wait boo
 		return nil, opErr(op, key, err)
 	}
 	l := &Lease{client: c, key: key, token: g.Token(), ttl: g.Validity(), mode: sh.mode, grant: g, metadata: cfg.metadata, eng: lease.Start(key, g, c.log)}
+	if cfg.hold > 0 {
+		l.hold = &minHold{until: time.Now().Add(cfg.hold)}
+	}
 
 	c.mu.Lock()
 	closed, closing := c.closed, c.closing
@@ -294,6 +299,10 @@ func convertInfo(in *driver.LockInfo) *LockInfo {
 // CloseTimeout: a lease whose release is not confirmed by then is freed by
 // the server when its TTL runs out, since nobody renews it any more. Close
 // returns the errors of the releases that the server did not confirm.
+//
+// A lease still within its minimum hold (HoldAtLeast) is not released but
+// left to expire: Close stops renewing it and the server frees the key when
+// its TTL runs out, as if the process had died.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -315,6 +324,9 @@ func (c *Client) Close() error {
 	errs := make([]error, len(held))
 	var wg sync.WaitGroup
 	for i, l := range held {
+		if l.abandonInHold() {
+			continue // left to the server's TTL: see HoldAtLeast
+		}
 		wg.Go(func() {
 			if err := l.closeWithin(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
 				errs[i] = opErr("close: unlock", l.key, err)

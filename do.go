@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Do takes key (waiting as Lock does), runs fn with a context that is
+// Do takes key (waiting as Lock does, unless NoWait), runs fn with a context that is
 // cancelled as soon as the lease is lost, and unlocks. If the key cannot be
 // taken it returns Lock's error (ErrInvalidKey, ErrInvalidOption,
 // ErrReentrant, ErrClosed, ErrUnavailable, ctx.Err()) without calling fn.
@@ -16,6 +16,12 @@ import (
 // may have overlapped with another holder's; if Client.Close ended the lease
 // while fn ran, it satisfies errors.Is(err, ErrClosed). The lease's fencing token is
 // available to fn through LeaseFromContext.
+//
+// For a job fired on every instance of a service, NoWait makes Do skip it
+// (returning an error satisfying errors.Is(err, ErrLocked), without calling
+// fn) when another instance holds the key, and HoldAtLeast keeps the key
+// held for a while after fn returns, in the background, so that an instance
+// that fires a little later skips it too: see HoldAtLeast.
 func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...LockOption) error {
 	l, err := c.Lock(ctx, key, opts...)
 	if err != nil {

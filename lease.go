@@ -28,6 +28,7 @@ type Lease struct {
 	// metadata is what the lease was granted with, kept by Proclaim.
 	metadata Metadata
 	eng      *lease.Engine
+	hold     *minHold // HoldAtLeast's state; nil without it
 }
 
 // Mode returns what the lease holds: Exclusive for a lock and a
@@ -68,7 +69,14 @@ func (l *Lease) Deadline() time.Time { return l.eng.Deadline() }
 // holder's. Unlock never releases a lock that has passed to someone else.
 // Other errors (ErrUnavailable, ctx.Err()) mean the release could not be
 // confirmed; the server frees the key when the TTL runs out.
+//
+// With HoldAtLeast, an Unlock before the minimum hold has passed returns nil
+// at once and the release happens in the background when it has passed (see
+// HoldAtLeast); a second Unlock then returns ErrNotHeld.
 func (l *Lease) Unlock(ctx context.Context) error {
+	if deferred, err := l.unlockAfterHold(); deferred {
+		return err
+	}
 	defer l.client.forget(l)
 	if err := l.eng.Release(ctx); err != nil {
 		return opErr("unlock", l.key, err)

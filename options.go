@@ -61,7 +61,9 @@ type lockConfig struct {
 	ttl      time.Duration
 	ttlSet   bool // by WithTTL: checked against a driver.FixedTTL
 	metadata Metadata
-	value    string // an election candidate's value (Campaign)
+	value    string        // an election candidate's value (Campaign)
+	noWait   bool          // NoWait: give up at once instead of queueing
+	hold     time.Duration // HoldAtLeast: the minimum hold, 0 for none
 }
 
 type ttlOption time.Duration

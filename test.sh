@@ -9,9 +9,10 @@ root=$(pwd)
 
 # The modules: the library (root) and one per backend, so that a library
 # user downloads only dlock and the client of the backend it imports; the
-# command, the fault-injection suite and the examples stand apart. bench/ is
+# command, the fault-injection suite, the examples and the scheduler
+# adapters (integrations/: dlock itself depends on no scheduler) stand apart. bench/ is
 # vetted here and run by bench/run.sh.
-modules=(. redisdlock zkdlock etcddlock cmd/dlock faultinject examples)
+modules=(. redisdlock zkdlock etcddlock cmd/dlock faultinject examples integrations/gocron integrations/robfigcron)
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)

@@ -38,6 +38,7 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	wait := f.Duration("wait", 0, "")
 	noWait := f.Bool("no-wait", false, "")
 	grace := f.Duration("grace", 0, "")
+	holdAtLeast := f.Duration("hold-at-least", 0, "")
 	verbose := f.Bool("verbose", false, "")
 	f.BoolVar(verbose, "v", false, "")
 	limit := f.Int("limit", 0, "")
@@ -87,6 +88,9 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	if !ok {
 		return code
 	}
+	if *holdAtLeast < 0 || *holdAtLeast > dlock.MaxTTL {
+		return c.usageError("run", "%s %v: the minimum hold must lie within [0, %v]", f.source("hold-at-least"), *holdAtLeast, dlock.MaxTTL)
+	}
 
 	// Signals are caught from the start: an interrupted wait must leave the
 	// queue, not die in it. Until PROGRAM runs, the first one cancels ctx.
@@ -109,7 +113,7 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	}
 	defer client.Close()
 
-	lease, code, ok := c.acquire(ctx, client, key, shape, *wait, *noWait, *backend.url, *verbose)
+	lease, code, ok := c.acquire(ctx, client, key, shape, *wait, *noWait, *holdAtLeast, *backend.url, *verbose)
 	if s := stopWatch(); s != nil {
 		// A signal came: do not start PROGRAM even if the lock was granted.
 		if lease != nil {
@@ -194,7 +198,7 @@ func defaultGrace(ttl time.Duration) time.Duration {
 
 // acquire takes the lock. On failure it reports the error (unless ctx was
 // cancelled) and returns ok=false with the exit status.
-func (c *cli) acquire(ctx context.Context, client *dlock.Client, key string, shape runShape, wait time.Duration, noWait bool, backendURL string, verbose bool) (*dlock.Lease, int, bool) {
+func (c *cli) acquire(ctx context.Context, client *dlock.Client, key string, shape runShape, wait time.Duration, noWait bool, hold time.Duration, backendURL string, verbose bool) (*dlock.Lease, int, bool) {
 	lctx := ctx
 	if wait > 0 {
 		var cancelWait context.CancelFunc
@@ -206,7 +210,7 @@ func (c *cli) acquire(ctx context.Context, client *dlock.Client, key string, sha
 			fmt.Fprintf(c.stderr, "dlock: waiting for %q, %s\n", key, who)
 		}
 	}
-	lease, err := shape.acquire(lctx, client, key, noWait)
+	lease, err := shape.acquire(lctx, client, key, noWait, dlock.HoldAtLeast(hold))
 	switch {
 	case err == nil:
 		return lease, exitOK, true
@@ -266,6 +270,13 @@ func (c *cli) supervise(lease *dlock.Lease, shape runShape, program []string, si
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		err := lease.Unlock(ctx)
+		if err == nil && lease.Err() == nil {
+			// --hold-at-least: PROGRAM was quicker than the minimum
+			// hold. The Client renews the lease and releases it when
+			// the hold ends; until then dlock waits, idle.
+			c.waitHold(lease, sigs, verbose)
+			return
+		}
 		switch {
 		case err == nil:
 			if verbose {

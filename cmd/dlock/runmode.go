@@ -23,24 +23,24 @@ var lockShape = runShape{kind: dlock.KindLock, limit: 1, mode: dlock.Exclusive}
 
 // acquire takes the shape's lease of key: waiting for it, or (noWait) only
 // if it is granted at once.
-func (s runShape) acquire(ctx context.Context, client *dlock.Client, key string, noWait bool) (*dlock.Lease, error) {
+func (s runShape) acquire(ctx context.Context, client *dlock.Client, key string, noWait bool, opts ...dlock.LockOption) (*dlock.Lease, error) {
 	switch {
 	case s.kind == dlock.KindSemaphore && noWait:
-		return client.Semaphore(key, s.limit).TryAcquire(ctx)
+		return client.Semaphore(key, s.limit).TryAcquire(ctx, opts...)
 	case s.kind == dlock.KindSemaphore:
-		return client.Semaphore(key, s.limit).Acquire(ctx)
+		return client.Semaphore(key, s.limit).Acquire(ctx, opts...)
 	case s.kind == dlock.KindRWMutex && s.mode == dlock.Shared && noWait:
-		return client.RWMutex(key).TryRLock(ctx)
+		return client.RWMutex(key).TryRLock(ctx, opts...)
 	case s.kind == dlock.KindRWMutex && s.mode == dlock.Shared:
-		return client.RWMutex(key).RLock(ctx)
+		return client.RWMutex(key).RLock(ctx, opts...)
 	case s.kind == dlock.KindRWMutex && noWait:
-		return client.RWMutex(key).TryLock(ctx)
+		return client.RWMutex(key).TryLock(ctx, opts...)
 	case s.kind == dlock.KindRWMutex:
-		return client.RWMutex(key).Lock(ctx)
+		return client.RWMutex(key).Lock(ctx, opts...)
 	case noWait:
-		return client.TryLock(ctx, key)
+		return client.TryLock(ctx, key, opts...)
 	}
-	return client.Lock(ctx, key)
+	return client.Lock(ctx, key, opts...)
 }
 
 // lease names what the shape holds, for messages: "the lock", "the

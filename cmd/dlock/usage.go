@@ -75,6 +75,10 @@ Flags:
     --wait D                give up if the lock is not granted within D (DLOCK_WAIT;
                             default: wait as long as it takes)
     --no-wait               give up at once if the lock is held (DLOCK_NO_WAIT)
+    --hold-at-least D       keep the lock until D after it was taken, even if PROGRAM
+                            exits sooner: dlock waits, renewing it, then releases it, so
+                            that a --no-wait run fired a little later skips
+                            (DLOCK_HOLD_AT_LEAST; default 0)
     --limit N               take one of N permits of the semaphore KEY (DLOCK_LIMIT)
     --shared                take a read lease of the read-write lock KEY (DLOCK_SHARED)
     --exclusive             take the write lease of the read-write lock KEY (DLOCK_EXCLUSIVE)
@@ -94,6 +98,7 @@ Exit status: PROGRAM's, or dlock's own:
 Examples:
     $ dlock run nightly-report -- ./make-report.sh
     $ dlock run --no-wait --ttl 30s close-orders -- sh -c 'close-orders --token "$DLOCK_TOKEN"'
+    $ dlock run --no-wait --hold-at-least 30s close-orders -- ./close-orders.sh   # from cron on every host
     $ DLOCK_BACKEND=redis://cache:6379 dlock run --wait 1m deploy -- make deploy
     $ dlock run --limit 3 exports -- ./export.sh
     $ dlock run --shared prices -- ./read-prices.sh

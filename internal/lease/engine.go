@@ -356,3 +356,25 @@ func (e *nested) Unwrap() []error { return e.errs }
 func nest(cat, cause error, trim string) error {
 	return &nested{text: cat.Error() + ": " + strings.TrimPrefix(cause.Error(), trim), errs: []error{cat, cause}}
 }
+
+// Abandon stops renewing and ends the lease with reason (unless it ended
+// already), without telling the server: the server frees the key when the
+// validity of the last renewal runs out, as if this process had died.
+// dlock.Client.Close abandons the leases in their minimum hold (dlock's
+// HoldAtLeast), since releasing them would let the job run again at once.
+// A Release after Abandon returns an error satisfying
+// errors.Is(err, driver.ErrNotHeld).
+func (e *Engine) Abandon(reason error) {
+	e.mu.Lock()
+	if e.released {
+		e.mu.Unlock()
+		return
+	}
+	e.released = true
+	e.stopTimersLocked()
+	e.endLocked(reason)
+	e.mu.Unlock()
+	if e.stop != nil {
+		close(e.stop)
+	}
+}

@@ -1,0 +1,128 @@
+package dlocktest
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/dlockdev/dlock"
+)
+
+// Scheduled jobs (issue 13): Do with NoWait skips instead of queueing, and
+// HoldAtLeast keeps the key held after the job, in the background, until
+// the minimum hold has passed; Close leaves such a lease to the server's TTL.
+
+// Do_noWait_skipsWhileHeld: a Do with NoWait on a held key returns ErrLocked
+// at once without running its job and leaves no waiter behind. Before
+// NoWait, Do queued behind the holder (here: until the watchdog).
+var _ = register("Do_noWait_skipsWhileHeld", func(s *suite) {
+	c1, c2 := s.client(), s.client()
+	key := s.key()
+	l := s.lock(c1, key)
+	ran := false
+	err := c2.Do(s.ctx, key, func(context.Context) error { ran = true; return nil }, dlock.NoWait())
+	if !errors.Is(err, dlock.ErrLocked) || ran {
+		s.t.Fatalf("Do(NoWait) on a held key = %v (job ran: %v), want ErrLocked without running the job", err, ran)
+	}
+	if info, err := c1.Inspect(s.ctx, key); err == nil && len(info.Waiters) != 0 {
+		s.t.Fatalf("Do(NoWait) left waiters %+v", info.Waiters)
+	}
+	s.unlock(l)
+	// Free: it runs.
+	if err := c2.Do(s.ctx, key, func(context.Context) error { ran = true; return nil }, dlock.NoWait()); err != nil || !ran {
+		s.t.Fatalf("Do(NoWait) on a free key = %v (job ran: %v), want nil after running the job", err, ran)
+	}
+	s.checkNothingLeft(key)
+})
+
+// Do_holdAtLeast_keepsKeyAfterJob: Do returns when the job does, the key
+// stays held (the lease is renewed, not lost) through the minimum hold, and
+// another instance's Do(NoWait) skips; Close then stops renewing without
+// releasing, and the server frees the key within the TTL.
+var _ = register("Do_holdAtLeast_keepsKeyAfterJob", func(s *suite) {
+	c1, c2 := s.client(), s.client()
+	key := s.key()
+	var lease *dlock.Lease
+	err := c1.Do(s.ctx, key, func(ctx context.Context) error {
+		lease, _ = dlock.LeaseFromContext(ctx)
+		return nil
+	}, dlock.NoWait(), dlock.HoldAtLeast(time.Hour))
+	if err != nil {
+		s.t.Fatalf("Do(HoldAtLeast) = %v", err)
+	}
+	if err := lease.Err(); err != nil {
+		s.t.Fatalf("lease ended when Do returned, inside its minimum hold: %v", err)
+	}
+	ran := false
+	err = c2.Do(s.ctx, key, func(context.Context) error { ran = true; return nil }, dlock.NoWait())
+	if !errors.Is(err, dlock.ErrLocked) || ran {
+		s.t.Fatalf("second Do inside the first's minimum hold = %v (job ran: %v), want ErrLocked", err, ran)
+	}
+	// A renewal or two later it is still held (a lease not renewed in
+	// the background would be lost after its TTL).
+	renewed := lease.Deadline()
+	s.eventually("lease renewed during the minimum hold", func() bool { return lease.Deadline().After(renewed) })
+	if err := lease.Err(); err != nil {
+		s.t.Fatalf("lease lost during its minimum hold: %v", err)
+	}
+
+	// Close stops renewing without releasing (ErrClosed), and the server
+	// frees the key within the TTL. That Close does not release it at once
+	// is not checked here: on ZooKeeper, closing the connection ends the
+	// session, and the server deletes its nodes with it (see HoldAtLeast);
+	// cmd/dlock's testdata/sched.txtar checks it on Redis and etcd.
+	if err := c1.Close(); err != nil {
+		s.t.Fatalf("Close: %v", err)
+	}
+	if err := lease.Err(); !errors.Is(err, dlock.ErrClosed) {
+		s.t.Fatalf("lease Err after Close = %v, want ErrClosed", err)
+	}
+	l := s.lock(c2, key) // waits for the server's TTL
+	s.unlock(l)
+	s.checkNothingLeft(key)
+})
+
+// Do_holdAtLeast_releasesAfterHold: once the minimum hold has passed the
+// Client releases the key by itself (ErrReleased, not a loss), and a waiter
+// gets it.
+var _ = register("Do_holdAtLeast_releasesAfterHold", func(s *suite) {
+	c1, c2 := s.client(), s.client()
+	key := s.key()
+	var lease *dlock.Lease
+	err := c1.Do(s.ctx, key, func(ctx context.Context) error {
+		lease, _ = dlock.LeaseFromContext(ctx)
+		return nil
+	}, dlock.HoldAtLeast(200*time.Millisecond))
+	if err != nil {
+		s.t.Fatalf("Do(HoldAtLeast) = %v", err)
+	}
+	l := s.lock(c2, key) // waits for the release after the hold
+	s.waitDone(lease, "the minimum hold")
+	if err := lease.Err(); !errors.Is(err, dlock.ErrReleased) {
+		s.t.Fatalf("lease Err after its minimum hold = %v, want ErrReleased", err)
+	}
+	s.unlock(l)
+	s.checkNothingLeft(key)
+})
+
+// Lock_holdAtLeast_unlockDefers: Unlock inside the minimum hold returns nil
+// at once and leaves the key held; a second Unlock says not held.
+var _ = register("Lock_holdAtLeast_unlockDefers", func(s *suite) {
+	c1, c2 := s.client(), s.client()
+	key := s.key()
+	l := s.lock(c1, key, dlock.HoldAtLeast(time.Hour))
+	s.unlock(l)
+	if err := l.Err(); err != nil {
+		s.t.Fatalf("lease ended by an Unlock inside its minimum hold: %v", err)
+	}
+	if err := l.Unlock(s.ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		s.t.Fatalf("second Unlock = %v, want ErrNotHeld", err)
+	}
+	if _, err := c2.TryLock(s.ctx, key, dlock.NoWait()); !errors.Is(err, dlock.ErrLocked) {
+		s.t.Fatalf("TryLock inside the minimum hold = %v, want ErrLocked", err)
+	}
+	// Lock with NoWait is TryLock.
+	if _, err := c2.Lock(s.ctx, key, dlock.NoWait()); !errors.Is(err, dlock.ErrLocked) {
+		s.t.Fatalf("Lock(NoWait) inside the minimum hold = %v, want ErrLocked", err)
+	}
+})
