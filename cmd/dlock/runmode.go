@@ -53,6 +53,8 @@ func (s runShape) lease() string {
 		return "the read lease"
 	case s.kind == dlock.KindRWMutex:
 		return "the write lease"
+	case s.kind == dlock.KindElection:
+		return "the leadership"
 	}
 	return "the lock"
 }
@@ -82,6 +84,8 @@ func kindFlags(k dlock.Kind, limit int) string {
 		return "--limit " + strconv.Itoa(limit)
 	case dlock.KindRWMutex:
 		return "--shared (to read) or --exclusive (to write)"
+	case dlock.KindElection:
+		return "dlock elect instead of dlock run"
 	}
 	return "none of --limit, --shared and --exclusive"
 }

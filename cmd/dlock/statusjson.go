@@ -27,13 +27,14 @@ type jsonEntry struct {
 	Host      string     `json:"host,omitempty"`
 	PID       int        `json:"pid,omitempty"`
 	Note      string     `json:"note,omitempty"`
+	Value     string     `json:"value,omitempty"`       // an election's candidate: the value it published
 	Since     *time.Time `json:"since,omitempty"`       // omitted when the backend cannot tell
 	TTLLeftMS *int64     `json:"ttl_left_ms,omitempty"` // omitted when the backend cannot tell
 }
 
 func toJSON(in *dlock.LockInfo, now time.Time) jsonLock {
 	conv := func(e dlock.Entry) jsonEntry {
-		j := jsonEntry{Mode: e.Mode.String(), Token: e.Token, Host: e.Metadata.Host, PID: e.Metadata.PID, Note: e.Metadata.Note}
+		j := jsonEntry{Mode: e.Mode.String(), Token: e.Token, Host: e.Metadata.Host, PID: e.Metadata.PID, Note: e.Metadata.Note, Value: e.Value}
 		if !e.Since.IsZero() {
 			s := e.Since
 			j.Since = &s

@@ -37,6 +37,8 @@ func kindName(k dlock.Kind, limit int) string {
 		return "semaphore of " + plural(limit, "permit")
 	case dlock.KindRWMutex:
 		return "read-write lock"
+	case dlock.KindElection:
+		return "leader election"
 	}
 	return k.String()
 }
