@@ -120,6 +120,9 @@
 //   - A lease lives as long as the Client's session: one expired session (a
 //     pause or a network cut longer than the session timeout) loses every
 //     lease of that Client at once.
+//   - Client.Close ends the session, so a lease in its minimum hold
+//     (HoldAtLeast) ends with Close there, instead of lasting until its
+//     TTL as on the other backends.
 //   - On an ensemble, the rule above rests on ZooKeeper answering its own
 //     pings in time; a server JVM stalled past half a tick while it still
 //     follows, a tick_time smaller than the ensemble's, or standalone=true
