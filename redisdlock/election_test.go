@@ -396,7 +396,7 @@ func TestElection_observeIdleSendsNothing(t *testing.T) {
 	o := &observer{t: t, ch: watcher.Election(key).Observe(ctx)}
 	o.next("the first state", noLeader)
 
-	idle := func(what string) {
+	idle := func(what string, window time.Duration) {
 		t.Helper()
 		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatal(err)
@@ -405,7 +405,7 @@ func TestElection_observeIdleSendsNothing(t *testing.T) {
 		select {
 		case info := <-o.ch:
 			t.Fatalf("%s: Observe sent %s with nothing changed", what, describe(info))
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(window):
 		}
 		if n := hook.n.Load() - sent; n != 0 {
 			t.Fatalf("%s: the observer's client sent %d commands over an idle window", what, n)
@@ -416,17 +416,31 @@ func TestElection_observeIdleSendsNothing(t *testing.T) {
 			t.Fatalf("%s: the server ran scripts other than renewals: %v", what, stats)
 		}
 	}
-	idle("nobody leading")
+	idle("nobody leading", 500*time.Millisecond)
 	l, err := leader.Election(key).Campaign(ctx, "v", dlock.WithTTL(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	o.next("the leader", leads("v"))
-	idle("a leader with 30s left")
+	idle("a leader with 30s left", 500*time.Millisecond)
 	if err := l.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
 	o.next("no leader", noLeader)
+
+	// A leader whose deadline passes several times over the window, each
+	// time renewed: its renewal notices move the observers' wakes, so they
+	// read nothing (before, each deadline made each observer read once).
+	l, err = leader.Election(key).Campaign(ctx, "w", dlock.WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.next("the short-lived leader", leads("w"))
+	idle("a leader renewing every 100ms", 1200*time.Millisecond)
+	if err := l.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o.next("no leader again", noLeader)
 }
 
 // A lock's scripts publish nothing on the observers' channel: locks pay

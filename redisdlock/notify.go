@@ -127,7 +127,15 @@ func (n *notifier) deliver(msg any) {
 	switch m := msg.(type) {
 	case *redis.Message:
 		if m.Channel != n.channel {
-			n.notice(m.Channel) // an observer channel's
+			// An observer channel's (watch.go): a leader's renewal, or
+			// a change.
+			if ms, ok := strings.CutPrefix(m.Payload, "r"); ok {
+				if v, err := strconv.ParseInt(ms, 10, 64); err == nil {
+					n.renewed(m.Channel, time.Duration(v)*time.Millisecond)
+					return
+				}
+			}
+			n.notice(m.Channel)
 			return
 		}
 		owner, tok, ok := strings.Cut(m.Payload, ":")

@@ -32,9 +32,12 @@ var _ driver.Observer = (*redisDriver)(nil)
 // which). So the watch also wakes at the earliest holder deadline the
 // latest Inspect of the key found (driver.Observer allows this): the caller
 // reads the state after each value, which either shows the holder gone or
-// renewed, and then arms the next wake. A leader that renews makes its
-// observers read once per deadline, about every two thirds of its TTL;
-// with nobody holding, a watch sends nothing and costs nothing.
+// renewed, and then arms the next wake. An election's leader publishes
+// each renewal ("r<ttl ms>", renew.lua), which moves the wake to the new
+// deadline without a read (renewed): so observers of a live leader send
+// nothing, and read only when a deadline passes with no renewal heard —
+// the leader died, or its notice was lost. With nobody holding, a watch
+// sends nothing and costs nothing.
 //
 // The channel receives its first value once the server has confirmed the
 // subscription, so that a read after it misses no change. After a
@@ -268,6 +271,31 @@ func (n *notifier) wakeAt(channel string, t time.Time) {
 	}
 	for w := range wc.members {
 		if !w.wakeAt.IsZero() && !t.Before(w.wakeAt) {
+			continue
+		}
+		if w.timer != nil {
+			w.timer.Stop()
+		}
+		w.wakeAt = t
+		w.timer = time.AfterFunc(time.Until(t), func() { n.wake(w, t) })
+	}
+}
+
+// renewed follows a leader's renewal notice on channel: the leader's
+// record lives until at least ttl after the server renewed it, which was
+// before now, so every watch's deadline wake moves to ttl from now (plus
+// the millisecond of sawHolders) without a read. A wake already later
+// stays.
+func (n *notifier) renewed(channel string, ttl time.Duration) {
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	wc := n.watches[channel]
+	if wc == nil || wc.state != subscribed {
+		return
+	}
+	t := time.Now().Add(ttl + time.Millisecond)
+	for w := range wc.members {
+		if !w.wakeAt.IsZero() && !t.After(w.wakeAt) {
 			continue
 		}
 		if w.timer != nil {

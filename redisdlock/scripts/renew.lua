@@ -11,7 +11,7 @@ local t = redis.call('TIME')
 local now_ms_s = t[1] .. string.sub(string.sub('00000' .. t[2], -6), 1, 3)
 local ms = tonumber(now_ms_s)
 -- The owner's record is in its own field, or in 'o' (common.lua).
-local r = redis.call('HMGET', lock, owner, 'o')
+local r = redis.call('HMGET', lock, owner, 'o', 'k')
 local slot, rec = owner, r[1]
 if not rec and r[2] and string.sub(r[2], 1, #owner + 1) == owner .. '|' then
   slot, rec = 'o', r[2]
@@ -30,5 +30,11 @@ redis.call('HSET', lock, slot, o .. '|' .. now_ms_s .. '|' .. ARGV[2] .. '|' .. 
 -- if ours is now the latest (another holder may have a longer TTL).
 if redis.call('PTTL', lock) < ttl then
   redis.call('PEXPIRE', lock, ttl)
+end
+-- An election's leader tells its observers how long it now lives, so
+-- that they need not read to learn it (watch.go): "r<ttl ms>" on the
+-- channel of common.lua's notices. Other kinds publish nothing.
+if r[3] == 'election' then
+  redis.call('PUBLISH', lock .. ':n', 'r' .. ARGV[2])
 end
 return {1, t[1], t[2]}
