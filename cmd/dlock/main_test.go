@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -112,7 +113,17 @@ func startBackend(t *testing.T, scheme string) *backend {
 	case "etcd":
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		node, err := startEtcd(ctx, etcdConfig{listen: "127.0.0.1:0", dataDir: t.TempDir(), log: testLogWriter{t}})
+		// Port 0 is resolved by listening and closing before etcd binds
+		// the port: another test's server may take it in between (seen in
+		// a fresh-clone run). A few tries with new ports settle it.
+		var node *etcdNode
+		var err error
+		for range 5 {
+			node, err = startEtcd(ctx, etcdConfig{listen: "127.0.0.1:0", dataDir: t.TempDir(), log: testLogWriter{t}})
+			if !errors.Is(err, errAddrInUse) {
+				break
+			}
+		}
 		if err != nil {
 			t.Fatalf("start etcd: %v", err)
 		}
