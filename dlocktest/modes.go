@@ -80,15 +80,7 @@ func (s *suite) arrive(c *dlock.Client, key, name string, acquire acquirer) *pen
 func (s *suite) arriveCtx(ctx context.Context, c *dlock.Client, key, name string, acquire acquirer) *pending {
 	s.t.Helper()
 	p := s.start(ctx, name, acquire)
-	s.eventually(name+" queued on "+key, func() bool {
-		select {
-		case <-p.done:
-			return true
-		default:
-		}
-		info := s.inspect(c, key)
-		return slices.Contains(notes(info.Holders), name) || slices.Contains(notes(info.Waiters), name)
-	})
+	s.awaitQueued(c, key, name, p.done)
 	select {
 	case <-p.done:
 		if p.err != nil {
@@ -97,6 +89,22 @@ func (s *suite) arriveCtx(ctx context.Context, c *dlock.Client, key, name string
 	default:
 	}
 	return p
+}
+
+// awaitQueued returns once name is queued on key, as a holder or a waiter,
+// or its call has returned (done is closed): the background acquires and
+// campaigns share it, so that the arrival order is the order of the calls.
+func (s *suite) awaitQueued(c *dlock.Client, key, name string, done <-chan struct{}) {
+	s.t.Helper()
+	s.eventually(name+" queued on "+key, func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+		}
+		info := s.inspect(c, key)
+		return slices.Contains(notes(info.Holders), name) || slices.Contains(notes(info.Waiters), name)
+	})
 }
 
 // granted waits for p's lease, failing the test at the watchdog or if p

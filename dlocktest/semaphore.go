@@ -57,15 +57,7 @@ func (s *suite) contend(clients, rounds int, res *sharedResource, pick func(c *d
 			}
 		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		s.t.Error(err)
-	}
-	entries, problems := res.report()
-	for _, p := range problems {
-		s.t.Error(p)
-	}
+	entries := s.finishContenders(&wg, errs, res.report)
 	if entries == 0 {
 		s.t.Error("no contender entered the resource")
 	}
