@@ -177,14 +177,8 @@ func TestShared_cancelLeavesNothing(t *testing.T) {
 					}
 				})
 			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
-			}
-			for _, e := range h.errs {
-				t.Error(e)
-			}
+			waitContenders(t, &wg, errs)
+			h.report(t)
 			checkNothingStored(t, ctx, admin, key)
 		})
 	}
@@ -330,11 +324,7 @@ func TestKindMismatch_race(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	waitContenders(t, &wg, errs)
 	for _, f := range failures {
 		t.Error(f)
 	}

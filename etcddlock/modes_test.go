@@ -100,14 +100,8 @@ func runModes(t *testing.T, ctx context.Context, clients []*dlock.Client, rounds
 			}
 		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	for _, e := range h.errs {
-		t.Error(e)
-	}
+	waitContenders(t, &wg, errs)
+	h.report(t)
 	return h
 }
 
@@ -526,4 +520,23 @@ func TestSemaphore_lateCountStillTouches(t *testing.T) {
 		}
 	}
 	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
+}
+
+// waitContenders waits for the contenders of wg, then fails the test with
+// the first error they sent on errs.
+func waitContenders(t *testing.T, wg *sync.WaitGroup, errs chan error) {
+	t.Helper()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// report fails the test (not fatally) with every problem h recorded.
+func (h *holderCount) report(t *testing.T) {
+	t.Helper()
+	for _, e := range h.errs {
+		t.Error(e)
+	}
 }
