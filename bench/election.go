@@ -200,7 +200,8 @@ func newElectionClients(s *servers, el *electionLib, key string, n int) (*electi
 	return ec, nil
 }
 
-// runRecorder collects a run's errors from its goroutines.
+// runRecorder collects a run's errors from its goroutines (the election,
+// modes and contention runs).
 type runRecorder struct {
 	errs     atomic.Int64
 	firstErr atomic.Value
@@ -213,9 +214,15 @@ func (r *runRecorder) fail(err error) {
 }
 
 func (r *runRecorder) into(run *electionRun) {
-	run.Errors = int(r.errs.Load())
-	if v := r.firstErr.Load(); v != nil && run.FirstErr == "" {
-		run.FirstErr = v.(string)
+	r.report(&run.Errors, &run.FirstErr)
+}
+
+// report sets errors to the count of errors and, unless it already says
+// something, firstErr to the first error: every section's run ends so.
+func (r *runRecorder) report(errors *int, firstErr *string) {
+	*errors = int(r.errs.Load())
+	if v := r.firstErr.Load(); v != nil && *firstErr == "" {
+		*firstErr = v.(string)
 	}
 }
 
