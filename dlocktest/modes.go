@@ -137,6 +137,21 @@ func (s *suite) failed(p *pending) error {
 	return p.err
 }
 
+// grantedOrCanceled waits for p, whose context is canceled in a race
+// with its grant, to return: either outcome is right, any other error
+// fails the test. when names the step of the scenario.
+func (s *suite) grantedOrCanceled(p *pending, when string) {
+	s.t.Helper()
+	select {
+	case <-p.done:
+		if p.err != nil && !errors.Is(p.err, context.Canceled) {
+			s.t.Fatalf("%s: %s: %v", when, p.name, p.err)
+		}
+	case <-s.ctx.Done():
+		s.t.Fatalf("%s: %s has not returned (watchdog)", when, p.name)
+	}
+}
+
 // waiting fails the test if any of ps has returned: they must still wait.
 // It tells a backend's state from its clients' view; the queue itself is
 // checked with expectQueue.
