@@ -247,14 +247,7 @@ func report(res *results) string {
 				if r.Lib != l.Name || r.Think != think {
 					continue
 				}
-				req := fmtFloat(perGrant(r.Delta.Requests, r.Grants))
-				if l.Backend == "redis" {
-					req = fmt.Sprintf("%s (%s scripts; %s cmds)", req, fmtFloat(perGrant(r.Delta.Scripts, r.Grants)), fmtFloat(perGrant(r.Delta.Commands, r.Grants)))
-				}
-				cpu := "–"
-				if r.Grants > 0 {
-					cpu = fmt.Sprintf("%.0f", r.Delta.CPU*1e6/float64(r.Grants))
-				}
+				req, cpu := serverWorkCells(l.Backend, r.Delta, r.Grants)
 				rows = append(rows, []string{r.Lib, fmt.Sprint(r.N), fmtFloat(r.GrantsPerS), fmtDur(r.HandoffP50), fmtDur(r.HandoffP99),
 					inRTT(r.HandoffP50, res.rtt(r.Lib)), selfPct(r), fairness(r), fmt.Sprint(r.Overlaps), req, cpu, errText(r)})
 			}
@@ -603,4 +596,19 @@ func notMeasured(m *md, n int, only string) bool {
 	m.p("Not measured in this run (`cd bench && ./run.sh -only %s` runs just this section).", only)
 	m.p("")
 	return true
+}
+
+// serverWorkCells are the cells of a table row that say the server's work
+// per grant: the requests (on Redis, with the scripts and the commands run)
+// and the server CPU in µs, "–" with no grant.
+func serverWorkCells(backend string, d counters, grants int) (req, cpu string) {
+	req = fmtFloat(perGrant(d.Requests, grants))
+	if backend == "redis" {
+		req = fmt.Sprintf("%s (%s scripts; %s cmds)", req, fmtFloat(perGrant(d.Scripts, grants)), fmtFloat(perGrant(d.Commands, grants)))
+	}
+	cpu = "–"
+	if grants > 0 {
+		cpu = fmt.Sprintf("%.0f", d.CPU*1e6/float64(grants))
+	}
+	return req, cpu
 }

@@ -141,14 +141,7 @@ func modesReport(m *md, res *results) {
 				if !ok {
 					continue
 				}
-				req := fmtFloat(perGrant(r.Delta.Requests, r.Grants))
-				if l.Backend == "redis" {
-					req = fmt.Sprintf("%s (%s scripts; %s cmds)", req, fmtFloat(perGrant(r.Delta.Scripts, r.Grants)), fmtFloat(perGrant(r.Delta.Commands, r.Grants)))
-				}
-				cpu := "–"
-				if r.Grants > 0 {
-					cpu = fmt.Sprintf("%.0f", r.Delta.CPU*1e6/float64(r.Grants))
-				}
+				req, cpu := serverWorkCells(l.Backend, r.Delta, r.Grants)
 				mix := "–"
 				rw := "–"
 				if r.Workload == "rwmutex" {
