@@ -226,6 +226,19 @@ func (r *runRecorder) report(errors *int, firstErr *string) {
 	}
 }
 
+// setWindow records the measured window of a run, from ws to we (none if we
+// is not after ws), with the server's work over it (before and after it),
+// or why the server's counters could not be read.
+func (r *electionRun) setWindow(ws, we int64, before, after counters, snapErr error) {
+	if we > ws {
+		r.Window = time.Duration(we - ws)
+		r.Delta = after.sub(before)
+	}
+	if snapErr != nil {
+		r.FirstErr = "server counters: " + snapErr.Error()
+	}
+}
+
 // maxRunErrors ends a run early: a run failing this often measures nothing.
 const maxRunErrors = 100
 
@@ -404,13 +417,7 @@ func runElectionHandovers(s *servers, el *electionLib, key string, observe bool,
 	}
 	r.N, r.P50, r.P99 = len(lats), percentile(lats, 50), percentile(lats, 99)
 	r.Overlaps = int(overlaps.Load())
-	if we > ws {
-		r.Window = time.Duration(we - ws)
-		r.Delta = after.sub(before)
-	}
-	if snapErr != nil {
-		r.FirstErr = "server counters: " + snapErr.Error()
-	}
+	r.setWindow(ws, we, before, after, snapErr)
 	rec.into(&r)
 	if r.Missing == "" && r.N == 0 && r.FirstErr == "" {
 		r.FirstErr = fmt.Sprintf("no hand-over measured within %v", limit)
@@ -523,13 +530,7 @@ func runElectionProclaims(s *servers, el *electionLib, key string, maxN, warm in
 	}
 	r.N, r.P50, r.P99 = len(lats), percentile(lats, 50), percentile(lats, 99)
 	r.CallP50, r.CallP99 = percentile(calls, 50), percentile(calls, 99)
-	if we > ws {
-		r.Window = time.Duration(we - ws)
-		r.Delta = after.sub(before)
-	}
-	if snapErr != nil {
-		r.FirstErr = "server counters: " + snapErr.Error()
-	}
+	r.setWindow(ws, we, before, after, snapErr)
 	rec.into(&r)
 	if len(calls) == 0 && r.FirstErr == "" {
 		r.FirstErr = fmt.Sprintf("no Proclaim measured within %v", limit)
