@@ -167,10 +167,7 @@ func TestShared_cancelLeavesNothing(t *testing.T) {
 							errs <- err
 							return
 						}
-						h.enter(l.Mode(), tc.limit)
-						yield()
-						h.leave(l.Mode())
-						if err := l.Unlock(ctx); err != nil {
+						if err := h.hold(ctx, l, tc.limit, 1); err != nil {
 							errs <- err
 							return
 						}

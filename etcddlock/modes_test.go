@@ -88,12 +88,7 @@ func runModes(t *testing.T, ctx context.Context, clients []*dlock.Client, rounds
 					errs <- err
 					return
 				}
-				h.enter(l.Mode(), limit)
-				for range 50 {
-					yield()
-				}
-				h.leave(l.Mode())
-				if err := l.Unlock(ctx); err != nil {
+				if err := h.hold(ctx, l, limit, 50); err != nil {
 					errs <- err
 					return
 				}
@@ -539,4 +534,15 @@ func (h *holderCount) report(t *testing.T) {
 	for _, e := range h.errs {
 		t.Error(e)
 	}
+}
+
+// hold runs the critical section of l through h (entered with limit, left
+// after yields scheduler yields), then unlocks l.
+func (h *holderCount) hold(ctx context.Context, l *dlock.Lease, limit, yields int) error {
+	h.enter(l.Mode(), limit)
+	for range yields {
+		yield()
+	}
+	h.leave(l.Mode())
+	return l.Unlock(ctx)
 }
