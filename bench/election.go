@@ -200,7 +200,8 @@ func newElectionClients(s *servers, el *electionLib, key string, n int) (*electi
 	return ec, nil
 }
 
-// runRecorder collects a run's errors from its goroutines.
+// runRecorder collects a run's errors from its goroutines (the election,
+// modes and contention runs).
 type runRecorder struct {
 	errs     atomic.Int64
 	firstErr atomic.Value
@@ -213,9 +214,28 @@ func (r *runRecorder) fail(err error) {
 }
 
 func (r *runRecorder) into(run *electionRun) {
-	run.Errors = int(r.errs.Load())
-	if v := r.firstErr.Load(); v != nil && run.FirstErr == "" {
-		run.FirstErr = v.(string)
+	r.report(&run.Errors, &run.FirstErr)
+}
+
+// report sets errors to the count of errors and, unless it already says
+// something, firstErr to the first error: every section's run ends so.
+func (r *runRecorder) report(errors *int, firstErr *string) {
+	*errors = int(r.errs.Load())
+	if v := r.firstErr.Load(); v != nil && *firstErr == "" {
+		*firstErr = v.(string)
+	}
+}
+
+// setWindow records the measured window of a run, from ws to we (none if we
+// is not after ws), with the server's work over it (before and after it),
+// or why the server's counters could not be read.
+func (r *electionRun) setWindow(ws, we int64, before, after counters, snapErr error) {
+	if we > ws {
+		r.Window = time.Duration(we - ws)
+		r.Delta = after.sub(before)
+	}
+	if snapErr != nil {
+		r.FirstErr = "server counters: " + snapErr.Error()
 	}
 }
 
@@ -397,13 +417,7 @@ func runElectionHandovers(s *servers, el *electionLib, key string, observe bool,
 	}
 	r.N, r.P50, r.P99 = len(lats), percentile(lats, 50), percentile(lats, 99)
 	r.Overlaps = int(overlaps.Load())
-	if we > ws {
-		r.Window = time.Duration(we - ws)
-		r.Delta = after.sub(before)
-	}
-	if snapErr != nil {
-		r.FirstErr = "server counters: " + snapErr.Error()
-	}
+	r.setWindow(ws, we, before, after, snapErr)
 	rec.into(&r)
 	if r.Missing == "" && r.N == 0 && r.FirstErr == "" {
 		r.FirstErr = fmt.Sprintf("no hand-over measured within %v", limit)
@@ -516,13 +530,7 @@ func runElectionProclaims(s *servers, el *electionLib, key string, maxN, warm in
 	}
 	r.N, r.P50, r.P99 = len(lats), percentile(lats, 50), percentile(lats, 99)
 	r.CallP50, r.CallP99 = percentile(calls, 50), percentile(calls, 99)
-	if we > ws {
-		r.Window = time.Duration(we - ws)
-		r.Delta = after.sub(before)
-	}
-	if snapErr != nil {
-		r.FirstErr = "server counters: " + snapErr.Error()
-	}
+	r.setWindow(ws, we, before, after, snapErr)
 	rec.into(&r)
 	if len(calls) == 0 && r.FirstErr == "" {
 		r.FirstErr = fmt.Sprintf("no Proclaim measured within %v", limit)

@@ -120,13 +120,8 @@ type etcdElection struct {
 }
 
 func newEtcdElection(ctx context.Context, e *env, key string) (electionClient, error) {
-	cli, err := etcdClient(e)
+	cli, s, err := etcdSession(ctx, e)
 	if err != nil {
-		return nil, err
-	}
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(10), concurrency.WithContext(context.WithoutCancel(ctx)))
-	if err != nil {
-		_ = cli.Close()
 		return nil, err
 	}
 	return &etcdElection{cli: cli, s: s, e: concurrency.NewElection(s, "/etcd-bench-election/"+key)}, nil

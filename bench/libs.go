@@ -553,6 +553,22 @@ func etcdClient(e *env) (*clientv3.Client, error) {
 	})
 }
 
+// etcdSession opens an etcd client with a session of its own (TTL 10 s,
+// kept alive past ctx), as etcd's Mutex and Election want one per
+// contender; the client is closed if the session cannot start.
+func etcdSession(ctx context.Context, e *env) (*clientv3.Client, *concurrency.Session, error) {
+	cli, err := etcdClient(e)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(10), concurrency.WithContext(context.WithoutCancel(ctx)))
+	if err != nil {
+		_ = cli.Close()
+		return nil, nil, err
+	}
+	return cli, s, nil
+}
+
 type etcdContender struct {
 	cli *clientv3.Client
 	s   *concurrency.Session
@@ -560,13 +576,8 @@ type etcdContender struct {
 }
 
 func newEtcdMutex(ctx context.Context, e *env, key string) (contender, error) {
-	cli, err := etcdClient(e)
+	cli, s, err := etcdSession(ctx, e)
 	if err != nil {
-		return nil, err
-	}
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(10), concurrency.WithContext(context.WithoutCancel(ctx)))
-	if err != nil {
-		_ = cli.Close()
 		return nil, err
 	}
 	return &etcdContender{cli: cli, s: s, m: concurrency.NewMutex(s, "/etcd-bench/"+key)}, nil

@@ -185,8 +185,7 @@ func runModes(s *servers, lib *library, cs []contender, w modeWorkload, hold, wa
 		inWindow    atomic.Int64
 		capReached  = make(chan struct{})
 		capOnce     sync.Once
-		errCount    atomic.Int64
-		firstErr    atomic.Value
+		rec         runRecorder
 		before, aft counters
 		snapErr     error
 	)
@@ -237,9 +236,7 @@ func runModes(s *servers, lib *library, cs []contender, w modeWorkload, hold, wa
 					if runCtx.Err() != nil {
 						return
 					}
-					if errCount.Add(1) == 1 {
-						firstErr.Store(err.Error())
-					}
+					rec.fail(err)
 					time.Sleep(time.Millisecond)
 					continue
 				}
@@ -249,9 +246,7 @@ func runModes(s *servers, lib *library, cs []contender, w modeWorkload, hold, wa
 				t2 := now()
 				uctx, ucancel := context.WithTimeout(context.Background(), 10*time.Second)
 				if err := l.Unlock(uctx); err != nil {
-					if errCount.Add(1) == 1 {
-						firstErr.Store("unlock: " + err.Error())
-					}
+					rec.fail(fmt.Errorf("unlock: %w", err))
 				}
 				ucancel()
 				evs[i] = append(evs[i], modeEvent{C: i, Shared: shared, T0: t0, T1: t1, T2: t2, T3: now()})
@@ -304,9 +299,6 @@ func runModes(s *servers, lib *library, cs []contender, w modeWorkload, hold, wa
 		r.WriteHandoffs, r.WriteHandoffP50, r.WriteHandoffP99 = len(st.ExclusiveHandoffs), percentile(st.ExclusiveHandoffs, 50), percentile(st.ExclusiveHandoffs, 99)
 	}
 	r.Handoffs, r.HandoffP50, r.HandoffP99 = len(st.Handoffs), percentile(st.Handoffs, 50), percentile(st.Handoffs, 99)
-	r.Errors = int(errCount.Load())
-	if v := firstErr.Load(); v != nil && r.FirstErr == "" {
-		r.FirstErr = v.(string)
-	}
+	rec.report(&r.Errors, &r.FirstErr)
 	return r
 }

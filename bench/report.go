@@ -93,15 +93,21 @@ func selfPct(r contendedResult) string {
 }
 
 func errText(r contendedResult) string {
-	var parts []string
-	if r.Errors > 0 {
-		parts = append(parts, fmt.Sprintf("%d errors", r.Errors))
+	return errParts(nil, r.Errors, r.Stuck != 0, "waiters still waiting 5 s after the end (connections closed)", r.FirstErr)
+}
+
+// errParts is the errors cell of a result row, the notes before it
+// (parts) first: the count of errors (nErrs), stuck (said as stuckText) and the
+// first error, shortened; the tables of every section share it.
+func errParts(parts []string, nErrs int, stuck bool, stuckText, firstErr string) string {
+	if nErrs > 0 {
+		parts = append(parts, fmt.Sprintf("%d errors", nErrs))
 	}
-	if r.Stuck != 0 {
-		parts = append(parts, "waiters still waiting 5 s after the end (connections closed)")
+	if stuck {
+		parts = append(parts, stuckText)
 	}
-	if r.FirstErr != "" {
-		parts = append(parts, "first: "+short(r.FirstErr))
+	if firstErr != "" {
+		parts = append(parts, "first: "+short(firstErr))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -241,14 +247,7 @@ func report(res *results) string {
 				if r.Lib != l.Name || r.Think != think {
 					continue
 				}
-				req := fmtFloat(perGrant(r.Delta.Requests, r.Grants))
-				if l.Backend == "redis" {
-					req = fmt.Sprintf("%s (%s scripts; %s cmds)", req, fmtFloat(perGrant(r.Delta.Scripts, r.Grants)), fmtFloat(perGrant(r.Delta.Commands, r.Grants)))
-				}
-				cpu := "–"
-				if r.Grants > 0 {
-					cpu = fmt.Sprintf("%.0f", r.Delta.CPU*1e6/float64(r.Grants))
-				}
+				req, cpu := serverWorkCells(l.Backend, r.Delta, r.Grants)
 				rows = append(rows, []string{r.Lib, fmt.Sprint(r.N), fmtFloat(r.GrantsPerS), fmtDur(r.HandoffP50), fmtDur(r.HandoffP99),
 					inRTT(r.HandoffP50, res.rtt(r.Lib)), selfPct(r), fairness(r), fmt.Sprint(r.Overlaps), req, cpu, errText(r)})
 			}
@@ -585,4 +584,31 @@ func targets(res *results) [][]string {
 	}
 	rows = append(rows, []string{"zero overlaps everywhere", "all", fmt.Sprintf("%d overlaps in all runs of all libraries", total), verdict(total == 0)})
 	return rows
+}
+
+// notMeasured writes the note of a section that this run did not measure
+// (n, its count of results, is 0), naming the -only value of run.sh that
+// runs just that section, and reports whether it wrote it.
+func notMeasured(m *md, n int, only string) bool {
+	if n > 0 {
+		return false
+	}
+	m.p("Not measured in this run (`cd bench && ./run.sh -only %s` runs just this section).", only)
+	m.p("")
+	return true
+}
+
+// serverWorkCells are the cells of a table row that say the server's work
+// per grant: the requests (on Redis, with the scripts and the commands run)
+// and the server CPU in µs, "–" with no grant.
+func serverWorkCells(backend string, d counters, grants int) (req, cpu string) {
+	req = fmtFloat(perGrant(d.Requests, grants))
+	if backend == "redis" {
+		req = fmt.Sprintf("%s (%s scripts; %s cmds)", req, fmtFloat(perGrant(d.Scripts, grants)), fmtFloat(perGrant(d.Commands, grants)))
+	}
+	cpu = "–"
+	if grants > 0 {
+		cpu = fmt.Sprintf("%.0f", d.CPU*1e6/float64(grants))
+	}
+	return req, cpu
 }

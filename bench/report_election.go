@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -42,16 +41,7 @@ func electionErrText(r electionRun) string {
 	if r.Missing != "" {
 		parts = append(parts, r.Missing)
 	}
-	if r.Errors > 0 {
-		parts = append(parts, fmt.Sprintf("%d errors", r.Errors))
-	}
-	if r.Stuck {
-		parts = append(parts, "clients still running 15 s after the run (closed)")
-	}
-	if r.FirstErr != "" {
-		parts = append(parts, "first: "+short(r.FirstErr))
-	}
-	return strings.Join(parts, "; ")
+	return errParts(parts, r.Errors, r.Stuck, "clients still running 15 s after the run (closed)", r.FirstErr)
 }
 
 // electionBounds are the run's bounds, from its first library that ran,
@@ -75,9 +65,7 @@ func bound(r electionRun, what string) string {
 func electionReport(m *md, res *results) {
 	m.p("## Leader election (issue 13)")
 	m.p("")
-	if len(res.Election) == 0 {
-		m.p("Not measured in this run (`cd bench && ./run.sh -only election` runs just this section).")
-		m.p("")
+	if notMeasured(m, len(res.Election), "election") {
 		return
 	}
 	b := electionBounds(res)

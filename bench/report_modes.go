@@ -38,17 +38,7 @@ func occupancy(r modeResult) string {
 }
 
 func modeErrText(r modeResult) string {
-	var parts []string
-	if r.Errors > 0 {
-		parts = append(parts, fmt.Sprintf("%d errors", r.Errors))
-	}
-	if r.Stuck != 0 {
-		parts = append(parts, "contenders still running 15 s after the window (clients closed)")
-	}
-	if r.FirstErr != "" {
-		parts = append(parts, "first: "+short(r.FirstErr))
-	}
-	return strings.Join(parts, "; ")
+	return errParts(nil, r.Errors, r.Stuck != 0, "contenders still running 15 s after the window (clients closed)", r.FirstErr)
 }
 
 func modeWindow(res *results) (window, hold time.Duration, seed uint64) {
@@ -63,9 +53,7 @@ func modeWindow(res *results) (window, hold time.Duration, seed uint64) {
 func modesReport(m *md, res *results) {
 	m.p("## Semaphore and read-write lock (issue 12)")
 	m.p("")
-	if len(res.Modes) == 0 {
-		m.p("Not measured in this run (`cd bench && ./run.sh -only modes` runs just this section).")
-		m.p("")
+	if notMeasured(m, len(res.Modes), "modes") {
 		return
 	}
 	window, hold, seed := modeWindow(res)
@@ -153,14 +141,7 @@ func modesReport(m *md, res *results) {
 				if !ok {
 					continue
 				}
-				req := fmtFloat(perGrant(r.Delta.Requests, r.Grants))
-				if l.Backend == "redis" {
-					req = fmt.Sprintf("%s (%s scripts; %s cmds)", req, fmtFloat(perGrant(r.Delta.Scripts, r.Grants)), fmtFloat(perGrant(r.Delta.Commands, r.Grants)))
-				}
-				cpu := "–"
-				if r.Grants > 0 {
-					cpu = fmt.Sprintf("%.0f", r.Delta.CPU*1e6/float64(r.Grants))
-				}
+				req, cpu := serverWorkCells(l.Backend, r.Delta, r.Grants)
 				mix := "–"
 				rw := "–"
 				if r.Workload == "rwmutex" {

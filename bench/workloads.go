@@ -375,8 +375,7 @@ func runContended(s *servers, lib *library, cs []contender, think bool, warmup, 
 		waitingSince    = make([]atomic.Int64, n)
 		waitersAtUnlock atomic.Int64
 		protected       int64 // written only under the lock: the race detector would see overlaps
-		errCount        atomic.Int64
-		firstErr        atomic.Value
+		rec             runRecorder
 	)
 	lastHolder.Store(-1)
 	grants := make([]atomic.Int64, n)
@@ -410,9 +409,7 @@ func runContended(s *servers, lib *library, cs []contender, think bool, warmup, 
 					if runCtx.Err() != nil {
 						return
 					}
-					if errCount.Add(1) == 1 {
-						firstErr.Store(err.Error())
-					}
+					rec.fail(err)
 					time.Sleep(time.Millisecond)
 					continue
 				}
@@ -442,9 +439,7 @@ func runContended(s *servers, lib *library, cs []contender, think bool, warmup, 
 				unlockStart.Store(released)
 				uctx, ucancel := context.WithTimeout(context.Background(), 10*time.Second)
 				if err := c.Unlock(uctx); err != nil {
-					if errCount.Add(1) == 1 {
-						firstErr.Store("unlock: " + err.Error())
-					}
+					rec.fail(fmt.Errorf("unlock: %w", err))
 				}
 				ucancel()
 				if think {
@@ -490,10 +485,7 @@ func runContended(s *servers, lib *library, cs []contender, think bool, warmup, 
 	r.HandoffP50, r.HandoffP99 = percentile(all, 50), percentile(all, 99)
 	r.GrantsPerS = float64(r.Grants) / window.Seconds()
 	r.Overlaps = overlaps.Load()
-	r.Errors = int(errCount.Load())
-	if v := firstErr.Load(); v != nil && r.FirstErr == "" {
-		r.FirstErr = v.(string)
-	}
+	rec.report(&r.Errors, &r.FirstErr)
 	_ = protected
 	return r
 }

@@ -3,7 +3,6 @@ package dlocktest
 import (
 	"context"
 	"errors"
-	"slices"
 	"strings"
 
 	"github.com/dlockdev/dlock"
@@ -71,15 +70,7 @@ func (s *suite) campaignCtx(ctx context.Context, c *dlock.Client, key, name stri
 		defer close(p.done)
 		p.term, p.err = c.Election(key).Campaign(ctx, name, s.ttl(), noted(name))
 	}()
-	s.eventually(name+" queued on "+key, func() bool {
-		select {
-		case <-p.done:
-			return true
-		default:
-		}
-		info := s.inspect(c, key)
-		return slices.Contains(notes(info.Holders), name) || slices.Contains(notes(info.Waiters), name)
-	})
+	s.awaitQueued(c, key, name, p.done)
 	select {
 	case <-p.done:
 		if p.err != nil {

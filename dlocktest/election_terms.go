@@ -51,15 +51,7 @@ var _ = register("Election_oneLeaderUnderContention", func(s *suite) {
 			}
 		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		s.t.Error(err)
-	}
-	writes, problems := res.report()
-	for _, p := range problems {
-		s.t.Error(p)
-	}
+	writes := s.finishContenders(&wg, errs, res.report)
 	if writes != clients*terms {
 		s.t.Errorf("%d terms, want %d", writes, clients*terms)
 	}

@@ -90,15 +90,7 @@ var _ = register("MutualExclusion_manyClients", func(s *suite) {
 			}
 		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		s.t.Error(err)
-	}
-	writes, problems := res.report()
-	for _, p := range problems {
-		s.t.Error(p)
-	}
+	writes := s.finishContenders(&wg, errs, res.report)
 	if writes != clients*rounds {
 		s.t.Errorf("resource saw %d critical sections, want %d", writes, clients*rounds)
 	}

@@ -80,15 +80,7 @@ func (s *suite) arrive(c *dlock.Client, key, name string, acquire acquirer) *pen
 func (s *suite) arriveCtx(ctx context.Context, c *dlock.Client, key, name string, acquire acquirer) *pending {
 	s.t.Helper()
 	p := s.start(ctx, name, acquire)
-	s.eventually(name+" queued on "+key, func() bool {
-		select {
-		case <-p.done:
-			return true
-		default:
-		}
-		info := s.inspect(c, key)
-		return slices.Contains(notes(info.Holders), name) || slices.Contains(notes(info.Waiters), name)
-	})
+	s.awaitQueued(c, key, name, p.done)
 	select {
 	case <-p.done:
 		if p.err != nil {
@@ -97,6 +89,22 @@ func (s *suite) arriveCtx(ctx context.Context, c *dlock.Client, key, name string
 	default:
 	}
 	return p
+}
+
+// awaitQueued returns once name is queued on key, as a holder or a waiter,
+// or its call has returned (done is closed): the background acquires and
+// campaigns share it, so that the arrival order is the order of the calls.
+func (s *suite) awaitQueued(c *dlock.Client, key, name string, done <-chan struct{}) {
+	s.t.Helper()
+	s.eventually(name+" queued on "+key, func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+		}
+		info := s.inspect(c, key)
+		return slices.Contains(notes(info.Holders), name) || slices.Contains(notes(info.Waiters), name)
+	})
 }
 
 // granted waits for p's lease, failing the test at the watchdog or if p
@@ -127,6 +135,21 @@ func (s *suite) failed(p *pending) error {
 		s.t.Fatalf("%s was granted (token %d), want an error", p.name, p.lease.Token())
 	}
 	return p.err
+}
+
+// grantedOrCanceled waits for p, whose context is canceled in a race
+// with its grant, to return: either outcome is right, any other error
+// fails the test. when names the step of the scenario.
+func (s *suite) grantedOrCanceled(p *pending, when string) {
+	s.t.Helper()
+	select {
+	case <-p.done:
+		if p.err != nil && !errors.Is(p.err, context.Canceled) {
+			s.t.Fatalf("%s: %s: %v", when, p.name, p.err)
+		}
+	case <-s.ctx.Done():
+		s.t.Fatalf("%s: %s has not returned (watchdog)", when, p.name)
+	}
 }
 
 // waiting fails the test if any of ps has returned: they must still wait.

@@ -43,3 +43,22 @@ func (r *fencedResource) report() (writes int, problems []string) {
 	defer r.mu.Unlock()
 	return r.writes, append([]string(nil), r.problems...)
 }
+
+// finishContenders waits for the contenders of wg, then fails the test (not
+// fatally) with every error they sent on errs and every problem report
+// found in the shared resource; it returns report's count of critical
+// sections. The contention tests of locks, semaphores and elections end
+// with it.
+func (s *suite) finishContenders(wg *sync.WaitGroup, errs chan error, report func() (int, []string)) int {
+	s.t.Helper()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		s.t.Error(err)
+	}
+	n, problems := report()
+	for _, p := range problems {
+		s.t.Error(p)
+	}
+	return n
+}

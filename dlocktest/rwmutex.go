@@ -3,6 +3,7 @@ package dlocktest
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/dlockdev/dlock"
 )
@@ -289,14 +290,7 @@ var _ = register("RWMutex_cancelAtHandOff_readersServed", func(s *suite) {
 		pr3 := s.arrive(c, key, "r3", s.client().RWMutex(key).RLock)
 		go cancel1() // race the cancel against the hand-off
 		s.unlock(w0)
-		select {
-		case <-w1.done:
-			if w1.err != nil && !errors.Is(w1.err, context.Canceled) {
-				s.t.Fatalf("round %d: w1: %v", round, w1.err)
-			}
-		case <-s.ctx.Done():
-			s.t.Fatalf("round %d: w1 has not returned (watchdog)", round)
-		}
+		s.grantedOrCanceled(w1, fmt.Sprintf("round %d", round))
 		s.unlock(s.granted(pr2))
 		s.unlock(s.granted(pr3))
 	}

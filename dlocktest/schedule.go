@@ -42,11 +42,7 @@ var _ = register("Do_noWait_skipsWhileHeld", func(s *suite) {
 var _ = register("Do_holdAtLeast_keepsKeyAfterJob", func(s *suite) {
 	c1, c2 := s.client(), s.client()
 	key := s.key()
-	var lease *dlock.Lease
-	err := c1.Do(s.ctx, key, func(ctx context.Context) error {
-		lease, _ = dlock.LeaseFromContext(ctx)
-		return nil
-	}, dlock.NoWait(), dlock.HoldAtLeast(time.Hour))
+	lease, err := doKeepingLease(s.ctx, c1, key, dlock.NoWait(), dlock.HoldAtLeast(time.Hour))
 	if err != nil {
 		s.t.Fatalf("Do(HoldAtLeast) = %v", err)
 	}
@@ -88,11 +84,7 @@ var _ = register("Do_holdAtLeast_keepsKeyAfterJob", func(s *suite) {
 var _ = register("Do_holdAtLeast_releasesAfterHold", func(s *suite) {
 	c1, c2 := s.client(), s.client()
 	key := s.key()
-	var lease *dlock.Lease
-	err := c1.Do(s.ctx, key, func(ctx context.Context) error {
-		lease, _ = dlock.LeaseFromContext(ctx)
-		return nil
-	}, dlock.HoldAtLeast(200*time.Millisecond))
+	lease, err := doKeepingLease(s.ctx, c1, key, dlock.HoldAtLeast(200*time.Millisecond))
 	if err != nil {
 		s.t.Fatalf("Do(HoldAtLeast) = %v", err)
 	}
@@ -126,3 +118,15 @@ var _ = register("Lock_holdAtLeast_unlockDefers", func(s *suite) {
 		s.t.Fatalf("Lock(NoWait) inside the minimum hold = %v, want ErrLocked", err)
 	}
 })
+
+// doKeepingLease runs Do of key with opts and a job that does nothing but
+// keep its lease, and returns that lease with Do's error: the minimum-hold
+// tests follow the lease after Do has returned.
+func doKeepingLease(ctx context.Context, c *dlock.Client, key string, opts ...dlock.LockOption) (*dlock.Lease, error) {
+	var lease *dlock.Lease
+	err := c.Do(ctx, key, func(ctx context.Context) error {
+		lease, _ = dlock.LeaseFromContext(ctx)
+		return nil
+	}, opts...)
+	return lease, err
+}

@@ -57,15 +57,7 @@ func (s *suite) contend(clients, rounds int, res *sharedResource, pick func(c *d
 			}
 		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		s.t.Error(err)
-	}
-	entries, problems := res.report()
-	for _, p := range problems {
-		s.t.Error(p)
-	}
+	entries := s.finishContenders(&wg, errs, res.report)
 	if entries == 0 {
 		s.t.Error("no contender entered the resource")
 	}
@@ -394,14 +386,7 @@ var _ = register("Semaphore_cancelAtHandOff_nextWaiterServed", func(s *suite) {
 		pw2 := s.arrive(c, key, "w2", s.client().Semaphore(key, limit).Acquire)
 		go cancel1()
 		s.unlock(h0)
-		select {
-		case <-w1.done:
-			if w1.err != nil && !errors.Is(w1.err, context.Canceled) {
-				s.t.Fatalf("round %d: w1: %v", round, w1.err)
-			}
-		case <-s.ctx.Done():
-			s.t.Fatalf("round %d: w1 has not returned (watchdog)", round)
-		}
+		s.grantedOrCanceled(w1, fmt.Sprintf("round %d", round))
 		s.unlock(s.granted(pw2))
 	}
 	s.unlock(h1)

@@ -181,8 +181,7 @@ func (a *attempt) try(ctx context.Context) error {
 	}
 	in := resp.Responses[0].GetResponseTxn()
 	if in.Succeeded || in.Responses[0].GetResponseTxn().Succeeded {
-		a.rev, a.seen = resp.Header.Revision, resp.Header.Revision
-		a.l.marker = ""
+		a.created(resp.Header.Revision)
 		return nil
 	}
 	// Held, or waited for. Another kind's queue refuses us; an Exclusive
@@ -259,28 +258,14 @@ func (a *attempt) tryShared(ctx context.Context) error {
 		if !driver.Admits(a.req.Limit, driver.Shared, shared, exclusive) {
 			return driver.ErrLocked
 		}
-		var resp *clientv3.TxnResponse
-		err = retry(ctx, func(ctx context.Context) (err error) {
-			// Txn: unless our entry exists (a retry after a lost reply),
-			// create it if no key was created in the directory since
-			// the read.
-			resp, err = a.d.kv.Txn(ctx).
-				If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0),
-					clientv3.Compare(clientv3.CreateRevision(a.dir), "<", rev+1).WithPrefix()).
-				Then(a.puts()...).
-				Else(clientv3.OpGet(a.key)).
-				Commit()
-			if err != nil && !rejected(err) {
-				a.dirty = true
-			}
-			return err
-		})
+		// Unless our entry exists (a retry after a lost reply), create it
+		// if no key was created in the directory since the read.
+		resp, err := a.createIf(ctx, clientv3.Compare(clientv3.CreateRevision(a.dir), "<", rev+1).WithPrefix())
 		if err != nil {
 			return a.txnErr("take the lock", err)
 		}
 		if resp.Succeeded {
-			a.rev, a.seen = resp.Header.Revision, resp.Header.Revision
-			a.l.marker = ""
+			a.created(resp.Header.Revision)
 			return nil
 		}
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
@@ -441,14 +426,12 @@ func (a *attempt) join(ctx context.Context) error {
 		in := other.Responses[0].GetResponseTxn()
 		if in.Succeeded || in.Responses[0].GetResponseTxn().Succeeded {
 			// Queued into an empty queue: the oldest entry, granted.
-			a.rev, a.seen = resp.Header.Revision, resp.Header.Revision
-			a.l.marker = ""
+			a.created(resp.Header.Revision)
 			return nil
 		}
 		return a.joinBehind(ctx, in.Responses[0].GetResponseTxn().Responses[0].GetResponseRange())
 	}
-	a.rev, a.seen = resp.Header.Revision, resp.Header.Revision
-	a.l.marker = ""
+	a.created(resp.Header.Revision)
 	// The tail was written with the newest entry, in the same write and on
 	// the same lease, and is deleted when that entry goes (by its release,
 	// or with its lease): it names an entry that exists, and its mod
@@ -511,33 +494,49 @@ func (a *attempt) joinBehind(ctx context.Context, r *etcdserverpb.RangeResponse)
 		if label != a.label {
 			return a.kindErr(label)
 		}
-		var resp *clientv3.TxnResponse
-		err := retry(ctx, func(ctx context.Context) (err error) {
-			// Txn: unless our entry exists, create it if the entry read
-			// still exists.
-			resp, err = a.d.kv.Txn(ctx).
-				If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0),
-					clientv3.Compare(clientv3.CreateRevision(string(witness.Key)), "=", witness.CreateRevision)).
-				Then(a.puts()...).
-				Else(clientv3.OpGet(a.key)).
-				Commit()
-			if err != nil && !rejected(err) {
-				a.dirty = true
-			}
-			return err
-		})
+		// Unless our entry exists, create it if the entry read still
+		// exists.
+		resp, err := a.createIf(ctx, clientv3.Compare(clientv3.CreateRevision(string(witness.Key)), "=", witness.CreateRevision))
 		if err != nil {
 			return a.txnErr("queue", err)
 		}
 		if resp.Succeeded {
-			a.rev, a.seen = resp.Header.Revision, resp.Header.Revision
-			a.l.marker = ""
+			a.created(resp.Header.Revision)
 			return a.evaluate(ctx, a.rev, false, true)
 		}
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
 			return a.joinedUnseen(ctx, kvs, resp.Header.Revision)
 		}
 	}
+}
+
+// createIf runs the Txn of a join or try that creates our entry (puts)
+// only if our entry does not exist and witness, the kind check, holds; else
+// it reads our entry, which an earlier Txn of this call whose reply was
+// lost may have created. An unknown outcome marks the attempt dirty: the
+// Put may yet be applied.
+func (a *attempt) createIf(ctx context.Context, witness clientv3.Cmp) (*clientv3.TxnResponse, error) {
+	var resp *clientv3.TxnResponse
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		resp, err = a.d.kv.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0), witness).
+			Then(a.puts()...).
+			Else(clientv3.OpGet(a.key)).
+			Commit()
+		if err != nil && !rejected(err) {
+			a.dirty = true
+		}
+		return err
+	})
+	return resp, err
+}
+
+// created records that the write at rev created our entry (and removed
+// the release marker that puts drops): the entry's revision, and the
+// revision seen.
+func (a *attempt) created(rev int64) {
+	a.rev, a.seen = rev, rev
+	a.l.marker = ""
 }
 
 // txnErr handles an error from the Txn that creates our entry.

@@ -45,6 +45,17 @@ func awaitTerm(t *testing.T, ctx context.Context, ch <-chan termOrErr, who strin
 	return nil
 }
 
+// openClient opens a dlock client of url, closed when the test ends.
+func openClient(t *testing.T, ctx context.Context, url string) *dlock.Client {
+	t.Helper()
+	c, err := dlock.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // notYet fails the test if the campaign has returned.
 func notYet(t *testing.T, ch <-chan termOrErr, who string) {
 	t.Helper()
@@ -76,11 +87,7 @@ func TestElection_resignHandsOverInArrivalOrder(t *testing.T) {
 	key := "elect-order/" + t.Name()
 	c := make([]*dlock.Client, 3)
 	for i := range c {
-		var err error
-		if c[i], err = dlock.Open(ctx, srv.URL()); err != nil {
-			t.Fatal(err)
-		}
-		defer c[i].Close()
+		c[i] = openClient(t, ctx, srv.URL())
 	}
 	a, err := c[0].Election(key).Campaign(ctx, "a", longTTL)
 	if err != nil {
@@ -140,11 +147,7 @@ func TestElection_proclaimAfterLoss(t *testing.T) {
 	ctx := testCtx(t)
 	key := "elect-proclaim/" + t.Name()
 	h := newHarness(t)
-	c, err := dlock.Open(ctx, srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := openClient(t, ctx, srv.URL())
 	term, err := c.Election(key).Campaign(ctx, "v1", longTTL)
 	if err != nil {
 		t.Fatal(err)
@@ -255,11 +258,7 @@ func TestElection_candidateIgnoresProclaims(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)
 	key := "elect-ignore/" + t.Name()
-	leader, err := dlock.Open(ctx, srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer leader.Close()
+	leader := openClient(t, ctx, srv.URL())
 	a, err := leader.Election(key).Campaign(ctx, "a0", longTTL)
 	if err != nil {
 		t.Fatal(err)
@@ -326,16 +325,8 @@ func TestElection_observe(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)
 	key := "elect-observe/" + t.Name()
-	ca, err := dlock.Open(ctx, srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ca.Close()
-	cb, err := dlock.Open(ctx, srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cb.Close()
+	ca := openClient(t, ctx, srv.URL())
+	cb := openClient(t, ctx, srv.URL())
 	ocnt := newCounter()
 	obs := ocnt.client(t, ctx, srv.Addr())
 	octx, stop := context.WithCancel(ctx)
@@ -406,21 +397,9 @@ func TestElection_observeExpiredLeader(t *testing.T) {
 	ctx := testCtx(t)
 	key := "elect-expire/" + t.Name()
 	p := dlocktest.NewProxy(t, srv.Addr())
-	ca, err := dlock.Open(ctx, "etcd://"+p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ca.Close()
-	cb, err := dlock.Open(ctx, srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cb.Close()
-	obs, err := dlock.Open(ctx, srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer obs.Close()
+	ca := openClient(t, ctx, "etcd://"+p.Addr())
+	cb := openClient(t, ctx, srv.URL())
+	obs := openClient(t, ctx, srv.URL())
 
 	a, err := ca.Election(key).Campaign(ctx, "a", dlock.WithTTL(time.Second))
 	if err != nil {
@@ -518,17 +497,9 @@ func TestElection_observeAcrossCompaction(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)
 	key := "elect-compact/" + t.Name()
-	ca, err := dlock.Open(ctx, srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ca.Close()
+	ca := openClient(t, ctx, srv.URL())
 	p := dlocktest.NewProxy(t, srv.Addr())
-	obs, err := dlock.Open(ctx, "etcd://"+p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer obs.Close()
+	obs := openClient(t, ctx, "etcd://"+p.Addr())
 	a, err := ca.Election(key).Campaign(ctx, "a", longTTL)
 	if err != nil {
 		t.Fatal(err)

@@ -303,9 +303,5 @@ func runContenders(t *testing.T, ctx context.Context, clients []*dlock.Client, k
 			}
 		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	waitContenders(t, &wg, errs)
 }

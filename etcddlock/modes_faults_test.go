@@ -167,24 +167,15 @@ func TestShared_cancelLeavesNothing(t *testing.T) {
 							errs <- err
 							return
 						}
-						h.enter(l.Mode(), tc.limit)
-						yield()
-						h.leave(l.Mode())
-						if err := l.Unlock(ctx); err != nil {
+						if err := h.hold(ctx, l, tc.limit, 1); err != nil {
 							errs <- err
 							return
 						}
 					}
 				})
 			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatal(err)
-			}
-			for _, e := range h.errs {
-				t.Error(e)
-			}
+			waitContenders(t, &wg, errs)
+			h.report(t)
 			checkNothingStored(t, ctx, admin, key)
 		})
 	}
@@ -330,11 +321,7 @@ func TestKindMismatch_race(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	waitContenders(t, &wg, errs)
 	for _, f := range failures {
 		t.Error(f)
 	}

@@ -88,26 +88,15 @@ func runModes(t *testing.T, ctx context.Context, clients []*dlock.Client, rounds
 					errs <- err
 					return
 				}
-				h.enter(l.Mode(), limit)
-				for range 50 {
-					yield()
-				}
-				h.leave(l.Mode())
-				if err := l.Unlock(ctx); err != nil {
+				if err := h.hold(ctx, l, limit, 50); err != nil {
 					errs <- err
 					return
 				}
 			}
 		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	for _, e := range h.errs {
-		t.Error(e)
-	}
+	waitContenders(t, &wg, errs)
+	h.report(t)
 	return h
 }
 
@@ -526,4 +515,34 @@ func TestSemaphore_lateCountStillTouches(t *testing.T) {
 		}
 	}
 	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
+}
+
+// waitContenders waits for the contenders of wg, then fails the test with
+// the first error they sent on errs.
+func waitContenders(t *testing.T, wg *sync.WaitGroup, errs chan error) {
+	t.Helper()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// report fails the test (not fatally) with every problem h recorded.
+func (h *holderCount) report(t *testing.T) {
+	t.Helper()
+	for _, e := range h.errs {
+		t.Error(e)
+	}
+}
+
+// hold runs the critical section of l through h (entered with limit, left
+// after yields scheduler yields), then unlocks l.
+func (h *holderCount) hold(ctx context.Context, l *dlock.Lease, limit, yields int) error {
+	h.enter(l.Mode(), limit)
+	for range yields {
+		yield()
+	}
+	h.leave(l.Mode())
+	return l.Unlock(ctx)
 }

@@ -125,11 +125,10 @@ func (a *attempt) findPred(ctx context.Context, minRev, at int64) error {
 		if err != nil {
 			return err
 		}
-		kvs := resp.Kvs
-		if len(kvs) == 0 || string(kvs[0].Key) != a.key || kvs[0].CreateRevision != a.rev {
-			return errRequeue // our entry is gone
+		if err := a.ownEntryFirst(resp); err != nil {
+			return err
 		}
-		a.seen = resp.Header.Revision
+		kvs := resp.Kvs
 		if at != 0 {
 			a.seen = at
 		}
@@ -138,6 +137,18 @@ func (a *attempt) findPred(ctx context.Context, minRev, at int64) error {
 		}
 		// Only release markers among the newest keys: read further.
 	}
+}
+
+// ownEntryFirst checks that a newest-first read of the queue starts with
+// our entry, the one this attempt created, and records the read's revision
+// as seen; errRequeue if our entry is gone (expired or deleted by hand).
+func (a *attempt) ownEntryFirst(resp *clientv3.GetResponse) error {
+	kvs := resp.Kvs
+	if len(kvs) == 0 || string(kvs[0].Key) != a.key || kvs[0].CreateRevision != a.rev {
+		return errRequeue // our entry is gone
+	}
+	a.seen = resp.Header.Revision
+	return nil
 }
 
 // evalReader finds the nearest Exclusive entry ahead of a reader: it reads
@@ -151,11 +162,10 @@ func (a *attempt) evalReader(ctx context.Context, minRev int64) error {
 		if err != nil {
 			return err
 		}
-		kvs := resp.Kvs
-		if len(kvs) == 0 || string(kvs[0].Key) != a.key || kvs[0].CreateRevision != a.rev {
-			return errRequeue // our entry is gone
+		if err := a.ownEntryFirst(resp); err != nil {
+			return err
 		}
-		a.seen = resp.Header.Revision
+		kvs := resp.Kvs
 		a.pred, a.predRev = "", 0
 		for _, kv := range kvs[1:] {
 			if !isEntry(a.dir, string(kv.Key)) {

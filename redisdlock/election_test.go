@@ -23,6 +23,8 @@ import (
 // run on a single server and on a Cluster.
 type electionClients func(t *testing.T) *dlock.Client
 
+// singleServer starts a Redis server and returns its clients' maker and an
+// admin client of it (closed when the test ends).
 func singleServer(t *testing.T) (electionClients, *redis.Client) {
 	srv := testserver.StartRedis(t)
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
@@ -446,11 +448,9 @@ func TestElection_observeIdleSendsNothing(t *testing.T) {
 // A lock's scripts publish nothing on the observers' channel: locks pay
 // nothing for elections.
 func TestElection_locksPublishNothing(t *testing.T) {
-	srv := testserver.StartRedis(t)
+	clients, admin := singleServer(t)
 	ctx := testCtx(t)
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer admin.Close()
-	c := newTestClient(t, ctx, srv.Addr(), nil)
+	c := clients(t)
 	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -470,12 +470,9 @@ func TestElection_locksPublishNothing(t *testing.T) {
 // flight) each get their first value only once subscribed, and the
 // subscription goes with the last watch.
 func TestElection_watchChurn(t *testing.T) {
-	srv := testserver.StartRedis(t)
+	clients, admin := singleServer(t)
 	ctx := testCtx(t)
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer admin.Close()
-	watcher := newTestClient(t, ctx, srv.Addr(), nil)
-	leader := newTestClient(t, ctx, srv.Addr(), nil)
+	watcher, leader := clients(t), clients(t)
 	const key = "elect/churn"
 	for i := range 50 {
 		wctx, cancel := context.WithCancel(ctx)
@@ -492,16 +489,7 @@ func TestElection_watchChurn(t *testing.T) {
 			cancel() // leave at once: UNSUBSCRIBE, then the next SUBSCRIBE
 			continue
 		}
-		l, err := leader.Election(key).Campaign(ctx, fmt.Sprint(i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		o := &observer{t: t, ch: ch}
-		o.next("the leader", leads(fmt.Sprint(i)))
-		if err := l.Resign(ctx); err != nil {
-			t.Fatal(err)
-		}
-		o.next("no leader", noLeader)
+		leadAndResign(t, ctx, leader, key, fmt.Sprint(i), &observer{t: t, ch: ch}, "the leader")
 		cancel()
 	}
 	channel := redisdlock.RedisKeyForTest(redisdlock.DefaultPrefix, key) + ":n"
@@ -521,27 +509,31 @@ func TestElection_watchChurn(t *testing.T) {
 // After the Pub/Sub connection is killed, go-redis subscribes again and the
 // watch goes on: a change made after the reconnect is seen.
 func TestElection_observeAfterReconnect(t *testing.T) {
-	srv := testserver.StartRedis(t)
+	clients, admin := singleServer(t)
 	ctx := testCtx(t)
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer admin.Close()
-	watcher := newTestClient(t, ctx, srv.Addr(), nil)
-	leader := newTestClient(t, ctx, srv.Addr(), nil)
+	watcher, leader := clients(t), clients(t)
 	const key = "elect/reconnect"
 	o := &observer{t: t, ch: watcher.Election(key).Observe(ctx)}
 	o.next("the first state", noLeader)
 	if err := admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
 		t.Fatal(err)
 	}
-	l, err := leader.Election(key).Campaign(ctx, "v")
+	leadAndResign(t, ctx, leader, key, "v", o, "the leader, after the reconnect")
+}
+
+var _ dlocktest.Link = (*dlocktest.Proxy)(nil)
+
+// leadAndResign campaigns with c on key for value, has o see it lead (what
+// names that state), resigns and has o see no leader.
+func leadAndResign(t *testing.T, ctx context.Context, c *dlock.Client, key, value string, o *observer, what string) {
+	t.Helper()
+	l, err := c.Election(key).Campaign(ctx, value)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.next("the leader, after the reconnect", leads("v"))
+	o.next(what, leads(value))
 	if err := l.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
 	o.next("no leader", noLeader)
 }
-
-var _ dlocktest.Link = (*dlocktest.Proxy)(nil)

@@ -502,7 +502,7 @@ func lossyClient(t *testing.T, ctx context.Context, addr, hash string) (*dlock.C
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	// Load the scripts: the reply lost must be the script's, not a
-	// NOSCRIPT error's.
+	// NOSCRIPT error's (which the EVAL after it would mend).
 	if l, err := c.Lock(ctx, "warm-up"); err != nil {
 		t.Fatal(err)
 	} else if err := l.Unlock(ctx); err != nil {

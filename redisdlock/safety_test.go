@@ -30,21 +30,7 @@ func TestUnlock_lostReplyWithNobodyWaiting(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	ctx := testCtx(t)
 	other := newTestClient(t, ctx, srv.Addr(), nil)
-	ld := &lossyDialer{hash: []byte(redisdlock.ReleaseScriptHashForTest())}
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: ld.dial, MaxRetries: 3})
-	t.Cleanup(func() { _ = rdb.Close() })
-	c, err := redisdlock.New(ctx, rdb, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	// Load the scripts first: the reply lost must be the script's, not a
-	// NOSCRIPT error's (which the EVAL after it would mend).
-	if l, err := c.Lock(ctx, "warm-up"); err != nil {
-		t.Fatal(err)
-	} else if err := l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c, ld := lossyClient(t, ctx, srv.Addr(), redisdlock.ReleaseScriptHashForTest())
 
 	l, err := c.Lock(ctx, "lost-release", dlock.WithTTL(time.Minute))
 	if err != nil {

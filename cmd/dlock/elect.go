@@ -44,20 +44,17 @@ func (c *cli) cmdElect(ctx context.Context, args []string) int {
 	if !ok {
 		return code
 	}
-	switch {
-	case len(pos) == 0:
-		return c.usageError("elect", "missing KEY and PROGRAM")
-	case len(pos) == 1:
-		return c.usageError("elect", "missing PROGRAM to run while leading the election %q (write it after --)", pos[0])
+	key, program, code, ok := c.keyAndProgram("elect", pos, "while leading the election")
+	if !ok {
+		return code
 	}
-	key, program := pos[0], pos[1:]
-	ttlSet := f.isSet("ttl")
-	if ttlSet && (*ttl < dlock.MinTTL || *ttl > dlock.MaxTTL) {
-		return c.usageError("elect", "%s %v: the TTL must lie within [%v, %v]", f.source("ttl"), *ttl, dlock.MinTTL, dlock.MaxTTL)
+	ttlSet, code, ok := c.checkTTL("elect", f, *ttl)
+	if !ok {
+		return code
 	}
-	graceSet := f.isSet("grace")
-	if graceSet && (*grace <= 0 || ttlSet && *grace >= *ttl) {
-		return c.usageError("elect", "%s %v: must be positive and shorter than the TTL (%v)", f.source("grace"), *grace, *ttl)
+	graceSet, code, ok := c.checkGrace("elect", f, *grace, *ttl, ttlSet)
+	if !ok {
+		return code
 	}
 	if *pause < 0 {
 		return c.usageError("elect", "%s %v: must not be negative", f.source("pause"), *pause)
@@ -88,12 +85,7 @@ func (c *cli) cmdElect(ctx context.Context, args []string) int {
 	defer relay.stop()
 	octx, stopWatch := cancelOnSignal(ctx, relay.out)
 
-	meta := dlock.Metadata{PID: os.Getpid(), Note: commandNote(program)}
-	opts := []dlock.Option{dlock.WithMetadata(meta)}
-	if ttlSet {
-		opts = append(opts, dlock.WithTTL(*ttl))
-	}
-	client, code, ok := c.open(octx, backend, opts...)
+	client, code, ok := c.open(octx, backend, programOptions(program, *ttl, ttlSet)...)
 	if s := stopWatch(); s != nil {
 		if client != nil {
 			client.Close()

@@ -48,20 +48,17 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	if !ok {
 		return code
 	}
-	switch {
-	case len(pos) == 0:
-		return c.usageError("run", "missing KEY and PROGRAM")
-	case len(pos) == 1:
-		return c.usageError("run", "missing PROGRAM to run under the lock %q (write it after --)", pos[0])
+	key, program, code, ok := c.keyAndProgram("run", pos, "under the lock")
+	if !ok {
+		return code
 	}
-	key, program := pos[0], pos[1:]
 
 	// Without --ttl, the backend's default applies: dlock.DefaultTTL, or
 	// the fixed lease length of a backend that has one (ZooKeeper's
 	// session timeout), which refuses any other.
-	ttlSet := f.isSet("ttl")
-	if ttlSet && (*ttl < dlock.MinTTL || *ttl > dlock.MaxTTL) {
-		return c.usageError("run", "%s %v: the TTL must lie within [%v, %v]", f.source("ttl"), *ttl, dlock.MinTTL, dlock.MaxTTL)
+	ttlSet, code, ok := c.checkTTL("run", f, *ttl)
+	if !ok {
+		return code
 	}
 	waitSet, noWaitSet := f.isSet("wait"), f.isSet("no-wait") && *noWait
 	if waitSet && noWaitSet {
@@ -80,9 +77,9 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	}
 	// --grace is checked against the lease's real TTL once the lock is
 	// taken, below; a contradiction visible now fails now.
-	graceSet := f.isSet("grace")
-	if graceSet && (*grace <= 0 || ttlSet && *grace >= *ttl) {
-		return c.usageError("run", "%s %v: must be positive and shorter than the TTL (%v)", f.source("grace"), *grace, *ttl)
+	graceSet, code, ok := c.checkGrace("run", f, *grace, *ttl, ttlSet)
+	if !ok {
+		return code
 	}
 	shape, code, ok := c.parseShape(f, limit, shared, exclusive)
 	if !ok {
@@ -99,12 +96,7 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	defer signal.Stop(sigs)
 	ctx, stopWatch := cancelOnSignal(ctx, sigs)
 
-	meta := dlock.Metadata{PID: os.Getpid(), Note: commandNote(program)}
-	opts := []dlock.Option{dlock.WithMetadata(meta)}
-	if ttlSet {
-		opts = append(opts, dlock.WithTTL(*ttl))
-	}
-	client, code, ok := c.open(ctx, backend, opts...)
+	client, code, ok := c.open(ctx, backend, programOptions(program, *ttl, ttlSet)...)
 	if !ok {
 		if s := stopWatch(); s != nil {
 			return c.interrupted(s, key)
