@@ -171,12 +171,19 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 					}
 				case key == a.pred && ev.Type == mvccpb.DELETE:
 					gone = ev.Kv.ModRevision
-				case key == a.pred && a.semaphore():
-					// Put again: a semaphore's waiter granted (touch).
-					// Only a semaphore's waiter waits for a waiter's
-					// grant; the entry another kind's waiter waits for
-					// may be put again by its holder's Publish (an
-					// election's Proclaim), which grants nobody.
+				case key == a.pred && (a.semaphore() || ev.Kv.CreateRevision != a.predRev):
+					// Put again: a semaphore's waiter granted (touch),
+					// or a new entry of the same name (its lease used
+					// again by its client's next call: the entry we
+					// waited for went, in a delete this watch started
+					// too late to see). Only a semaphore's waiter waits
+					// for a waiter's grant; for another kind a put of
+					// the same entry (same create revision) is its
+					// holder's Publish (an election's Proclaim), which
+					// grants nobody. Ignoring the re-created entry too
+					// left waiters to their next check of the queue: a
+					// queue of 10,000 drained a few hundred in 30 s
+					// (bench, section queue).
 					gone = ev.Kv.ModRevision
 				case key == marker && ev.Type == mvccpb.PUT:
 					marked = ev.Kv.ModRevision
