@@ -84,4 +84,12 @@ var (
 
 	// ErrAuth is returned when the server refuses the credentials.
 	ErrAuth = driver.ErrAuth
+
+	// ErrStaleToken is returned by a fenced write (packages sqlfence and
+	// httpfence, redisdlock.Fence, the stores' own checks) that was refused
+	// because a newer holder's fencing token was recorded first, or because
+	// the lease behind it no longer holds its key: the writer lost its
+	// lease, perhaps while it was paused, and nothing was written. The
+	// error is a *StaleTokenError where the store knows the recorded token.
+	ErrStaleToken = errors.New("dlock: stale fencing token")
 )

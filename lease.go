@@ -44,6 +44,13 @@ func (l *Lease) Key() string { return l.key }
 // whose lease was lost.
 func (l *Lease) Token() uint64 { return l.token }
 
+// Grant returns the backend's grant behind the lease. It is there for the
+// backend packages' fencing checks (etcddlock.IsOwner, zkdlock.CheckHeld),
+// which read from it what the lease holds on the server, and which an
+// application calls instead. The lease engine owns the grant: calling its
+// Renew or Release directly breaks Done, Err and Unlock.
+func (l *Lease) Grant() driver.Grant { return l.grant }
+
 // TTL returns the lease length the backend granted: the requested TTL, or
 // what the backend made of it (on ZooKeeper, the session timeout; on etcd,
 // whole seconds).

@@ -1,0 +1,142 @@
+package sqlfence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+
+	"github.com/dlockdev/dlock"
+)
+
+// DefaultTable is the fence table's name unless Table says otherwise.
+const DefaultTable = "dlock_fences"
+
+// ErrInvalid is returned, wrapped with what is wrong, for a fence name, token
+// or table name that cannot be recorded; nothing is written.
+var ErrInvalid = errors.New("sqlfence: invalid argument")
+
+// Guard records fencing tokens in one fence table of one database engine.
+// A Guard is safe for concurrent use; it holds no connection.
+type Guard struct {
+	dialect Dialect
+	table   string
+	err     error // a bad option, returned by every call
+}
+
+// Option configures a Guard.
+type Option func(*Guard)
+
+// Table names the fence table (default DefaultTable): letters, digits and
+// underscores, optionally qualified by a schema ("ops.fences").
+func Table(name string) Option {
+	return func(g *Guard) {
+		if !tableName.MatchString(name) {
+			g.err = fmt.Errorf("%w: table name %q: want letters, digits and _, optionally schema.table", ErrInvalid, name)
+			return
+		}
+		g.table = name
+	}
+}
+
+// tableName is what Table accepts: names that need no quoting in any of the
+// dialects, so that they can be put into the statements as they are.
+var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
+
+// New returns a Guard for the dialect's database.
+func New(d Dialect, opts ...Option) *Guard {
+	g := &Guard{dialect: d, table: DefaultTable}
+	if d.record == "" {
+		g.err = fmt.Errorf("%w: zero Dialect: use sqlfence.Postgres or sqlfence.SQLite", ErrInvalid)
+	}
+	for _, o := range opts {
+		o(g)
+	}
+	return g
+}
+
+// CreateStatement returns the statement that creates the fence table if it
+// does not exist, for a migration tool.
+func (g *Guard) CreateStatement() string {
+	return fmt.Sprintf(g.dialect.create, g.table)
+}
+
+// CreateTable creates the fence table if it does not exist.
+func (g *Guard) CreateTable(ctx context.Context, db *sql.DB) error {
+	if g.err != nil {
+		return g.err
+	}
+	if _, err := db.ExecContext(ctx, g.CreateStatement()); err != nil {
+		return fmt.Errorf("sqlfence: create table %s: %w", g.table, err)
+	}
+	return nil
+}
+
+// Check records token for the fence name in tx and holds the fence row until
+// tx ends. It returns a *dlock.StaleTokenError (errors.Is(err,
+// dlock.ErrStaleToken)) when a higher token is recorded already: the caller
+// lost its lease and must roll tx back. The same token may be recorded again
+// (one holder, several transactions). Call it first in the transaction,
+// before the writes it guards.
+func (g *Guard) Check(ctx context.Context, tx *sql.Tx, fence string, token uint64) error {
+	if err := g.valid(fence, token); err != nil {
+		return err
+	}
+	var got int64
+	err := tx.QueryRowContext(ctx, fmt.Sprintf(g.dialect.record, g.table), fence, int64(token)).Scan(&got)
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("sqlfence: fence %q: record token %d: %w", fence, token, err)
+	}
+	// No row: the recorded token is higher. The row is locked by the
+	// upsert, so this reads what refused it.
+	stale := &dlock.StaleTokenError{Fence: fence, Token: token}
+	if err := tx.QueryRowContext(ctx, fmt.Sprintf(g.dialect.recorded, g.table), fence).Scan(&got); err == nil && got > 0 {
+		stale.Recorded = uint64(got)
+	}
+	return stale
+}
+
+// Do runs fn in a transaction of db that Check has fenced, and commits it
+// when fn returns nil; otherwise it rolls back and returns fn's error (or
+// Check's *dlock.StaleTokenError, without calling fn).
+func (g *Guard) Do(ctx context.Context, db *sql.DB, fence string, token uint64, fn func(tx *sql.Tx) error) error {
+	if err := g.valid(fence, token); err != nil {
+		return err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlfence: fence %q: begin: %w", fence, err)
+	}
+	defer tx.Rollback() // after Commit, a no-op
+	if err := g.Check(ctx, tx, fence, token); err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlfence: fence %q: commit: %w", fence, err)
+	}
+	return nil
+}
+
+// valid checks what Check is given, before anything is sent.
+func (g *Guard) valid(fence string, token uint64) error {
+	switch {
+	case g.err != nil:
+		return g.err
+	case fence == "":
+		return fmt.Errorf("%w: empty fence name", ErrInvalid)
+	case token == 0:
+		return fmt.Errorf("%w: fence %q: token 0 is no lease's token", ErrInvalid, fence)
+	case token > math.MaxInt64:
+		// SQL's BIGINT is signed; no backend's tokens get near it.
+		return fmt.Errorf("%w: fence %q: token %d does not fit a BIGINT", ErrInvalid, fence, token)
+	}
+	return nil
+}
