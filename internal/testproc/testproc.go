@@ -64,9 +64,22 @@ type Role func(ctx context.Context, p *Peer) error
 // started by Start, and exits; otherwise it runs the tests (m.Run) and exits
 // with their status.
 func Main(m *testing.M, roles map[string]Role) {
+	RunChild(roles)
+	os.Exit(m.Run())
+}
+
+// RunChild runs the role named in the environment and exits, when the
+// process is a child started by Start; otherwise it returns at once. A
+// TestMain that sets up servers around m.Run calls it first:
+//
+//	func TestMain(m *testing.M) {
+//		testproc.RunChild(roles)
+//		… setup, m.Run(), teardown …
+//	}
+func RunChild(roles map[string]Role) {
 	name, ok := os.LookupEnv(roleEnv)
 	if !ok {
-		os.Exit(m.Run())
+		return
 	}
 	role, ok := roles[name]
 	if !ok {
@@ -78,8 +91,10 @@ func Main(m *testing.M, roles map[string]Role) {
 	p := &Peer{in: bufio.NewScanner(os.Stdin), out: os.Stdout}
 	if err := role(ctx, p); err != nil {
 		fmt.Fprintf(os.Stderr, "testproc: role %s: %v\n", name, err)
+		cancel()
 		os.Exit(1)
 	}
+	cancel()
 	os.Exit(0)
 }
 
