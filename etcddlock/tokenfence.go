@@ -21,9 +21,9 @@ import (
 // etcd's comparison of a Value always fails on a missing key, and a Txn's
 // If has no OR, so "absent or not above" takes two levels, in one Txn:
 //
-//	if CreateRevision(fence) == 0:  put fence, ops…            (first write)
-//	else if Value(fence) <= token:  put fence, ops…
-//	else:                           get fence                  (refused: the recorded token)
+//	if CreateRevision(fence) == 0:  put fence, ops…     (first write)
+//	else if Value(fence) > token:   get fence           (refused: the recorded token)
+//	else:                           put fence, ops…
 //
 // Nested Txn operations need etcd 3.3 or later. The two branches that put
 // the fence and run ops exclude each other, which etcd allows (a key may be
@@ -76,11 +76,12 @@ func FenceOp(fence string, token uint64, ops ...clientv3.Op) (clientv3.Op, error
 		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(fence), "=", 0)},
 		write,
 		[]clientv3.Op{clientv3.OpTxn(
-			// The recorded token is not above ours.
-			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(fence), "<=", v)},
-			write,
-			// Refused: read the recorded token, in the same revision.
-			[]clientv3.Op{clientv3.OpGet(fence)})},
+			// The recorded token is above ours (etcd has no "<="):
+			// refused, read it, in the same revision.
+			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(fence), ">", v)},
+			[]clientv3.Op{clientv3.OpGet(fence)},
+			// Else it is not above ours.
+			write)},
 	), nil
 }
 
@@ -121,8 +122,8 @@ func FenceResult(fence string, token uint64, r *pb.ResponseOp) ([]*pb.ResponseOp
 		return outer.Responses[1:], nil // first write: ops after the fence's put
 	}
 	inner := outer.Responses[0].GetResponseTxn()
-	if inner.Succeeded {
-		return inner.Responses[1:], nil
+	if !inner.Succeeded {
+		return inner.Responses[1:], nil // not above ours: ops ran
 	}
 	kvs := inner.Responses[0].GetResponseRange().GetKvs()
 	if len(kvs) == 0 {
