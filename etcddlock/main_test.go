@@ -6,13 +6,16 @@ import (
 	"testing"
 
 	"github.com/dlockdev/dlock/internal/leakcheck"
+	"github.com/dlockdev/dlock/internal/testproc"
 	"github.com/dlockdev/dlock/internal/testserver"
 )
 
 // Every client, lease and waiter must stop its goroutines when closed,
 // released or cancelled. The shared etcd process is stopped first: the
-// goroutines that tend it are not ours to check.
+// goroutines that tend it are not ours to check. A child process of the
+// fencing proofs (internal/testproc) runs its role instead, and exits.
 func TestMain(m *testing.M) {
+	testproc.RunChild(fenceRoles)
 	code := m.Run()
 	testserver.StopSharedEtcd()
 	if code == 0 {
