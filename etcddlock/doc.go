@@ -38,6 +38,16 @@
 // lease then lasts as long as etcd granted, and is renewed every third of
 // it. A TTL of 100 ms therefore behaves as one of 1 or 2 s.
 //
+// # Fencing
+//
+// For data kept in etcd, the fencing check can be etcd's own, in the Txn
+// that writes: IsOwner returns a comparison that holds while a lease holds
+// its key, and OwnerTxn runs operations under it; FencedTxn (or FenceOp and
+// FenceResult in a Txn of your own) records the highest fencing token at a
+// fence key and refuses lower ones, for leases of any backend. A refused
+// write returns a *dlock.StaleTokenError and writes nothing.
+// docs/fencing-etcd.md says what each guarantees, and what not.
+//
 // # Inspect and List
 //
 // They report the key's kind and limit, the holders in grant order (each

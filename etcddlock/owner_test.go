@@ -312,3 +312,40 @@ func TestIsOwner_foreignLease(t *testing.T) {
 		})
 	}
 }
+
+// A MultiLease's leases are etcd leases: their comparisons in one If make
+// a Txn that commits only while every key is held.
+func TestIsOwner_multiLease(t *testing.T) {
+	e := newFenceEnv(t)
+	m, err := e.c.LockAll(e.ctx, []string{e.key + "/a", e.key + "/b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmps []clientv3.Cmp
+	for _, l := range m.Leases() {
+		cmp, err := etcddlock.IsOwner(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmps = append(cmps, cmp)
+	}
+	put := func(v string) bool {
+		resp, err := e.admin.Txn(e.ctx).If(cmps...).Then(clientv3.OpPut(e.data, v)).Commit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Succeeded
+	}
+	if !put("both held") {
+		t.Fatal("IsOwner of every lease of a held MultiLease: false")
+	}
+	if err := m.Unlock(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if put("released") {
+		t.Fatal("IsOwner of a released MultiLease's leases: true")
+	}
+	if got := e.value(t, e.data); got != "both held" {
+		t.Fatalf("data = %q", got)
+	}
+}
