@@ -12,7 +12,10 @@ import (
 // ErrInvalidFence is returned, wrapped with what is wrong, by IsOwner,
 // OwnerTxn, FenceOp and FencedTxn for an argument they cannot fence with: a
 // nil lease or one that is not etcddlock's, an empty fence key, token 0, or
-// operations that write the fence key themselves. Nothing is sent to etcd.
+// operations that write the fence key themselves; nothing is sent to etcd.
+// FenceResult (and FencedTxn) return it too for a response that is not
+// FenceOp's, and for a write refused because the fence key holds a value the
+// guard did not write; nothing was written then.
 var ErrInvalidFence = errors.New("etcddlock: invalid fencing argument")
 
 // IsOwner returns a comparison that holds while lease still holds its key
