@@ -71,8 +71,9 @@ func CheckHeld(lease *dlock.Lease) (*zk.CheckVersionRequest, error) {
 // check's is left out).
 //
 // A refused check returns an error satisfying errors.Is(err,
-// dlock.ErrStaleToken) that names the key, the token and why: the lease was
-// lost (perhaps while this process was paused) and nothing was written.
+// dlock.ErrStaleToken), a *dlock.StaleTokenError (Fence: the key, Token:
+// the lease's, Recorded: 0) wrapped with why: the lease was lost (perhaps
+// while this process was paused) and nothing was written.
 // Other errors are as conn.Multi returned them, wrapped with the key: one of
 // ops failed (errors.Is(err, zk.ErrBadVersion), …; see the responses), or
 // the connection failed. After zk.ErrConnectionClosed the Multi may have
@@ -135,7 +136,10 @@ func (g *grant) checkVersion() int32 {
 }
 
 // stale is MultiHeld's error for a refused check: the node is gone, or
-// was written (why).
+// was written (why). The fence is the key; ZooKeeper records no token, so
+// Recorded is 0:
+//
+//	fence "k": dlock: stale fencing token: 42: lock node lock-…-0000000003 is gone (…); nothing was written
 func (g *grant) stale(why string) error {
-	return fmt.Errorf("multi under lease %q: %w: %d: lock node %s %s; nothing was written", g.key, dlock.ErrStaleToken, g.token, g.nodeName(), why)
+	return fmt.Errorf("%w: lock node %s %s; nothing was written", &dlock.StaleTokenError{Fence: g.key, Token: g.token}, g.nodeName(), why)
 }

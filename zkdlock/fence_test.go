@@ -70,8 +70,9 @@ func mustBeStale(t *testing.T, conn zkdlock.MultiConn, l *dlock.Lease, path, val
 	if !errors.Is(err, dlock.ErrStaleToken) {
 		t.Fatalf("MultiHeld under the lost lease on %q (%v): err = %v, want ErrStaleToken", l.Key(), l.Mode(), err)
 	}
-	if !strings.Contains(err.Error(), l.Key()) {
-		t.Errorf("stale error %q does not name the key %q", err, l.Key())
+	var stale *dlock.StaleTokenError
+	if !errors.As(err, &stale) || stale.Fence != l.Key() || stale.Token != l.Token() || stale.Recorded != 0 {
+		t.Errorf("stale error %v: want a *dlock.StaleTokenError of fence %q, token %d, nothing recorded", err, l.Key(), l.Token())
 	}
 }
 
