@@ -315,6 +315,44 @@ func TestCheckHeld_electionLeader(t *testing.T) {
 	}
 }
 
+// A MultiLease: the checks of all its leases in one Multi commit while all
+// are held; once one is lost (its node deleted, as an operator could), the
+// whole Multi fails on that lease's check, ZNONODE.
+func TestCheckHeld_multiLease(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	admin := dialZK(t, ctx, srv.Addr(), connOpts{timeout: 10 * time.Second})
+	root := testRoot(t)
+	data := dataNode(t, admin, root)
+	c := plainClient(t, ctx, srv.Addr(), zkdlock.Options{Root: root})
+	m, err := c.LockAll(ctx, []string{"a", "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var checks []any
+	for _, l := range m.Leases() {
+		check, err := zkdlock.CheckHeld(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checks = append(checks, check)
+	}
+	if rs, err := admin.Multi(append(checks, set(data, "both"))...); err != nil {
+		t.Fatalf("Multi(both checks, setData) while both held: %v (%+v)", err, rs)
+	}
+	if err := admin.Delete(checks[1].(*zk.CheckVersionRequest).Path, -1); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := admin.Multi(append(checks, set(data, "one"))...)
+	if err == nil || len(rs) != 3 || rs[0].Error != nil || !errors.Is(rs[1].Error, zk.ErrNoNode) {
+		t.Fatalf("Multi(both checks, setData) with the second lease's node gone = %+v, %v; want its check failing with zk.ErrNoNode", rs, err)
+	}
+	if got := dataOf(t, admin, data); got != "both" {
+		t.Errorf("data = %q, want both", got)
+	}
+	_ = m.Unlock(ctx) // ErrNotHeld: one lease was lost
+}
+
 // A nil lease, or one of another backend, is refused with ErrForeignLease
 // before anything is sent.
 func TestCheckHeld_foreignOrNilLease(t *testing.T) {
