@@ -6,12 +6,16 @@ import (
 	"testing"
 
 	"github.com/dlockdev/dlock/internal/leakcheck"
+	"github.com/dlockdev/dlock/internal/testproc"
 	"github.com/dlockdev/dlock/internal/testserver"
 )
 
 // TestMain stops the package's ZooKeeper server after the tests, then checks
-// that every client, lease, waiter and janitor stopped its goroutines.
+// that every client, lease, waiter and janitor stopped its goroutines. In a
+// child process of the fencing proofs it runs the child's role instead
+// (childRoles, fence_proof_test.go).
 func TestMain(m *testing.M) {
+	testproc.RunChild(childRoles)
 	code := m.Run()
 	testserver.StopSharedZooKeeper()
 	if code == 0 {

@@ -50,6 +50,14 @@
 // that its node was deleted, every lease concerned is lost at once. A waiting
 // Lock keeps its place through connection loss, and joins the end of the
 // queue again if its session expired.
+//
+// # Fenced writes
+//
+// For data kept in ZooKeeper itself, MultiHeld runs a Multi that commits only
+// while the lease still holds its key on the server (CheckHeld gives the
+// check op for a Multi of your own): a holder paused past its session
+// timeout gets dlock.ErrStaleToken, and nothing is written.
+// docs/fencing-zookeeper.md says what it guarantees and what it does not.
 package zkdlock
 
 import (
