@@ -1,4 +1,4 @@
-package sqlfence_test
+package storetest_test
 
 import (
 	"context"

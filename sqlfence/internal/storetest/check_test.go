@@ -1,4 +1,4 @@
-package sqlfence_test
+package storetest_test
 
 import (
 	"database/sql"
@@ -300,21 +300,4 @@ func TestCreateTable(t *testing.T) {
 			t.Fatalf("recorded %d in %s, want 2", got, table)
 		}
 	})
-}
-
-// TestCreateStatement_documented pins the statements that doc.go and
-// docs/fencing-sql.md show.
-func TestCreateStatement_documented(t *testing.T) {
-	for _, c := range []struct {
-		g    *sqlfence.Guard
-		want string
-	}{
-		{sqlfence.New(sqlfence.Postgres), "CREATE TABLE IF NOT EXISTS dlock_fences (name TEXT PRIMARY KEY, token BIGINT NOT NULL)"},
-		{sqlfence.New(sqlfence.SQLite), "CREATE TABLE IF NOT EXISTS dlock_fences (name TEXT PRIMARY KEY, token INTEGER NOT NULL)"},
-		{sqlfence.New(sqlfence.Postgres, sqlfence.Table("ops.fences")), "CREATE TABLE IF NOT EXISTS ops.fences (name TEXT PRIMARY KEY, token BIGINT NOT NULL)"},
-	} {
-		if got := c.g.CreateStatement(); got != c.want {
-			t.Errorf("CreateStatement = %q\nwant %q", got, c.want)
-		}
-	}
 }
