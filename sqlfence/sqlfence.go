@@ -30,7 +30,11 @@ type Guard struct {
 type Option func(*Guard)
 
 // Table names the fence table (default DefaultTable): letters, digits and
-// underscores, optionally qualified by a schema ("ops.fences").
+// underscores, optionally qualified by a schema ("ops.fences"; on SQLite,
+// an attached database's name). The name goes into the statements
+// unquoted, so the database folds its case as it does for any unquoted
+// name, and it must not be a reserved word; any other name is ErrInvalid,
+// returned by every call of the Guard.
 func Table(name string) Option {
 	return func(g *Guard) {
 		if !tableName.MatchString(name) {

@@ -3,7 +3,6 @@ package storetest_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -251,7 +250,7 @@ func TestCheck_sqliteOrdersTransactions(t *testing.T) {
 	}
 	b := begin(impatient)
 	err := g.Check(ctx, b, "ab", 6)
-	if err == nil || errors.Is(err, sqlfence.ErrInvalid) || !strings.Contains(err.Error(), "SQLITE_BUSY") {
+	if !sqliteBusy(err) {
 		t.Fatalf("B's Check while A is open: %v, want SQLITE_BUSY", err)
 	}
 	_ = b.Rollback()
@@ -279,5 +278,55 @@ func TestCheck_sqliteOrdersTransactions(t *testing.T) {
 	_ = a.Rollback()
 	if got := recorded(t, s, db, sqlfence.DefaultTable, "ab"); got != 6 {
 		t.Fatalf("recorded %d, want 6", got)
+	}
+}
+
+// TestCheck_sqliteReadBeforeCheckIsBusy pins what docs/fencing-sql.md says
+// of SQLite: a transaction that reads before Check holds a snapshot, and
+// when another connection commits meanwhile, Check fails at once with
+// SQLITE_BUSY (a busy timeout cannot help: waiting would not make the
+// snapshot current) instead of waiting or judging the token. Begun
+// IMMEDIATE (modernc: _txlock=immediate), the same transaction works.
+func TestCheck_sqliteReadBeforeCheckIsBusy(t *testing.T) {
+	s := stores[1]
+	ctx := ctxT(t)
+	path := filepath.Join(t.TempDir(), "snap.db")
+	db := s.open(t, sqliteDSN(path, 30*time.Second))
+	g := sqlfence.New(s.dialect)
+	if err := g.CreateTable(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	a, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Rollback()
+	var n int
+	if err := a.QueryRowContext(ctx, "SELECT count(*) FROM "+sqlfence.DefaultTable).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Do(ctx, db, "f", 6, func(*sql.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	err = g.Check(ctx, a, "f", 7)
+	if !sqliteBusy(err) {
+		t.Fatalf("Check after a read, another commit between: %v, want SQLITE_BUSY", err)
+	}
+	_ = a.Rollback()
+
+	immediate := s.open(t, sqliteDSN(path, 30*time.Second)+"&_txlock=immediate")
+	a, err = immediate.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Rollback()
+	if err := a.QueryRowContext(ctx, "SELECT count(*) FROM "+sqlfence.DefaultTable).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Check(ctx, a, "f", 7); err != nil {
+		t.Fatalf("IMMEDIATE transaction: %v", err)
+	}
+	if err := a.Commit(); err != nil {
+		t.Fatal(err)
 	}
 }

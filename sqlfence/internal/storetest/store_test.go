@@ -3,6 +3,7 @@ package storetest_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net/url"
 	"path/filepath"
@@ -13,7 +14,7 @@ import (
 	"github.com/dlockdev/dlock/internal/testserver"
 	"github.com/dlockdev/dlock/sqlfence"
 	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
-	_ "modernc.org/sqlite"             // driver "sqlite"
+	"modernc.org/sqlite"               // driver "sqlite"
 )
 
 // store is one database engine the tests run on: a real PostgreSQL server
@@ -141,4 +142,11 @@ func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// sqliteBusy tells whether err is SQLite's SQLITE_BUSY, or one of its
+// extended codes (SQLITE_BUSY_SNAPSHOT, 517).
+func sqliteBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == 5
 }
