@@ -12,7 +12,7 @@ root=$(pwd)
 # command, the fault-injection suite, the examples and the scheduler
 # adapters (integrations/: dlock itself depends on no scheduler) stand apart. bench/ is
 # vetted here and run by bench/run.sh.
-modules=(. redisdlock zkdlock etcddlock cmd/dlock faultinject examples integrations/gocron integrations/robfigcron)
+modules=(. redisdlock zkdlock etcddlock sqlfence sqlfence/internal/storetest cmd/dlock faultinject examples integrations/gocron integrations/robfigcron)
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
@@ -22,6 +22,9 @@ command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 # (internal/testserver/clock.go; libfaketime cannot run redis-server).
 command -v cc >/dev/null 2>&1 || need+=(gcc)
 command -v zsh >/dev/null 2>&1 || need+=(zsh) # cmd/dlock: zsh -n on the completion script
+# sqlfence's tests run a PostgreSQL server (internal/testserver/postgres.go
+# finds Debian's binaries in /usr/lib/postgresql/<version>/bin).
+compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test.sh: installing ${need[*]}"
   SUDO=""

@@ -2,7 +2,8 @@
 # What a library user downloads: for each backend, a fresh module that
 # imports dlock and that backend (the working tree, through replace
 # directives), and a second one that imports only the backend's client
-# library. It prints the user's go.sum lines and `go list -m all` count.
+# library; and for sqlfence, which has no client, a module that imports it.
+# It prints the user's go.sum lines and `go list -m all` count.
 #
 #   scripts/deps.sh             print the figures
 #   scripts/deps.sh --check     also fail unless every module in the user's
@@ -90,6 +91,32 @@ for b in "${backends[@]}"; do
     rm -f "$user/go.sum"
     tidy "$user" "$cache"
     echo "  a fresh go mod tidy downloads $(du -sh "$cache/cache/download" | cut -f1)"
+  fi
+done
+# Packages that need no client: a user of one gets dlock's modules and
+# nothing else (sqlfence works with the user's own database/sql driver; its
+# tests against real databases, and their drivers, are a module of their
+# own, sqlfence/internal/storetest, since go mod tidy loads the tests of
+# the packages a user imports).
+for pkg in sqlfence; do
+  user=$work/user-$pkg
+  module "$user" example.com/user github.com/dlockdev/dlock "github.com/dlockdev/dlock/$pkg"
+  (cd "$user" &&
+    go mod edit -require=github.com/dlockdev/dlock@v0.0.0-00010101000000-000000000000 \
+      -require="github.com/dlockdev/dlock/$pkg@v0.0.0-00010101000000-000000000000" \
+      -replace=github.com/dlockdev/dlock="$root" -replace="github.com/dlockdev/dlock/$pkg=$root/$pkg")
+  tidy "$user"
+  sum=0
+  [ ! -f "$user/go.sum" ] || sum=$(wc -l <"$user/go.sum")
+  mods=$(cd "$user" && go list -m all | wc -l)
+  printf '%-11s %14s %16s %s\n' "$pkg" "$sum" "$mods" "(no client)"
+  if $check; then
+    extra=$(cd "$user" && go list -m -f '{{.Path}}' all | grep -v -e '^example.com/' -e '^github.com/dlockdev/dlock' || true)
+    if [ -n "$extra" ]; then
+      echo "deps.sh: a user of $pkg gets modules beyond dlock's:" >&2
+      echo "$extra" | sed 's/^/  /' >&2
+      fail=true
+    fi
   fi
 done
 if $fail; then

@@ -36,8 +36,8 @@
 // Among the transactions that called Check for one fence name and
 // committed, the tokens are in commit order: no transaction with a lower
 // token commits after one with a higher token. A transaction that checks
-// while another holds the fence row waits for it (a row lock in PostgreSQL
-// and MySQL, the database's write lock in SQLite); if the other one recorded
+// while another holds the fence row waits for it (a row lock in PostgreSQL,
+// the database's write lock in SQLite); if the other one recorded
 // a higher token, Check returns a *dlock.StaleTokenError, which satisfies
 // errors.Is(err, dlock.ErrStaleToken).
 //

@@ -30,7 +30,11 @@ type Guard struct {
 type Option func(*Guard)
 
 // Table names the fence table (default DefaultTable): letters, digits and
-// underscores, optionally qualified by a schema ("ops.fences").
+// underscores, optionally qualified by a schema ("ops.fences"; on SQLite,
+// an attached database's name). The name goes into the statements
+// unquoted, so the database folds its case as it does for any unquoted
+// name, and it must not be a reserved word; any other name is ErrInvalid,
+// returned by every call of the Guard.
 func Table(name string) Option {
 	return func(g *Guard) {
 		if !tableName.MatchString(name) {
@@ -58,8 +62,14 @@ func New(d Dialect, opts ...Option) *Guard {
 }
 
 // CreateStatement returns the statement that creates the fence table if it
-// does not exist, for a migration tool.
+// does not exist, for a migration tool. It returns "" for a Guard made with
+// a bad option or the zero Dialect, whose calls return ErrInvalid: a
+// statement naming the default table instead of the one asked for would
+// create the wrong table.
 func (g *Guard) CreateStatement() string {
+	if g.err != nil {
+		return ""
+	}
 	return fmt.Sprintf(g.dialect.create, g.table)
 }
 
@@ -67,6 +77,9 @@ func (g *Guard) CreateStatement() string {
 func (g *Guard) CreateTable(ctx context.Context, db *sql.DB) error {
 	if g.err != nil {
 		return g.err
+	}
+	if db == nil {
+		return fmt.Errorf("%w: nil *sql.DB", ErrInvalid)
 	}
 	if _, err := db.ExecContext(ctx, g.CreateStatement()); err != nil {
 		return fmt.Errorf("sqlfence: create table %s: %w", g.table, err)
@@ -84,13 +97,16 @@ func (g *Guard) Check(ctx context.Context, tx *sql.Tx, fence string, token uint6
 	if err := g.valid(fence, token); err != nil {
 		return err
 	}
+	if tx == nil {
+		return fmt.Errorf("%w: fence %q: nil *sql.Tx", ErrInvalid, fence)
+	}
 	var got int64
 	err := tx.QueryRowContext(ctx, fmt.Sprintf(g.dialect.record, g.table), fence, int64(token)).Scan(&got)
 	switch {
 	case err == nil:
 		return nil
 	case !errors.Is(err, sql.ErrNoRows):
-		return fmt.Errorf("sqlfence: fence %q: record token %d: %w", fence, token, err)
+		return fmt.Errorf("sqlfence: fence %q: record token %d in %s: %w", fence, token, g.table, err)
 	}
 	// No row: the recorded token is higher. The row is locked by the
 	// upsert, so this reads what refused it.
@@ -107,6 +123,9 @@ func (g *Guard) Check(ctx context.Context, tx *sql.Tx, fence string, token uint6
 func (g *Guard) Do(ctx context.Context, db *sql.DB, fence string, token uint64, fn func(tx *sql.Tx) error) error {
 	if err := g.valid(fence, token); err != nil {
 		return err
+	}
+	if db == nil || fn == nil {
+		return fmt.Errorf("%w: fence %q: nil *sql.DB or function", ErrInvalid, fence)
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {

@@ -1,0 +1,27 @@
+package storetest_test
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/dlockdev/dlock/internal/leakcheck"
+	"github.com/dlockdev/dlock/internal/testproc"
+	"github.com/dlockdev/dlock/internal/testserver"
+)
+
+// TestMain runs a child's role when the process is one (the SIGSTOP
+// proofs), else the tests; then it stops the shared PostgreSQL server and
+// checks that no client, lease or connection pool was left running.
+func TestMain(m *testing.M) {
+	testproc.RunChild(roles)
+	code := m.Run()
+	testserver.StopSharedPostgres()
+	if code == 0 {
+		if err := leakcheck.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goroutine leak: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
