@@ -200,9 +200,9 @@ func (f *Fence) run(ctx context.Context, token uint64, cmd string, keys []string
 		}
 		return nil, &dlock.StaleTokenError{Fence: f.name, Token: token, Recorded: recorded}
 	case 2:
-		return nil, fmt.Errorf("%w: fence %q: redis at %s: maxmemory-policy is %v: under memory pressure the server may evict the fence's record %q, and then take a stale holder's write as the fence's first; "+
+		return nil, fmt.Errorf("fence %q: %w: redis at %s: maxmemory-policy is %v: under memory pressure the server may evict the fence's record %q, and then take a stale holder's write as the fence's first; "+
 			"set maxmemory-policy noeviction (or a volatile-* policy, which evicts only keys with an expiry), or pass redisdlock.AllowFenceEviction() to NewFence to accept that risk",
-			ErrUnsafeServer, f.name, scripterAddr(f.rdb), res[1], f.key)
+			f.name, ErrUnsafeServer, scripterAddr(f.rdb), res[1], f.key)
 	}
 	return nil, fmt.Errorf("fence %q: %s: unexpected reply %v", f.name, describe(cmd, keys), res)
 }
@@ -249,7 +249,7 @@ func (f *Fence) check(token uint64, cmd string, keys []string, args []any) error
 }
 
 func (f *Fence) invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: fence %q: %s", ErrInvalidWrite, f.name, fmt.Sprintf(format, args...))
+	return fmt.Errorf("fence %q: %w: %s", f.name, ErrInvalidWrite, fmt.Sprintf(format, args...))
 }
 
 // misplaced explains a key outside the record's slot (cluster) or shard
@@ -265,11 +265,20 @@ func (f *Fence) misplaced(key string, cluster bool) error {
 	}
 	var hint string
 	if tag := hashTag(f.key); hasHashTag(f.key) {
-		hint = fmt.Sprintf("put the fence's hash tag {%s} first in the key, e.g. %q", tag, "{"+tag+"}:"+key)
+		hint = fmt.Sprintf("put the fence's hash tag {%s} first in the key, e.g. %q", tag, tagged(tag, key))
 	} else {
-		hint = fmt.Sprintf("give the fence a hash tag that its keys share: NewFence(rdb, %q) with keys such as %q", "{"+f.name+"}", "{"+f.name+"}:"+key)
+		hint = fmt.Sprintf("give the fence a hash tag that its keys share: NewFence(rdb, %q) with keys such as %q", "{"+f.name+"}", tagged(f.name, key))
 	}
-	return fmt.Errorf("%w: fence %q: %s; %s", ErrCrossSlot, f.name, what, hint)
+	return fmt.Errorf("fence %q: %w: %s; %s", f.name, ErrCrossSlot, what, hint)
+}
+
+// tagged suggests key with hash tag tag: "orders:42" becomes "{orders}:42",
+// "x" becomes "{orders}:x".
+func tagged(tag, key string) string {
+	if rest, ok := strings.CutPrefix(key, tag); ok && rest != "" {
+		return "{" + tag + "}" + rest
+	}
+	return "{" + tag + "}:" + key
 }
 
 // describe names a write in messages: `SET "k"`, `DEL "a" (and 2 more keys)`.

@@ -386,7 +386,7 @@ func TestFence_ring(t *testing.T) {
 		t.Fatalf("through the ring: %q", got)
 	}
 	err := f.Set(ctx, 2, "orders:43", "closed", 0)
-	if !errors.Is(err, redisdlock.ErrCrossSlot) || !strings.Contains(err.Error(), `"{orders}:orders:43"`) {
+	if !errors.Is(err, redisdlock.ErrCrossSlot) || !strings.Contains(err.Error(), `"{orders}:43"`) {
 		t.Fatalf("other tag on a Ring: err = %v, want ErrCrossSlot with a hint", err)
 	}
 	if get(t, ctx, ring, "orders:43") != "<none>" || get(t, ctx, ring, f.Key()) != "1" {
