@@ -114,6 +114,12 @@
 //     (redisdlock.ErrUnsafeServer) unless told to accept it; a server that
 //     will not report its policy is accepted, and must be configured with
 //     noeviction.
+//   - redisdlock.Fence keeps a fence's highest token in one key without
+//     expiry: an allkeys-* maxmemory-policy may evict it (Fence refuses such
+//     a server when it creates the key, unless AllowFenceEviction), and a
+//     failover to a replica that missed the latest fenced writes loses
+//     their token with them, so a stale holder's next write lands until the
+//     newer holder writes again (docs/fencing-redis.md).
 //
 // On ZooKeeper (zkdlock; docs/zookeeper.md):
 //

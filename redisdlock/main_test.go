@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dlockdev/dlock/internal/leakcheck"
+	"github.com/dlockdev/dlock/internal/testproc"
 	"github.com/dlockdev/dlock/internal/testserver"
 	"github.com/redis/go-redis/v9"
 )
@@ -19,9 +20,11 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 // TestMain starts.
 var exampleAddr, exampleURL string
 
-// TestMain starts the examples' server; afterwards, every client, lease and
+// TestMain starts the examples' server (after running the role of a child
+// process started by testproc.Start, in a child); afterwards, every client, lease and
 // waiter must have stopped its goroutines.
 func TestMain(m *testing.M) {
+	testproc.RunChild(childRoles)  // in a child process of a test: run its role, exit
 	redis.SetLogger(quietLogger{}) // go-redis reports reconnects the tests cause on purpose
 	addr, stop, err := testserver.StartRedisForMain()
 	if err != nil {

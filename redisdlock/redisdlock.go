@@ -26,6 +26,10 @@
 // for a leader that dies without releasing, at its deadline: see
 // docs/redis.md, "Leader election".
 //
+// When the data the lock protects lives in Redis too, a Fence (NewFence)
+// writes it only under a token not older than the last one written: see
+// docs/fencing-redis.md.
+//
 // Or build a Client from a go-redis client the program already has with New;
 // that works unchanged with a plain client, Sentinel (redis.NewFailoverClient)
 // and Cluster (redis.NewClusterClient), because every key of one lock shares a

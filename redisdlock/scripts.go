@@ -22,12 +22,16 @@ var (
 	inspectLua string
 	//go:embed scripts/publish.lua
 	publishLua string
+	//go:embed scripts/fence.lua
+	fenceLua string
 
 	acquireScript = newScript(commonLua + acquireLua)
 	releaseScript = newScript(commonLua + releaseLua)
 	renewScript   = newScript(renewLua) // alone: it needs nothing of common.lua
 	inspectScript = newScript(commonLua + inspectLua)
 	publishScript = newScript(publishLua) // alone, as renew.lua
+	// Fence's, run by redis.Script.Run: it takes any redis.Scripter.
+	fenceScript = redis.NewScript(fenceLua)
 )
 
 // script runs one Lua script by EVALSHA, falling back to EVAL when the

@@ -1,0 +1,333 @@
+package redisdlock
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// FenceKeyPrefix begins the Redis key of every fence's record:
+// "dlock:fence:<name>".
+const FenceKeyPrefix = DefaultPrefix + "fence:"
+
+// maxFencedArgs bounds the keys and arguments of one fenced write: the
+// script passes them to the command through Lua's unpack, whose limit is
+// about 8000 values. Split a larger HSet or Del into several writes.
+const maxFencedArgs = 4096
+
+// Fence guards writes to Redis data with fencing tokens: a write goes
+// through only if its token is not older than the highest token already
+// written through the fence, and then records its own. The compare, the
+// record and the write are one Lua script, which the server runs without
+// any other command in between, so a holder that lost its lock (paused,
+// cut off) and writes late is refused once its successor has written:
+//
+//	orders := redisdlock.NewFence(rdb, "{orders}")
+//	err := orders.Set(ctx, lease.Token(), "{orders}:42", "closed", 0)
+//	if errors.Is(err, dlock.ErrStaleToken) {
+//		// a newer holder has written: stop, write nothing more
+//	}
+//
+// Use one fence for the data one lock key protects, and the tokens of that
+// key's leases: tokens of different keys are not ordered with each other.
+// The same token may write any number of times. The tokens may come from any
+// dlock backend (and any uint64 counter that only goes up).
+//
+// The record is one key, FenceKeyPrefix+name, in the same database as the
+// data, holding the highest token in decimal; it never expires. On a Redis
+// Cluster every key of a write must be in the record's hash slot, and on a
+// Ring have its hash tag: name the fence with the hash tag of its keys, as
+// "{orders}" above. docs/fencing-redis.md says what the fence guarantees and
+// what it does not (eviction, failover).
+//
+// A Fence is safe for concurrent use, and holds nothing but rdb: create one
+// per fence name wherever convenient.
+type Fence struct {
+	rdb      redis.Scripter
+	name     string
+	key      string
+	evictArg string // ARGV[2] of fence.lua: "1" to refuse an evicting server
+}
+
+// FenceOption configures a Fence.
+type FenceOption func(*Fence)
+
+// AllowFenceEviction lets a fence create its record on a server whose
+// maxmemory-policy is one of the allkeys-* policies, which may evict the
+// record under memory pressure — and a fence whose record was evicted takes
+// the next write as its first, whatever its token: a stale holder's write
+// goes through. Without it, the first write of a fence on such a server
+// fails with ErrUnsafeServer. (The volatile-* policies evict only keys with
+// an expiry, which the record has not.)
+func AllowFenceEviction() FenceOption {
+	return func(f *Fence) { f.evictArg = "0" }
+}
+
+// NewFence returns the fence name on the server(s) of rdb: a *redis.Client
+// (also through Sentinel: redis.NewFailoverClient), *redis.ClusterClient,
+// *redis.Ring, or any other client with scripting commands. Nothing is sent
+// until the first write; an empty name is reported by every write, with
+// ErrInvalidWrite.
+func NewFence(rdb redis.Scripter, name string, opts ...FenceOption) *Fence {
+	f := &Fence{rdb: rdb, name: name, key: FenceKeyPrefix + name, evictArg: "1"}
+	for _, o := range opts {
+		o(f)
+	}
+	return f
+}
+
+// Name returns the fence's name.
+func (f *Fence) Name() string { return f.name }
+
+// Key returns the Redis key of the fence's record, FenceKeyPrefix+Name.
+func (f *Fence) Key() string { return f.key }
+
+// Set writes value to key, as SET key value [PX ttl], if token is not older
+// than the fence's record. A ttl of 0 sets no expiry, redis.KeepTTL keeps
+// the key's expiry (KEEPTTL); a positive ttl is rounded up to whole
+// milliseconds. value is any argument go-redis takes.
+//
+// A refused write returns a *dlock.StaleTokenError, which satisfies
+// errors.Is(err, dlock.ErrStaleToken), and writes nothing. Errors for bad
+// arguments satisfy errors.Is with ErrInvalidWrite (or ErrCrossSlot) and
+// send nothing; ErrUnsafeServer is returned for the first write on a server
+// that may evict the record (see AllowFenceEviction); dlock.ErrUnavailable
+// when the server cannot be reached. Other errors are the server's, wrapped.
+func (f *Fence) Set(ctx context.Context, token uint64, key string, value any, ttl time.Duration) error {
+	args := []any{value}
+	switch {
+	case ttl == redis.KeepTTL:
+		args = append(args, "KEEPTTL")
+	case ttl > 0:
+		args = append(args, "PX", ms(ttl))
+	case ttl < 0:
+		return f.invalid("SET %q: ttl %v: want 0 (no expiry), redis.KeepTTL or a positive duration", key, ttl)
+	}
+	_, err := f.run(ctx, token, "SET", []string{key}, args)
+	return err
+}
+
+// HSet sets fields of the hash at key, as HSET key field value…, if token
+// is not older than the fence's record, and returns the number of fields
+// added. values are field, value pairs, or one map[string]any or
+// map[string]string. Its errors are Set's.
+func (f *Fence) HSet(ctx context.Context, token uint64, key string, values ...any) (int64, error) {
+	args, err := hsetArgs(values)
+	if err != nil {
+		return 0, f.invalid("HSET %q: %v", key, err)
+	}
+	reply, err := f.run(ctx, token, "HSET", []string{key}, args)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := reply.(int64)
+	return n, nil
+}
+
+// Del deletes keys, as DEL key…, if token is not older than the fence's
+// record, and returns the number of keys deleted. Its errors are Set's.
+func (f *Fence) Del(ctx context.Context, token uint64, keys ...string) (int64, error) {
+	reply, err := f.run(ctx, token, "DEL", keys, nil)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := reply.(int64)
+	return n, nil
+}
+
+// Do runs one command on key, as cmd key args…, if token is not older than
+// the fence's record, and returns its reply as go-redis' Cmd.Val would (an
+// int64, a string, a []any, or nil). cmd is one of the commands that write
+// only the key that is their first argument — INCRBY, LPUSH, HDEL, ZADD,
+// EXPIRE, XADD and the like, listed in docs/fencing-redis.md; others (RENAME,
+// EVAL, FLUSHALL, reads) are refused with ErrInvalidWrite. Its errors are
+// Set's.
+//
+//	n, err := orders.Do(ctx, lease.Token(), "INCRBY", "{orders}:closed", 1)
+func (f *Fence) Do(ctx context.Context, token uint64, cmd, key string, args ...any) (any, error) {
+	c, ok := fencedCommand(cmd)
+	if !ok {
+		return nil, f.invalid("%s %q: %q is not a command Fence.Do runs: it runs the commands that write the one key of their first argument (docs/fencing-redis.md)", cmd, key, cmd)
+	}
+	return f.run(ctx, token, c, []string{key}, args)
+}
+
+// run sends fence.lua for one command. Every argument is checked first, so
+// that a bad one sends nothing.
+func (f *Fence) run(ctx context.Context, token uint64, cmd string, keys []string, args []any) (any, error) {
+	if err := f.check(token, cmd, keys, args); err != nil {
+		return nil, err
+	}
+	skeys := make([]string, 0, 1+len(keys))
+	skeys = append(append(skeys, f.key), keys...)
+	argv := make([]any, 0, 3+len(args))
+	argv = append(append(argv, strconv.FormatUint(token, 10), f.evictArg, cmd), args...)
+	// EVALSHA, then EVAL if the server lacks the script; routed by the first
+	// key, the record, on a Cluster or Ring.
+	res, err := fenceScript.Run(ctx, f.rdb, skeys, argv...).Slice()
+	if err != nil {
+		if redis.HasErrorPrefix(err, "CROSSSLOT") {
+			// A client check() could not see through (a wrapper around a
+			// ClusterClient): the server refused before running anything.
+			for _, k := range keys {
+				if hashSlot(k) != hashSlot(f.key) {
+					return nil, f.misplaced(k, true)
+				}
+			}
+		}
+		return nil, wrapErr(fmt.Sprintf("fence %q: %s", f.name, describe(cmd, keys)), err)
+	}
+	if len(res) != 2 {
+		return nil, fmt.Errorf("fence %q: %s: unexpected reply %v", f.name, describe(cmd, keys), res)
+	}
+	switch code, _ := res[0].(int64); code {
+	case 1:
+		return res[1], nil
+	case 0:
+		s, _ := res[1].(string)
+		recorded, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			// Not a uint64 (the script checked it is decimal): a token
+			// above 2^64-1 recorded by hand. Still a refusal.
+			recorded = 0
+		}
+		return nil, &dlock.StaleTokenError{Fence: f.name, Token: token, Recorded: recorded}
+	case 2:
+		return nil, fmt.Errorf("fence %q: %w: redis at %s: maxmemory-policy is %v: under memory pressure the server may evict the fence's record %q, and then take a stale holder's write as the fence's first; "+
+			"set maxmemory-policy noeviction (or a volatile-* policy, which evicts only keys with an expiry), or pass redisdlock.AllowFenceEviction() to NewFence to accept that risk",
+			f.name, ErrUnsafeServer, scripterAddr(f.rdb), res[1], f.key)
+	}
+	return nil, fmt.Errorf("fence %q: %s: unexpected reply %v", f.name, describe(cmd, keys), res)
+}
+
+// check returns an error satisfying ErrInvalidWrite or ErrCrossSlot for a
+// write that cannot be fenced.
+func (f *Fence) check(token uint64, cmd string, keys []string, args []any) error {
+	switch {
+	case f.name == "":
+		return fmt.Errorf("%w: empty fence name", ErrInvalidWrite)
+	case token == 0:
+		return f.invalid("%s: token 0 is no lease's token", describe(cmd, keys))
+	case len(keys) == 0:
+		return f.invalid("%s: no key", cmd)
+	case len(keys)+len(args) > maxFencedArgs:
+		return f.invalid("%s: %d keys and arguments, more than %d: split the write", describe(cmd, keys), len(keys)+len(args), maxFencedArgs)
+	}
+	for _, k := range keys {
+		switch k {
+		case "":
+			return f.invalid("%s: empty key", cmd)
+		case f.key:
+			return f.invalid("%s: key %q is the fence's own record", cmd, k)
+		}
+	}
+	// Where the client places keys by their hash tag, every key must go
+	// where the record is. A plain client (a single server, Sentinel) takes
+	// any key.
+	switch f.rdb.(type) {
+	case *redis.ClusterClient:
+		for _, k := range keys {
+			if hashSlot(k) != hashSlot(f.key) {
+				return f.misplaced(k, true)
+			}
+		}
+	case *redis.Ring:
+		for _, k := range keys {
+			if hashTag(k) != hashTag(f.key) {
+				return f.misplaced(k, false)
+			}
+		}
+	}
+	return nil
+}
+
+func (f *Fence) invalid(format string, args ...any) error {
+	return fmt.Errorf("fence %q: %w: %s", f.name, ErrInvalidWrite, fmt.Sprintf(format, args...))
+}
+
+// misplaced explains a key outside the record's slot (cluster) or shard
+// (a Ring), with the hash tag that would put it there.
+func (f *Fence) misplaced(key string, cluster bool) error {
+	var what string
+	if cluster {
+		what = fmt.Sprintf("key %q is in hash slot %d, the fence's record %q in slot %d: on a Redis Cluster every key of a fenced write must be in the record's slot",
+			key, hashSlot(key), f.key, hashSlot(f.key))
+	} else {
+		what = fmt.Sprintf("key %q has hash tag %q, the fence's record %q has %q: on a Ring every key of a fenced write must have the record's hash tag",
+			key, hashTag(key), f.key, hashTag(f.key))
+	}
+	var hint string
+	if tag := hashTag(f.key); hasHashTag(f.key) {
+		hint = fmt.Sprintf("put the fence's hash tag {%s} first in the key, e.g. %q", tag, tagged(tag, key))
+	} else {
+		hint = fmt.Sprintf("give the fence a hash tag that its keys share: NewFence(rdb, %q) with keys such as %q", "{"+f.name+"}", tagged(f.name, key))
+	}
+	return fmt.Errorf("fence %q: %w: %s; %s", f.name, ErrCrossSlot, what, hint)
+}
+
+// tagged suggests key with hash tag tag: "orders:42" becomes "{orders}:42",
+// "x" becomes "{orders}:x".
+func tagged(tag, key string) string {
+	if rest, ok := strings.CutPrefix(key, tag); ok && rest != "" {
+		return "{" + tag + "}" + rest
+	}
+	return "{" + tag + "}:" + key
+}
+
+// describe names a write in messages: `SET "k"`, `DEL "a" (and 2 more keys)`.
+func describe(cmd string, keys []string) string {
+	switch len(keys) {
+	case 0:
+		return cmd
+	case 1:
+		return fmt.Sprintf("%s %q", cmd, keys[0])
+	}
+	return fmt.Sprintf("%s %q (and %d more keys)", cmd, keys[0], len(keys)-1)
+}
+
+// hsetArgs flattens HSet's values into field, value arguments.
+func hsetArgs(values []any) ([]any, error) {
+	if len(values) == 1 {
+		switch m := values[0].(type) {
+		case map[string]any:
+			values = flatten(m)
+		case map[string]string:
+			values = flatten(m)
+		}
+	}
+	switch {
+	case len(values) == 0:
+		return nil, fmt.Errorf("no field")
+	case len(values)%2 != 0:
+		return nil, fmt.Errorf("%d values: want field, value pairs, or one map[string]any or map[string]string", len(values))
+	}
+	return values, nil
+}
+
+// flatten returns a map's fields and values, in field order so that the
+// command is the same at every run.
+func flatten[V any](m map[string]V) []any {
+	out := make([]any, 0, 2*len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, k, m[k])
+	}
+	return out
+}
+
+// scripterAddr names the server(s) of a fence's client for messages.
+func scripterAddr(rdb redis.Scripter) string {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().Addr
+	case *redis.ClusterClient:
+		return "a node of " + strings.Join(c.Options().Addrs, ",")
+	}
+	return fmt.Sprintf("%T", rdb)
+}

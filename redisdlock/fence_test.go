@@ -1,0 +1,395 @@
+package redisdlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/redisdlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// fenceRig starts a server of the test's own, so that it can count keys
+// and commands.
+func fenceRig(t *testing.T) (context.Context, *redis.Client) {
+	t.Helper()
+	srv := testserver.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return testCtx(t), rdb
+}
+
+func get(t *testing.T, ctx context.Context, rdb redis.Cmdable, key string) string {
+	t.Helper()
+	v, err := rdb.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return "<none>"
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// wantStale checks that err is the refusal of token with recorded on record.
+func wantStale(t *testing.T, err error, fence string, token, recorded uint64) {
+	t.Helper()
+	var se *dlock.StaleTokenError
+	if !errors.Is(err, dlock.ErrStaleToken) || !errors.As(err, &se) {
+		t.Fatalf("err = %v, want a *dlock.StaleTokenError", err)
+	}
+	if *se != (dlock.StaleTokenError{Fence: fence, Token: token, Recorded: recorded}) {
+		t.Fatalf("StaleTokenError = %+v, want fence %q, token %d, recorded %d", *se, fence, token, recorded)
+	}
+}
+
+// The first write records its token; the same token writes again; a higher
+// one writes and is recorded; a lower one is refused with the recorded
+// token, and leaves the data and the record as they were.
+func TestFence_Set_tokenOrder(t *testing.T) {
+	ctx, rdb := fenceRig(t)
+	orders := redisdlock.NewFence(rdb, "orders")
+	if orders.Key() != "dlock:fence:orders" || orders.Name() != "orders" {
+		t.Fatalf("Key, Name = %q, %q", orders.Key(), orders.Name())
+	}
+	steps := []struct {
+		token uint64
+		value string
+		stale bool
+	}{
+		{10, "a", false}, // first: records 10
+		{10, "b", false}, // the same holder again
+		{12, "c", false}, // a newer holder
+		{11, "x", true},  // an older one, late
+		{10, "y", true},
+		{12, "d", false},
+	}
+	want, record := "<none>", uint64(0)
+	for _, s := range steps {
+		err := orders.Set(ctx, s.token, "order:1", s.value, 0)
+		if s.stale {
+			wantStale(t, err, "orders", s.token, record)
+			if !strings.Contains(err.Error(), fmt.Sprintf("%d, and %d is recorded", s.token, record)) {
+				t.Errorf("message %q names neither token", err)
+			}
+		} else {
+			if err != nil {
+				t.Fatalf("Set with token %d: %v", s.token, err)
+			}
+			want, record = s.value, max(record, s.token)
+		}
+		if got := get(t, ctx, rdb, "order:1"); got != want {
+			t.Fatalf("after token %d: data %q, want %q", s.token, got, want)
+		}
+		if got := get(t, ctx, rdb, orders.Key()); got != strconv.FormatUint(record, 10) {
+			t.Fatalf("after token %d: record %s, want %d", s.token, got, record)
+		}
+	}
+	if ttl := rdb.PTTL(ctx, orders.Key()).Val(); ttl != -1 {
+		t.Errorf("record's PTTL = %v, want none (-1)", ttl)
+	}
+}
+
+// Set's ttl: an expiry, KEEPTTL, none.
+func TestFence_Set_ttl(t *testing.T) {
+	ctx, rdb := fenceRig(t)
+	f := redisdlock.NewFence(rdb, "ttl")
+	if err := f.Set(ctx, 1, "k", "v", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := rdb.PTTL(ctx, "k").Val(); ttl <= 0 || ttl > time.Minute {
+		t.Fatalf("PTTL after Set with a minute = %v", ttl)
+	}
+	if err := f.Set(ctx, 1, "k", "v2", redis.KeepTTL); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := rdb.PTTL(ctx, "k").Val(); ttl <= 0 {
+		t.Fatalf("PTTL after KeepTTL = %v, want the minute kept", ttl)
+	}
+	if err := f.Set(ctx, 1, "k", []byte("v3"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := rdb.PTTL(ctx, "k").Val(); ttl != -1 || get(t, ctx, rdb, "k") != "v3" {
+		t.Fatalf("after Set with 0: PTTL %v, value %q; want no expiry, v3", ttl, get(t, ctx, rdb, "k"))
+	}
+}
+
+func TestFence_HSet(t *testing.T) {
+	ctx, rdb := fenceRig(t)
+	f := redisdlock.NewFence(rdb, "h")
+	if n, err := f.HSet(ctx, 5, "order:7", "state", "open", "by", "a"); err != nil || n != 2 {
+		t.Fatalf("HSet pairs = %d, %v; want 2 added", n, err)
+	}
+	if n, err := f.HSet(ctx, 6, "order:7", map[string]any{"state": "closed", "at": 17}); err != nil || n != 1 {
+		t.Fatalf("HSet map = %d, %v; want 1 added", n, err)
+	}
+	if n, err := f.HSet(ctx, 6, "order:7", map[string]string{"by": "b"}); err != nil || n != 0 {
+		t.Fatalf("HSet map[string]string = %d, %v; want 0 added", n, err)
+	}
+	_, err := f.HSet(ctx, 5, "order:7", "state", "open", "late", "yes")
+	wantStale(t, err, "h", 5, 6)
+	got := rdb.HGetAll(ctx, "order:7").Val()
+	if want := map[string]string{"state": "closed", "at": "17", "by": "b"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("hash = %v, want %v", got, want)
+	}
+}
+
+func TestFence_Del(t *testing.T) {
+	ctx, rdb := fenceRig(t)
+	f := redisdlock.NewFence(rdb, "d")
+	rdb.MSet(ctx, "a", 1, "b", 2, "c", 3)
+	if n, err := f.Del(ctx, 8, "a", "b", "nothing"); err != nil || n != 2 {
+		t.Fatalf("Del = %d, %v; want 2", n, err)
+	}
+	_, err := f.Del(ctx, 7, "c")
+	wantStale(t, err, "d", 7, 8)
+	if get(t, ctx, rdb, "c") != "3" {
+		t.Fatal("a refused Del deleted c")
+	}
+}
+
+// Do runs single-key writes: INCRBY, LPUSH, HDEL (in any case), and
+// returns their replies.
+func TestFence_Do(t *testing.T) {
+	ctx, rdb := fenceRig(t)
+	f := redisdlock.NewFence(rdb, "do")
+	if v, err := f.Do(ctx, 3, "INCRBY", "count", 5); err != nil || v != int64(5) {
+		t.Fatalf("INCRBY = %v, %v", v, err)
+	}
+	if v, err := f.Do(ctx, 3, "lpush", "log", "x", "y"); err != nil || v != int64(2) {
+		t.Fatalf("lpush = %v, %v", v, err)
+	}
+	rdb.HSet(ctx, "h", "f", 1, "g", 2)
+	if v, err := f.Do(ctx, 4, "HDel", "h", "f"); err != nil || v != int64(1) {
+		t.Fatalf("HDel = %v, %v", v, err)
+	}
+	if v, err := f.Do(ctx, 4, "LPOP", "nothing"); err != nil || v != nil {
+		t.Fatalf("LPOP of no list = %v, %v; want nil", v, err)
+	}
+	_, err := f.Do(ctx, 3, "INCRBY", "count", 100)
+	wantStale(t, err, "do", 3, 4)
+	if get(t, ctx, rdb, "count") != "5" {
+		t.Fatal("a refused INCRBY counted")
+	}
+}
+
+// Bad input returns ErrInvalidWrite naming the problem, and sends nothing:
+// no key, no script run.
+func TestFence_badInput_sendsNothing(t *testing.T) {
+	ctx, rdb := fenceRig(t)
+	f := redisdlock.NewFence(rdb, "jobs")
+	many := make([]string, 5000)
+	for i := range many {
+		many[i] = "k" + strconv.Itoa(i)
+	}
+	cases := []struct {
+		name, want string
+		write      func() error
+	}{
+		{"empty name", "empty fence name", func() error { return redisdlock.NewFence(rdb, "").Set(ctx, 1, "k", "v", 0) }},
+		{"token 0", "token 0", func() error { return f.Set(ctx, 0, "k", "v", 0) }},
+		{"no key", "no key", func() error { _, err := f.Del(ctx, 1); return err }},
+		{"empty key", "empty key", func() error { return f.Set(ctx, 1, "", "v", 0) }},
+		{"the record", "fence's own record", func() error { _, err := f.Del(ctx, 1, "k", f.Key()); return err }},
+		{"record by Do", "fence's own record", func() error { _, err := f.Do(ctx, 1, "INCR", f.Key()); return err }},
+		{"negative ttl", "ttl -5s", func() error { return f.Set(ctx, 1, "k", "v", -5*time.Second) }},
+		{"odd HSet", "3 values", func() error { _, err := f.HSet(ctx, 1, "h", "a", "b", "c"); return err }},
+		{"no fields", "no field", func() error { _, err := f.HSet(ctx, 1, "h"); return err }},
+		{"empty map", "no field", func() error { _, err := f.HSet(ctx, 1, "h", map[string]any{}); return err }},
+		{"FLUSHALL", `"FLUSHALL" is not a command`, func() error { _, err := f.Do(ctx, 1, "FLUSHALL", "k"); return err }},
+		{"RENAME", `"rename" is not a command`, func() error { _, err := f.Do(ctx, 1, "rename", "k", "other"); return err }},
+		{"EVAL", `"EVAL" is not a command`, func() error { _, err := f.Do(ctx, 1, "EVAL", "return 1", 0); return err }},
+		{"GET", `"GET" is not a command`, func() error { _, err := f.Do(ctx, 1, "GET", "k"); return err }},
+		{"too many", "more than 4096", func() error { _, err := f.Del(ctx, 1, many...); return err }},
+	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		err := c.write()
+		if !errors.Is(err, redisdlock.ErrInvalidWrite) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want ErrInvalidWrite saying %q", c.name, err, c.want)
+		}
+	}
+	if n := rdb.DBSize(ctx).Val(); n != 0 {
+		t.Errorf("DBSIZE = %d after bad input, want 0 (keys %v)", n, rdb.Keys(ctx, "*").Val())
+	}
+	stats := commandStats(t, ctx, rdb)
+	if stats["eval"]+stats["evalsha"] != 0 {
+		t.Errorf("bad input ran scripts: %v", stats)
+	}
+}
+
+// Tokens are compared as decimal strings, exactly: Lua's doubles would take
+// 2^60+1 and 2^60 for equal and let the older write through.
+func TestFence_tokensAbove2to53(t *testing.T) {
+	ctx, rdb := fenceRig(t)
+	f := redisdlock.NewFence(rdb, "big")
+	if err := f.Set(ctx, 1<<60+1, "k", "newer", 0); err != nil {
+		t.Fatal(err)
+	}
+	wantStale(t, f.Set(ctx, 1<<60, "k", "older", 0), "big", 1<<60, 1<<60+1)
+	wantStale(t, f.Set(ctx, 999, "k", "older", 0), "big", 999, 1<<60+1)
+	if err := f.Set(ctx, math.MaxUint64, "k", "max", 0); err != nil {
+		t.Fatal(err)
+	}
+	wantStale(t, f.Set(ctx, math.MaxUint64-1, "k", "older", 0), "big", math.MaxUint64-1, math.MaxUint64)
+	if got := get(t, ctx, rdb, "k"); got != "max" {
+		t.Fatalf("data = %q, want max", got)
+	}
+}
+
+// A command the server refuses after the compare (HSET on a string) fails
+// with the server's error and leaves the data as it was. The token stays
+// recorded (fence.lua records first): older writers are refused from then
+// on, which is safe.
+func TestFence_serverError_keepsData(t *testing.T) {
+	ctx, rdb := fenceRig(t)
+	f := redisdlock.NewFence(rdb, "wrongtype")
+	rdb.Set(ctx, "k", "a string", 0)
+	_, err := f.HSet(ctx, 7, "k", "field", "value")
+	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || errors.Is(err, dlock.ErrStaleToken) ||
+		!strings.Contains(err.Error(), `fence "wrongtype": HSET "k"`) {
+		t.Fatalf("HSet on a string: err = %v, want WRONGTYPE naming the fence and key", err)
+	}
+	if get(t, ctx, rdb, "k") != "a string" || get(t, ctx, rdb, f.Key()) != "7" {
+		t.Fatalf("after WRONGTYPE: data %q, record %q", get(t, ctx, rdb, "k"), get(t, ctx, rdb, f.Key()))
+	}
+}
+
+// A record that is not a token (written by hand) fails every write, and
+// none writes.
+func TestFence_foreignRecord_refused(t *testing.T) {
+	ctx, rdb := fenceRig(t)
+	f := redisdlock.NewFence(rdb, "odd")
+	rdb.Set(ctx, f.Key(), "hello", 0)
+	err := f.Set(ctx, 5, "k", "v", 0)
+	if err == nil || !strings.Contains(err.Error(), "not a token") {
+		t.Fatalf("err = %v, want the record named as not a token", err)
+	}
+	if get(t, ctx, rdb, "k") != "<none>" {
+		t.Fatal("written beside a foreign record")
+	}
+}
+
+// An allkeys-* policy may evict the record (it has no expiry, so the
+// volatile-* policies cannot): the record's first write fails with
+// ErrUnsafeServer and writes nothing, unless AllowFenceEviction.
+func TestFence_refusesEvictingServer(t *testing.T) {
+	ctx, rdb := fenceRig(t)
+	rdb.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru")
+	err := redisdlock.NewFence(rdb, "lru").Set(ctx, 1, "k", "v", 0)
+	if !errors.Is(err, redisdlock.ErrUnsafeServer) || !strings.Contains(err.Error(), "allkeys-lru") ||
+		!strings.Contains(err.Error(), "dlock:fence:lru") {
+		t.Fatalf("err = %v, want ErrUnsafeServer naming the policy and the record", err)
+	}
+	if n := rdb.DBSize(ctx).Val(); n != 0 {
+		t.Fatalf("DBSIZE = %d after the refusal, want 0", n)
+	}
+	if err := redisdlock.NewFence(rdb, "lru", redisdlock.AllowFenceEviction()).Set(ctx, 1, "k", "v", 0); err != nil {
+		t.Fatalf("with AllowFenceEviction: %v", err)
+	}
+	rdb.ConfigSet(ctx, "maxmemory-policy", "volatile-lru")
+	if err := redisdlock.NewFence(rdb, "volatile").Set(ctx, 1, "k2", "v", 0); err != nil {
+		t.Fatalf("volatile-lru: %v", err)
+	}
+}
+
+// Writers with tokens taken in order write concurrently; every accepted
+// write appends its token to a log in the same fenced script call, so the
+// log is the server's order of accepted writes. It must never go down: a
+// compare and a write that could interleave (GET, then SET from the client)
+// would let an older token append after a newer one.
+func TestFence_concurrentWriters_logInTokenOrder(t *testing.T) {
+	ctx, rdb := fenceRig(t)
+	f := redisdlock.NewFence(rdb, "{log}")
+	var next atomic.Uint64
+	var accepted, refused atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			for range 50 {
+				tok := next.Add(1)
+				_, err := f.Do(ctx, tok, "RPUSH", "{log}:tokens", tok)
+				switch {
+				case err == nil:
+					accepted.Add(1)
+				case errors.Is(err, dlock.ErrStaleToken):
+					refused.Add(1)
+				default:
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	log := rdb.LRange(ctx, "{log}:tokens", 0, -1).Val()
+	toks := make([]uint64, len(log))
+	for i, s := range log {
+		toks[i], _ = strconv.ParseUint(s, 10, 64)
+	}
+	if !slices.IsSorted(toks) || int64(len(toks)) != accepted.Load() {
+		t.Fatalf("log of %d accepted writes (%d refused) out of token order: %v", accepted.Load(), refused.Load(), toks)
+	}
+	if rec := get(t, ctx, rdb, f.Key()); rec != log[len(log)-1] {
+		t.Fatalf("record %s, want the last logged token %s", rec, log[len(log)-1])
+	}
+	t.Logf("%d accepted, %d refused", accepted.Load(), refused.Load())
+}
+
+// Through Sentinel (a failover client), as on a single server.
+func TestFence_sentinel(t *testing.T) {
+	master, sentinel := testserver.StartRedisSentinel(t)
+	ctx := testCtx(t)
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "mymaster", SentinelAddrs: []string{sentinel}})
+	defer rdb.Close()
+	f := redisdlock.NewFence(rdb, "sentinel")
+	if err := f.Set(ctx, 9, "k", "newer", 0); err != nil {
+		t.Fatal(err)
+	}
+	wantStale(t, f.Set(ctx, 8, "k", "older", 0), "sentinel", 8, 9)
+	direct := redis.NewClient(&redis.Options{Addr: master})
+	defer direct.Close()
+	if got := get(t, ctx, direct, "k"); got != "newer" {
+		t.Fatalf("master holds %q, want newer", got)
+	}
+}
+
+// A Ring shards by hash tag: keys with the record's tag work, others are
+// refused before anything is sent.
+func TestFence_ring(t *testing.T) {
+	a, b := testserver.StartRedis(t), testserver.StartRedis(t)
+	ctx := testCtx(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}})
+	defer ring.Close()
+	f := redisdlock.NewFence(ring, "{orders}")
+	if err := f.Set(ctx, 1, "{orders}:42", "closed", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, ctx, ring, "{orders}:42"); got != "closed" {
+		t.Fatalf("through the ring: %q", got)
+	}
+	err := f.Set(ctx, 2, "orders:43", "closed", 0)
+	if !errors.Is(err, redisdlock.ErrCrossSlot) || !strings.Contains(err.Error(), `"{orders}:43"`) {
+		t.Fatalf("other tag on a Ring: err = %v, want ErrCrossSlot with a hint", err)
+	}
+	if get(t, ctx, ring, "orders:43") != "<none>" || get(t, ctx, ring, f.Key()) != "1" {
+		t.Fatal("the refused write wrote")
+	}
+}
