@@ -92,4 +92,10 @@ var (
 	// lease, perhaps while it was paused, and nothing was written. The
 	// error is a *StaleTokenError where the store knows the recorded token.
 	ErrStaleToken = errors.New("dlock: stale fencing token")
+
+	// ErrInvalidFence is returned by the fencing guards, wrapped with what
+	// is wrong, for an argument they cannot fence with: an empty fence
+	// name, token 0, a lease that is nil or of another backend, a write the
+	// guard does not run. Nothing is sent to the store.
+	ErrInvalidFence = errors.New("dlock: invalid fencing argument")
 )

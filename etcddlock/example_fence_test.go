@@ -33,7 +33,7 @@ func ExampleIsOwner() {
 
 	cmp, err := etcddlock.IsOwner(lease)
 	if err != nil {
-		log.Fatal(err) // etcddlock.ErrInvalidFence: not an etcd lease
+		log.Fatal(err) // dlock.ErrInvalidFence: not an etcd lease
 	}
 	resp, err := cli.Txn(ctx).If(cmp).Then(clientv3.OpPut("orders/42", "closed")).Commit()
 	if err != nil {

@@ -2,21 +2,11 @@ package etcddlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/dlockdev/dlock"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// ErrInvalidFence is returned, wrapped with what is wrong, by IsOwner,
-// OwnerTxn, FenceOp and FencedTxn for an argument they cannot fence with: a
-// nil lease or one that is not etcddlock's, an empty fence key, token 0, or
-// operations that write the fence key themselves; nothing is sent to etcd.
-// FenceResult (and FencedTxn) return it too for a response that is not
-// FenceOp's, and for a write refused because the fence key holds a value the
-// guard did not write; nothing was written then.
-var ErrInvalidFence = errors.New("etcddlock: invalid fencing argument")
 
 // IsOwner returns a comparison that holds while lease still holds its key
 // on etcd: put it in the If of your own Txn, on the etcd cluster (and through
@@ -58,7 +48,7 @@ var ErrInvalidFence = errors.New("etcddlock: invalid fencing argument")
 // never does, as a deleted entry never comes back with its create revision.
 // The comparison stays false for good once it is false.
 //
-// It returns an error wrapping ErrInvalidFence for a nil lease or one that
+// It returns an error wrapping dlock.ErrInvalidFence for a nil lease or one that
 // is not etcddlock's (a lease of Redis, ZooKeeper or a wrapped driver).
 func IsOwner(lease *dlock.Lease) (clientv3.Cmp, error) {
 	g, err := etcdGrant("etcddlock.IsOwner", lease)
@@ -79,11 +69,11 @@ func ownerCmp(g *grant) clientv3.Cmp {
 // named by where.
 func etcdGrant(where string, lease *dlock.Lease) (*grant, error) {
 	if lease == nil {
-		return nil, fmt.Errorf("%s: %w: nil lease", where, ErrInvalidFence)
+		return nil, fmt.Errorf("%s: %w: nil lease", where, dlock.ErrInvalidFence)
 	}
 	g, ok := lease.Grant().(*grant)
 	if !ok || g == nil {
-		return nil, fmt.Errorf("%s: lease of key %q: %w: not an etcd lease (%T)", where, lease.Key(), ErrInvalidFence, lease.Grant())
+		return nil, fmt.Errorf("%s: lease of key %q: %w: not an etcd lease (%T)", where, lease.Key(), dlock.ErrInvalidFence, lease.Grant())
 	}
 	return g, nil
 }
@@ -93,7 +83,7 @@ func etcdGrant(where string, lease *dlock.Lease) (*grant, error) {
 // and the error is a *dlock.StaleTokenError (errors.Is(err,
 // dlock.ErrStaleToken)) with the lease's key as Fence and its token as
 // Token; Recorded is 0, as the check compares no tokens. It returns an error
-// wrapping ErrInvalidFence, without a request, as IsOwner does, and etcd's
+// wrapping dlock.ErrInvalidFence, without a request, as IsOwner does, and etcd's
 // error, wrapped, if the Txn failed: then, as with any etcd write whose reply
 // was lost, ops may have run.
 //

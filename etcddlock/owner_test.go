@@ -272,7 +272,7 @@ func (d wrappedDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) 
 }
 
 // A nil lease, a zero Lease and a lease of another driver get
-// ErrInvalidFence naming the problem, and OwnerTxn sends nothing.
+// dlock.ErrInvalidFence naming the problem, and OwnerTxn sends nothing.
 func TestIsOwner_foreignLease(t *testing.T) {
 	e := newFenceEnv(t)
 	d, err := etcddlock.OpenDriverForTest(e.ctx, e.srv.URL())
@@ -299,12 +299,12 @@ func TestIsOwner_foreignLease(t *testing.T) {
 		{"wrapped", foreign, `lease of key "` + e.key + `"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := etcddlock.IsOwner(tc.lease); !errors.Is(err, etcddlock.ErrInvalidFence) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("IsOwner: %v, want ErrInvalidFence saying %q", err, tc.want)
+			if _, err := etcddlock.IsOwner(tc.lease); !errors.Is(err, dlock.ErrInvalidFence) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("IsOwner: %v, want dlock.ErrInvalidFence saying %q", err, tc.want)
 			}
 			_, err := etcddlock.OwnerTxn(e.ctx, e.admin, tc.lease, clientv3.OpPut(e.data, "x"))
-			if !errors.Is(err, etcddlock.ErrInvalidFence) || errors.Is(err, dlock.ErrStaleToken) {
-				t.Fatalf("OwnerTxn: %v, want ErrInvalidFence", err)
+			if !errors.Is(err, dlock.ErrInvalidFence) || errors.Is(err, dlock.ErrStaleToken) {
+				t.Fatalf("OwnerTxn: %v, want dlock.ErrInvalidFence", err)
 			}
 			if got := e.value(t, e.data); got != "" {
 				t.Fatalf("data = %q after a refused argument, want nothing", got)

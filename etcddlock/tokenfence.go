@@ -62,7 +62,7 @@ func parseFenceValue(v []byte) (token uint64, ok bool) {
 // of another form compares byte-wise with the token's digits, and FenceResult
 // reports it when it refuses a write.
 //
-// It returns an error wrapping ErrInvalidFence for an empty fence key, token
+// It returns an error wrapping dlock.ErrInvalidFence for an empty fence key, token
 // 0 (no lease's token), or an operation among ops that puts or deletes the
 // fence key itself.
 func FenceOp(fence string, token uint64, ops ...clientv3.Op) (clientv3.Op, error) {
@@ -89,16 +89,16 @@ func FenceOp(fence string, token uint64, ops ...clientv3.Op) (clientv3.Op, error
 func checkFence(where, fence string, token uint64, ops []clientv3.Op) error {
 	switch {
 	case fence == "":
-		return fmt.Errorf("%s: %w: empty fence key", where, ErrInvalidFence)
+		return fmt.Errorf("%s: %w: empty fence key", where, dlock.ErrInvalidFence)
 	case token == 0:
-		return fmt.Errorf("%s: fence %q: %w: token 0 is no lease's token", where, fence, ErrInvalidFence)
+		return fmt.Errorf("%s: fence %q: %w: token 0 is no lease's token", where, fence, dlock.ErrInvalidFence)
 	}
 	for i, op := range ops {
 		// etcd refuses a Txn that writes a key twice in one branch; a
 		// range that covers the fence is left to it. This check names
 		// the mistake.
 		if (op.IsPut() || op.IsDelete()) && len(op.RangeBytes()) == 0 && bytes.Equal(op.KeyBytes(), []byte(fence)) {
-			return fmt.Errorf("%s: fence %q: %w: operation %d writes the fence key itself", where, fence, ErrInvalidFence, i)
+			return fmt.Errorf("%s: fence %q: %w: operation %d writes the fence key itself", where, fence, dlock.ErrInvalidFence, i)
 		}
 	}
 	return nil
@@ -109,14 +109,14 @@ func checkFence(where, fence string, token uint64, ops []clientv3.Op) error {
 // If a higher token was recorded, nothing ran, and the error is a
 // *dlock.StaleTokenError (errors.Is(err, dlock.ErrStaleToken)) with Recorded
 // set to that token. When the fence key holds a value the guard cannot have
-// written, nothing ran either, and the error wraps ErrInvalidFence.
+// written, nothing ran either, and the error wraps dlock.ErrInvalidFence.
 //
 // r must be that operation's response, from a Txn whose Then (or Else) ran:
 // a Txn that did not reach the operation has no response for it.
 func FenceResult(fence string, token uint64, r *pb.ResponseOp) ([]*pb.ResponseOp, error) {
 	outer := r.GetResponseTxn()
 	if outer == nil {
-		return nil, fmt.Errorf("etcddlock.FenceResult: fence %q: %w: not the response of a FenceOp", fence, ErrInvalidFence)
+		return nil, fmt.Errorf("etcddlock.FenceResult: fence %q: %w: not the response of a FenceOp", fence, dlock.ErrInvalidFence)
 	}
 	if outer.Succeeded {
 		return outer.Responses[1:], nil // first write: ops after the fence's put
@@ -134,7 +134,7 @@ func FenceResult(fence string, token uint64, r *pb.ResponseOp) ([]*pb.ResponseOp
 	recorded, ok := parseFenceValue(kvs[0].Value)
 	if !ok {
 		return nil, fmt.Errorf("etcddlock.FenceResult: fence %q: %w: the fence key holds %q, not a token this guard wrote; nothing was written",
-			fence, ErrInvalidFence, kvs[0].Value)
+			fence, dlock.ErrInvalidFence, kvs[0].Value)
 	}
 	return nil, &dlock.StaleTokenError{Fence: fence, Token: token, Recorded: recorded}
 }
@@ -143,7 +143,7 @@ func FenceResult(fence string, token uint64, r *pb.ResponseOp) ([]*pb.ResponseOp
 // fence (see FenceOp): they run, and token is recorded, unless a higher
 // token was recorded first. It returns their responses, in order; a
 // *dlock.StaleTokenError (errors.Is(err, dlock.ErrStaleToken)) with the
-// recorded token when refused; an error wrapping ErrInvalidFence, without a
+// recorded token when refused; an error wrapping dlock.ErrInvalidFence, without a
 // request, for bad arguments; or etcd's error, wrapped: then, as with any
 // etcd write whose reply was lost, ops may have run, and trying again with
 // the same token is safe when ops are (an equal token passes).

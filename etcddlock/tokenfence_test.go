@@ -143,7 +143,7 @@ func TestFenceOp_withIsOwner(t *testing.T) {
 	}
 }
 
-// Bad arguments return ErrInvalidFence naming the problem and write
+// Bad arguments return dlock.ErrInvalidFence naming the problem and write
 // nothing: not the data, not the fence.
 func TestFencedTxn_badInput(t *testing.T) {
 	e := newFenceEnv(t)
@@ -161,12 +161,12 @@ func TestFencedTxn_badInput(t *testing.T) {
 		{"deletes the fence", fence, 1, []clientv3.Op{clientv3.OpDelete(fence)}, "operation 0 writes the fence key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := etcddlock.FenceOp(tc.fence, tc.token, tc.ops...); !errors.Is(err, etcddlock.ErrInvalidFence) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("FenceOp: %v, want ErrInvalidFence saying %q", err, tc.want)
+			if _, err := etcddlock.FenceOp(tc.fence, tc.token, tc.ops...); !errors.Is(err, dlock.ErrInvalidFence) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("FenceOp: %v, want dlock.ErrInvalidFence saying %q", err, tc.want)
 			}
 			_, err := etcddlock.FencedTxn(e.ctx, e.admin, tc.fence, tc.token, tc.ops...)
-			if !errors.Is(err, etcddlock.ErrInvalidFence) || errors.Is(err, dlock.ErrStaleToken) {
-				t.Fatalf("FencedTxn: %v, want ErrInvalidFence", err)
+			if !errors.Is(err, dlock.ErrInvalidFence) || errors.Is(err, dlock.ErrStaleToken) {
+				t.Fatalf("FencedTxn: %v, want dlock.ErrInvalidFence", err)
 			}
 			if d, f := e.value(t, e.data), e.value(t, fence); d != "" || f != "" {
 				t.Fatalf("after bad input: data %q, fence %q; want nothing written", d, f)
@@ -176,7 +176,7 @@ func TestFencedTxn_badInput(t *testing.T) {
 }
 
 // A fence key that holds a value the guard did not write refuses a write
-// whose digits compare below it, with ErrInvalidFence (not a stale token:
+// whose digits compare below it, with dlock.ErrInvalidFence (not a stale token:
 // there is no recorded token), and nothing is written.
 func TestFencedTxn_foreignFenceValue(t *testing.T) {
 	e := newFenceEnv(t)
@@ -185,8 +185,8 @@ func TestFencedTxn_foreignFenceValue(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := e.fencedPut(fence, 7, "x")
-	if !errors.Is(err, etcddlock.ErrInvalidFence) || errors.Is(err, dlock.ErrStaleToken) || !strings.Contains(err.Error(), `"garbage"`) {
-		t.Fatalf("FencedTxn: %v, want ErrInvalidFence quoting the value", err)
+	if !errors.Is(err, dlock.ErrInvalidFence) || errors.Is(err, dlock.ErrStaleToken) || !strings.Contains(err.Error(), `"garbage"`) {
+		t.Fatalf("FencedTxn: %v, want dlock.ErrInvalidFence quoting the value", err)
 	}
 	if d, f := e.value(t, e.data), e.value(t, fence); d != "" || f != "garbage" {
 		t.Fatalf("data %q, fence %q; want nothing written", d, f)

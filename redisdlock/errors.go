@@ -44,13 +44,6 @@ func wrapErr(where string, err error) error {
 	return fmt.Errorf("%s: %w", where, err)
 }
 
-// ErrInvalidWrite is returned by a Fence's writes, wrapped with what is
-// wrong, for a write that cannot be fenced: an empty fence name, token 0,
-// no key or an empty one, the fence's own record as a key, a command
-// Fence.Do does not run, a negative ttl, HSet values that are not pairs.
-// Nothing is sent to the server.
-var ErrInvalidWrite = errors.New("redisdlock: invalid fenced write")
-
 // ErrCrossSlot is returned by a Fence's writes, wrapped with the key, its
 // hash slot and the hash tag that would fix it, when a key of the write is
 // not in the hash slot of the fence's record on a Redis Cluster (or has

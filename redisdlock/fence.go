@@ -74,7 +74,7 @@ func AllowFenceEviction() FenceOption {
 // (also through Sentinel: redis.NewFailoverClient), *redis.ClusterClient,
 // *redis.Ring, or any other client with scripting commands. Nothing is sent
 // until the first write; an empty name is reported by every write, with
-// ErrInvalidWrite.
+// dlock.ErrInvalidFence.
 func NewFence(rdb redis.Scripter, name string, opts ...FenceOption) *Fence {
 	f := &Fence{rdb: rdb, name: name, key: FenceKeyPrefix + name, evictArg: "1"}
 	for _, o := range opts {
@@ -96,7 +96,7 @@ func (f *Fence) Key() string { return f.key }
 //
 // A refused write returns a *dlock.StaleTokenError, which satisfies
 // errors.Is(err, dlock.ErrStaleToken), and writes nothing. Errors for bad
-// arguments satisfy errors.Is with ErrInvalidWrite (or ErrCrossSlot) and
+// arguments satisfy errors.Is with dlock.ErrInvalidFence (or ErrCrossSlot) and
 // send nothing; ErrUnsafeServer is returned for the first write on a server
 // that may evict the record (see AllowFenceEviction); dlock.ErrUnavailable
 // when the server cannot be reached. Other errors are the server's, wrapped.
@@ -147,7 +147,7 @@ func (f *Fence) Del(ctx context.Context, token uint64, keys ...string) (int64, e
 // int64, a string, a []any, or nil). cmd is one of the commands that write
 // only the key that is their first argument — INCRBY, LPUSH, HDEL, ZADD,
 // EXPIRE, XADD and the like, listed in docs/fencing-redis.md; others (RENAME,
-// EVAL, FLUSHALL, reads) are refused with ErrInvalidWrite. Its errors are
+// EVAL, FLUSHALL, reads) are refused with dlock.ErrInvalidFence. Its errors are
 // Set's.
 //
 //	n, err := orders.Do(ctx, lease.Token(), "INCRBY", "{orders}:closed", 1)
@@ -207,12 +207,12 @@ func (f *Fence) run(ctx context.Context, token uint64, cmd string, keys []string
 	return nil, fmt.Errorf("fence %q: %s: unexpected reply %v", f.name, describe(cmd, keys), res)
 }
 
-// check returns an error satisfying ErrInvalidWrite or ErrCrossSlot for a
+// check returns an error satisfying dlock.ErrInvalidFence or ErrCrossSlot for a
 // write that cannot be fenced.
 func (f *Fence) check(token uint64, cmd string, keys []string, args []any) error {
 	switch {
 	case f.name == "":
-		return fmt.Errorf("%w: empty fence name", ErrInvalidWrite)
+		return fmt.Errorf("%w: empty fence name", dlock.ErrInvalidFence)
 	case token == 0:
 		return f.invalid("%s: token 0 is no lease's token", describe(cmd, keys))
 	case len(keys) == 0:
@@ -249,7 +249,7 @@ func (f *Fence) check(token uint64, cmd string, keys []string, args []any) error
 }
 
 func (f *Fence) invalid(format string, args ...any) error {
-	return fmt.Errorf("fence %q: %w: %s", f.name, ErrInvalidWrite, fmt.Sprintf(format, args...))
+	return fmt.Errorf("fence %q: %w: %s", f.name, dlock.ErrInvalidFence, fmt.Sprintf(format, args...))
 }
 
 // misplaced explains a key outside the record's slot (cluster) or shard

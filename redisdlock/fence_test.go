@@ -183,7 +183,7 @@ func TestFence_Do(t *testing.T) {
 	}
 }
 
-// Bad input returns ErrInvalidWrite naming the problem, and sends nothing:
+// Bad input returns dlock.ErrInvalidFence naming the problem, and sends nothing:
 // no key, no script run.
 func TestFence_badInput_sendsNothing(t *testing.T) {
 	ctx, rdb := fenceRig(t)
@@ -217,8 +217,8 @@ func TestFence_badInput_sendsNothing(t *testing.T) {
 	}
 	for _, c := range cases {
 		err := c.write()
-		if !errors.Is(err, redisdlock.ErrInvalidWrite) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: err = %v, want ErrInvalidWrite saying %q", c.name, err, c.want)
+		if !errors.Is(err, dlock.ErrInvalidFence) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want dlock.ErrInvalidFence saying %q", c.name, err, c.want)
 		}
 	}
 	if n := rdb.DBSize(ctx).Val(); n != 0 {

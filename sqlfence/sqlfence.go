@@ -14,10 +14,6 @@ import (
 // DefaultTable is the fence table's name unless Table says otherwise.
 const DefaultTable = "dlock_fences"
 
-// ErrInvalid is returned, wrapped with what is wrong, for a fence name, token
-// or table name that cannot be recorded; nothing is written.
-var ErrInvalid = errors.New("sqlfence: invalid argument")
-
 // Guard records fencing tokens in one fence table of one database engine.
 // A Guard is safe for concurrent use; it holds no connection.
 type Guard struct {
@@ -33,12 +29,12 @@ type Option func(*Guard)
 // underscores, optionally qualified by a schema ("ops.fences"; on SQLite,
 // an attached database's name). The name goes into the statements
 // unquoted, so the database folds its case as it does for any unquoted
-// name, and it must not be a reserved word; any other name is ErrInvalid,
+// name, and it must not be a reserved word; any other name is dlock.ErrInvalidFence,
 // returned by every call of the Guard.
 func Table(name string) Option {
 	return func(g *Guard) {
 		if !tableName.MatchString(name) {
-			g.err = fmt.Errorf("%w: table name %q: want letters, digits and _, optionally schema.table", ErrInvalid, name)
+			g.err = fmt.Errorf("%w: table name %q: want letters, digits and _, optionally schema.table", dlock.ErrInvalidFence, name)
 			return
 		}
 		g.table = name
@@ -53,7 +49,7 @@ var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Z
 func New(d Dialect, opts ...Option) *Guard {
 	g := &Guard{dialect: d, table: DefaultTable}
 	if d.record == "" {
-		g.err = fmt.Errorf("%w: zero Dialect: use sqlfence.Postgres or sqlfence.SQLite", ErrInvalid)
+		g.err = fmt.Errorf("%w: zero Dialect: use sqlfence.Postgres or sqlfence.SQLite", dlock.ErrInvalidFence)
 	}
 	for _, o := range opts {
 		o(g)
@@ -63,7 +59,7 @@ func New(d Dialect, opts ...Option) *Guard {
 
 // CreateStatement returns the statement that creates the fence table if it
 // does not exist, for a migration tool. It returns "" for a Guard made with
-// a bad option or the zero Dialect, whose calls return ErrInvalid: a
+// a bad option or the zero Dialect, whose calls return dlock.ErrInvalidFence: a
 // statement naming the default table instead of the one asked for would
 // create the wrong table.
 func (g *Guard) CreateStatement() string {
@@ -79,7 +75,7 @@ func (g *Guard) CreateTable(ctx context.Context, db *sql.DB) error {
 		return g.err
 	}
 	if db == nil {
-		return fmt.Errorf("%w: nil *sql.DB", ErrInvalid)
+		return fmt.Errorf("%w: nil *sql.DB", dlock.ErrInvalidFence)
 	}
 	if _, err := db.ExecContext(ctx, g.CreateStatement()); err != nil {
 		return fmt.Errorf("sqlfence: create table %s: %w", g.table, err)
@@ -98,7 +94,7 @@ func (g *Guard) Check(ctx context.Context, tx *sql.Tx, fence string, token uint6
 		return err
 	}
 	if tx == nil {
-		return fmt.Errorf("%w: fence %q: nil *sql.Tx", ErrInvalid, fence)
+		return fmt.Errorf("fence %q: %w: nil *sql.Tx", fence, dlock.ErrInvalidFence)
 	}
 	var got int64
 	err := tx.QueryRowContext(ctx, fmt.Sprintf(g.dialect.record, g.table), fence, int64(token)).Scan(&got)
@@ -125,7 +121,7 @@ func (g *Guard) Do(ctx context.Context, db *sql.DB, fence string, token uint64, 
 		return err
 	}
 	if db == nil || fn == nil {
-		return fmt.Errorf("%w: fence %q: nil *sql.DB or function", ErrInvalid, fence)
+		return fmt.Errorf("fence %q: %w: nil *sql.DB or function", fence, dlock.ErrInvalidFence)
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -150,12 +146,12 @@ func (g *Guard) valid(fence string, token uint64) error {
 	case g.err != nil:
 		return g.err
 	case fence == "":
-		return fmt.Errorf("%w: empty fence name", ErrInvalid)
+		return fmt.Errorf("%w: empty fence name", dlock.ErrInvalidFence)
 	case token == 0:
-		return fmt.Errorf("%w: fence %q: token 0 is no lease's token", ErrInvalid, fence)
+		return fmt.Errorf("fence %q: %w: token 0 is no lease's token", fence, dlock.ErrInvalidFence)
 	case token > math.MaxInt64:
 		// SQL's BIGINT is signed; no backend's tokens get near it.
-		return fmt.Errorf("%w: fence %q: token %d does not fit a BIGINT", ErrInvalid, fence, token)
+		return fmt.Errorf("fence %q: %w: token %d does not fit a BIGINT", fence, dlock.ErrInvalidFence, token)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/sqlfence"
 )
 
@@ -39,8 +40,8 @@ func TestCheck_invalidBeforeTheDatabase(t *testing.T) {
 		fence string
 		token uint64
 	}{{"", 1}, {"f", 0}, {"f", math.MaxInt64 + 1}, {"f", 1}} {
-		if err := g.Check(context.Background(), nil, c.fence, c.token); !errors.Is(err, sqlfence.ErrInvalid) {
-			t.Errorf("Check(nil, %q, %d) = %v, want ErrInvalid", c.fence, c.token, err)
+		if err := g.Check(context.Background(), nil, c.fence, c.token); !errors.Is(err, dlock.ErrInvalidFence) {
+			t.Errorf("Check(nil, %q, %d) = %v, want dlock.ErrInvalidFence", c.fence, c.token, err)
 		}
 	}
 	if got := sqlfence.Postgres.String() + " " + sqlfence.SQLite.String(); got != "postgres sqlite" {

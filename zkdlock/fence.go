@@ -8,10 +8,6 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// ErrForeignLease is returned by CheckHeld and MultiHeld for a nil lease or
-// a lease of another backend: there is no lock node to check.
-var ErrForeignLease = errors.New("zkdlock: not a ZooKeeper lease")
-
 // MultiConn is what MultiHeld needs of a connection: *zk.Conn, or any
 // connection to the same ensemble, not necessarily the Client's.
 type MultiConn interface {
@@ -55,7 +51,7 @@ type MultiConn interface {
 // nodes are readable by anyone unless Options.ACL says otherwise).
 //
 // CheckHeld sends nothing. It returns an error satisfying
-// errors.Is(err, ErrForeignLease) for a nil lease or one of another backend.
+// errors.Is(err, dlock.ErrInvalidFence) for a nil lease or one of another backend.
 func CheckHeld(lease *dlock.Lease) (*zk.CheckVersionRequest, error) {
 	g, err := grantOf("zkdlock.CheckHeld", lease)
 	if err != nil {
@@ -109,14 +105,14 @@ func MultiHeld(conn MultiConn, lease *dlock.Lease, ops ...any) ([]zk.MultiRespon
 	return rs, nil
 }
 
-// grantOf returns the grant behind lease, or ErrForeignLease.
+// grantOf returns the grant behind lease, or dlock.ErrInvalidFence.
 func grantOf(call string, lease *dlock.Lease) (*grant, error) {
 	if lease == nil {
-		return nil, fmt.Errorf("%s: nil lease: %w", call, ErrForeignLease)
+		return nil, fmt.Errorf("%s: nil lease: %w", call, dlock.ErrInvalidFence)
 	}
 	g, ok := lease.Grant().(*grant)
 	if !ok || g == nil {
-		return nil, fmt.Errorf("%s: lease of key %q: %w (it comes from another backend)", call, lease.Key(), ErrForeignLease)
+		return nil, fmt.Errorf("%s: lease of key %q: %w: not a ZooKeeper lease", call, lease.Key(), dlock.ErrInvalidFence)
 	}
 	return g, nil
 }

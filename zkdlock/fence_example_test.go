@@ -55,7 +55,7 @@ func ExampleCheckHeld() {
 	var lease *dlock.Lease // from a zkdlock Client
 	check, err := zkdlock.CheckHeld(lease)
 	if err != nil {
-		log.Fatal(err) // errors.Is(err, zkdlock.ErrForeignLease)
+		log.Fatal(err) // errors.Is(err, dlock.ErrInvalidFence)
 	}
 	rs, err := conn.Multi(check,
 		&zk.CreateRequest{Path: "/myapp/orders/batch-", Data: []byte("…"), Acl: zk.WorldACL(zk.PermAll), Flags: zk.FlagSequence},

@@ -353,7 +353,7 @@ func TestCheckHeld_multiLease(t *testing.T) {
 	_ = m.Unlock(ctx) // ErrNotHeld: one lease was lost
 }
 
-// A nil lease, or one of another backend, is refused with ErrForeignLease
+// A nil lease, or one of another backend, is refused with dlock.ErrInvalidFence
 // before anything is sent.
 func TestCheckHeld_foreignOrNilLease(t *testing.T) {
 	ctx := testCtx(t)
@@ -374,11 +374,11 @@ func TestCheckHeld_foreignOrNilLease(t *testing.T) {
 		says  string
 	}{{"nil", nil, "nil lease"}, {"foreign", fl, `lease of key "orders"`}} {
 		t.Run(c.name, func(t *testing.T) {
-			if op, err := zkdlock.CheckHeld(c.lease); !errors.Is(err, zkdlock.ErrForeignLease) || op != nil || !strings.Contains(err.Error(), c.says) {
-				t.Errorf("CheckHeld = %v, %v; want nil and ErrForeignLease saying %q", op, err, c.says)
+			if op, err := zkdlock.CheckHeld(c.lease); !errors.Is(err, dlock.ErrInvalidFence) || op != nil || !strings.Contains(err.Error(), c.says) {
+				t.Errorf("CheckHeld = %v, %v; want nil and dlock.ErrInvalidFence saying %q", op, err, c.says)
 			}
-			if _, err := zkdlock.MultiHeld(conn, c.lease, set("/x", "y")); !errors.Is(err, zkdlock.ErrForeignLease) || errors.Is(err, dlock.ErrStaleToken) || !strings.Contains(err.Error(), c.says) {
-				t.Errorf("MultiHeld: err = %v, want ErrForeignLease saying %q, not stale", err, c.says)
+			if _, err := zkdlock.MultiHeld(conn, c.lease, set("/x", "y")); !errors.Is(err, dlock.ErrInvalidFence) || errors.Is(err, dlock.ErrStaleToken) || !strings.Contains(err.Error(), c.says) {
+				t.Errorf("MultiHeld: err = %v, want dlock.ErrInvalidFence saying %q, not stale", err, c.says)
 			}
 		})
 	}

@@ -152,7 +152,7 @@ func TestDo_staleDoesNotRun(t *testing.T) {
 	})
 }
 
-// TestInvalid: every bad input returns ErrInvalid naming the problem and
+// TestInvalid: every bad input returns dlock.ErrInvalidFence naming the problem and
 // leaves the database as it was: no fence table created, no row written.
 func TestInvalid(t *testing.T) {
 	each(t, func(t *testing.T, s store) {
@@ -188,8 +188,8 @@ func TestInvalid(t *testing.T) {
 			errs["Check"] = bad.g.Check(ctx, tx, "f", 1)
 			_ = tx.Rollback()
 			for op, err := range errs {
-				if !errors.Is(err, sqlfence.ErrInvalid) || !strings.Contains(err.Error(), bad.want) {
-					t.Errorf("%s: %s: %v, want ErrInvalid saying %q", bad.name, op, err, bad.want)
+				if !errors.Is(err, dlock.ErrInvalidFence) || !strings.Contains(err.Error(), bad.want) {
+					t.Errorf("%s: %s: %v, want dlock.ErrInvalidFence saying %q", bad.name, op, err, bad.want)
 				}
 			}
 		}
@@ -228,8 +228,8 @@ func TestInvalid(t *testing.T) {
 			called := false
 			errDo := g.Do(ctx, db, bad.fence, bad.token, func(*sql.Tx) error { called = true; return nil })
 			for op, err := range map[string]error{"Check": errCheck, "Do": errDo} {
-				if !errors.Is(err, sqlfence.ErrInvalid) || !strings.Contains(err.Error(), bad.want) {
-					t.Errorf("%s: %s: %v, want ErrInvalid saying %q", bad.name, op, err, bad.want)
+				if !errors.Is(err, dlock.ErrInvalidFence) || !strings.Contains(err.Error(), bad.want) {
+					t.Errorf("%s: %s: %v, want dlock.ErrInvalidFence saying %q", bad.name, op, err, bad.want)
 				}
 			}
 			if called {
@@ -242,8 +242,8 @@ func TestInvalid(t *testing.T) {
 			"Do(nil fn)":       g.Do(ctx, db, "f", 4, nil),
 			"CreateTable(nil)": g.CreateTable(ctx, nil),
 		} {
-			if !errors.Is(err, sqlfence.ErrInvalid) {
-				t.Errorf("%s: %v, want ErrInvalid", op, err)
+			if !errors.Is(err, dlock.ErrInvalidFence) {
+				t.Errorf("%s: %v, want dlock.ErrInvalidFence", op, err)
 			}
 		}
 		// The table holds what it held: fence f at 3, nothing else.
@@ -285,7 +285,7 @@ func TestCreateTable(t *testing.T) {
 		}
 
 		err := check(t, g, db, "f", 1)
-		if err == nil || errors.Is(err, dlock.ErrStaleToken) || errors.Is(err, sqlfence.ErrInvalid) {
+		if err == nil || errors.Is(err, dlock.ErrStaleToken) || errors.Is(err, dlock.ErrInvalidFence) {
 			t.Fatalf("Check without the table: %v, want the database's error", err)
 		}
 		for range 2 {
