@@ -55,6 +55,11 @@ type etcdDriver struct {
 	inflight   sync.WaitGroup // Acquire calls, waited for by Close
 	anchorDone chan struct{}  // closed when keepWatchStream has returned
 
+	// beforeWatch, a test seam (export_test.go), runs in a waiter between
+	// its read of the queue and the start of its watch of pred, the entry
+	// it waits for. Nil outside tests.
+	beforeWatch func(ctx context.Context, pred string)
+
 	mu     sync.Mutex
 	idle   map[int64][]*etcdLease // leases with no entry, by TTL in seconds; guarded by mu
 	closed bool                   // guarded by mu

@@ -3,8 +3,11 @@ package etcddlock
 import (
 	"context"
 	"net/url"
+	"strings"
 
+	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/driver"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // QueueDirForTest returns the etcd key prefix of the entries of key.
@@ -20,4 +23,22 @@ func OpenDriverForTest(ctx context.Context, rawURL string) (driver.Driver, error
 		return nil, err
 	}
 	return openURL(ctx, u)
+}
+
+// NewWithBeforeWatchForTest is New with a hook that runs in every waiter
+// that waits for one entry, between its read of the queue and the start of
+// its watch of that entry (pred, its etcd key): the window in which the
+// entry may go, or go and come back, unseen by the watch.
+func NewWithBeforeWatchForTest(ctx context.Context, cli *clientv3.Client, opts *Options, hook func(ctx context.Context, pred string)) (*dlock.Client, error) {
+	d, err := newDriver(ctx, cli.KV, clientv3.NewLease(cli), clientv3.NewWatcher(cli), opts, nil, strings.Join(cli.Endpoints(), ","))
+	if err != nil {
+		return nil, err
+	}
+	d.beforeWatch = hook
+	c, err := dlock.NewClient(d, d.opts.ClientOptions...)
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return c, nil
 }

@@ -90,6 +90,9 @@ func (a *attempt) touch(ctx context.Context) error {
 func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err error) {
 	wctx, cancel := context.WithCancel(watchCtx(ctx))
 	defer cancel()
+	if h := a.d.beforeWatch; h != nil && a.pred != "" {
+		h(ctx, a.pred) // tests only: the window between our read and the watch
+	}
 	// Watch create: the keys that start with the entry's key — the entry
 	// and its release marker, no other — or, for a semaphore's first
 	// waiter, the directory's deletes; starting now. Not from a.seen+1:
