@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock"
-	"github.com/dlockdev/dlock/internal/demo"
+	"github.com/dlockdev/dlock/cmd/dlock/internal/demo"
 )
 
 // demoWorkerCommand is the hidden subcommand that runs one demo worker: the
