@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/httpfence"
 )
 
 // Key is the lock every worker takes, as in the seeds' scenario.
@@ -44,19 +45,32 @@ type WorkerConfig struct {
 	Name    string        // w1, w2, …
 	Ledger  string        // base URL of the ledger and event endpoint
 	JobTime time.Duration // how long one job works between read and write
+	// SQLite, if set, is the database the orders are in (--store
+	// sqlite): the worker reads and closes them there, through sqlfence
+	// when Fencing is set, and reports to the ledger.
+	SQLite  string
+	Fencing bool
 }
 
-// RunWorker is the body of a worker process: until the ledger has no open
-// orders, take the lock, read the next expired order, work on it, close it
-// with the lock's token, unlock.
+// RunWorker is the body of a worker process: until no open order is left,
+// take the lock, read the next expired order, work on it, close it with the
+// lock's token, unlock.
 //
 // On purpose it does NOT check lease.Done before it writes. A real job
 // should, but no check can close the gap between checking and writing: a
 // process can be paused right after the check. The demo shows that the
-// ledger's token check, not the lock, is what keeps a paused holder from
+// store's token check, not the lock, is what keeps a paused holder from
 // doing damage.
 func RunWorker(ctx context.Context, client *dlock.Client, cfg WorkerConfig) error {
 	w := &workerConn{cfg: cfg, http: &http.Client{}}
+	if cfg.SQLite != "" {
+		db, err := openOrderDB(cfg.SQLite, cfg.Fencing)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		w.db = db
+	}
 	for {
 		w.event(ctx, Event{Kind: EventWaiting})
 		lease, err := client.Lock(ctx, Key)
@@ -66,25 +80,9 @@ func RunWorker(ctx context.Context, client *dlock.Client, cfg WorkerConfig) erro
 		token := lease.Token()
 		w.event(ctx, Event{Kind: EventAcquired, Token: token})
 
-		var read response
-		if err := w.call(ctx, "/read", request{Worker: cfg.Name, Token: token}, &read); err != nil {
+		finished, err := w.job(ctx, token)
+		if err != nil {
 			return err
-		}
-		if read.Order != 0 {
-			time.Sleep(cfg.JobTime / 2) // working on the order
-			if err := w.call(ctx, "/step", request{Worker: cfg.Name, Token: token, Order: read.Order}, nil); err != nil {
-				return err
-			}
-			time.Sleep(cfg.JobTime / 2)
-			var res response
-			if err := w.call(ctx, "/close", request{Worker: cfg.Name, Token: token, Order: read.Order}, &res); err != nil {
-				return err
-			}
-			if res.Accepted {
-				w.event(ctx, Event{Kind: EventClosed, Token: token, Detail: fmt.Sprint(read.Order)})
-			} else {
-				w.event(ctx, Event{Kind: EventRejected, Token: token, Detail: res.Reason})
-			}
 		}
 
 		// Announce the release before it happens, so that the parent
@@ -102,25 +100,117 @@ func RunWorker(ctx context.Context, client *dlock.Client, cfg WorkerConfig) erro
 		default:
 			return fmt.Errorf("unlock: %w", err)
 		}
-		if read.Order == 0 {
+		if finished {
 			w.event(ctx, Event{Kind: EventFinished})
 			return nil
 		}
 	}
 }
 
+// job is one job under the lock: read the next order, work, close it.
+// finished reports that no open order was left. A stale token refused by
+// the store ends the job early (the holder has lost its lock); it is not an
+// error of the worker.
+func (w *workerConn) job(ctx context.Context, token uint64) (finished bool, err error) {
+	// Every ledger call of this lease carries its fencing headers.
+	fenced := &http.Client{Transport: &httpfence.Transport{Fence: Fence, Token: token}}
+	order, err := w.read(ctx, fenced, token)
+	switch {
+	case errors.Is(err, dlock.ErrStaleToken):
+		w.event(ctx, Event{Kind: EventRejected, Token: token, Detail: err.Error()})
+		return false, nil
+	case err != nil:
+		return false, err
+	case order == 0:
+		return true, nil
+	}
+	time.Sleep(w.cfg.JobTime / 2) // working on the order
+	err = w.call(ctx, fenced, "/step", request{Worker: w.cfg.Name, Order: order}, nil)
+	if errors.Is(err, dlock.ErrStaleToken) {
+		w.event(ctx, Event{Kind: EventRejected, Token: token, Detail: err.Error()})
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	time.Sleep(w.cfg.JobTime / 2)
+	err = w.close(ctx, fenced, token, order)
+	switch {
+	case errors.Is(err, dlock.ErrStaleToken):
+		w.event(ctx, Event{Kind: EventRejected, Token: token, Detail: err.Error()})
+	case err != nil:
+		return false, err
+	default:
+		w.event(ctx, Event{Kind: EventClosed, Token: token, Detail: fmt.Sprint(order)})
+	}
+	return false, nil
+}
+
+// read returns the next expired order: the ledger's answer, or, with the
+// orders in the database, what the database says, reported to the ledger.
+func (w *workerConn) read(ctx context.Context, fenced *http.Client, token uint64) (int, error) {
+	if w.db == nil {
+		var read response
+		err := w.call(ctx, fenced, "/read", request{Worker: w.cfg.Name}, &read)
+		return read.Order, err
+	}
+	order, err := w.db.next(ctx, token)
+	report := request{Worker: w.cfg.Name, Order: order, Accepted: err == nil}
+	var stale *dlock.StaleTokenError
+	switch {
+	case errors.As(err, &stale):
+		report.Reason = staleReason(stale)
+	case err != nil:
+		return 0, fmt.Errorf("sqlite %s: read the next order: %w", w.cfg.SQLite, err)
+	}
+	if rerr := w.call(ctx, fenced, "/read", report, nil); rerr != nil {
+		return 0, rerr
+	}
+	return order, err
+}
+
+// close closes the order: at the ledger, or in the database, reported to
+// the ledger. A refusal is an error satisfying dlock.ErrStaleToken.
+func (w *workerConn) close(ctx context.Context, fenced *http.Client, token uint64, order int) error {
+	if w.db == nil {
+		var res response
+		if err := w.call(ctx, fenced, "/close", request{Worker: w.cfg.Name, Order: order}, &res); err != nil {
+			return err
+		}
+		if !res.Accepted {
+			return fmt.Errorf("ledger /close: %s", res.Reason)
+		}
+		return nil
+	}
+	err := w.db.close(ctx, token, order, w.cfg.Name)
+	report := request{Worker: w.cfg.Name, Order: order, Accepted: err == nil}
+	var stale *dlock.StaleTokenError
+	switch {
+	case errors.As(err, &stale):
+		report.Reason = staleReason(stale)
+	case err != nil:
+		return fmt.Errorf("sqlite %s: close order %d: %w", w.cfg.SQLite, order, err)
+	}
+	if rerr := w.call(ctx, fenced, "/close", report, nil); rerr != nil {
+		return rerr
+	}
+	return err
+}
+
 type workerConn struct {
 	cfg  WorkerConfig
-	http *http.Client
+	http *http.Client // for events: unfenced
+	db   *orderDB     // nil: the orders are in the ledger
 }
 
 // event reports to the parent; a lost report only costs a progress line.
 func (w *workerConn) event(ctx context.Context, e Event) {
 	e.Worker, e.At = w.cfg.Name, time.Now()
-	_ = w.call(ctx, "/event", e, nil)
+	_ = w.call(ctx, w.http, "/event", e, nil)
 }
 
-func (w *workerConn) call(ctx context.Context, path string, body, out any) error {
+// call POSTs body to the ledger's path with client. The ledger's refusal of
+// a stale token is a *dlock.StaleTokenError (httpfence.CheckResponse).
+func (w *workerConn) call(ctx context.Context, client *http.Client, path string, body, out any) error {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return err
@@ -130,11 +220,14 @@ func (w *workerConn) call(ctx context.Context, path string, body, out any) error
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := w.http.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("ledger %s: %w", path, err)
 	}
 	defer resp.Body.Close()
+	if err := httpfence.CheckResponse(resp); err != nil {
+		return fmt.Errorf("ledger %s: %w", path, err)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("ledger %s: %s", path, resp.Status)
 	}
