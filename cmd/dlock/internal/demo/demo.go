@@ -61,13 +61,13 @@ type Config struct {
 	Orders      int
 	TTL         time.Duration
 	JobTime     time.Duration
-	Fencing     bool // the store rejects stale tokens
+	Fencing     bool          // the store rejects stale tokens
+	Timeout     time.Duration // bound on the whole run
+	Out         io.Writer     // progress lines, and the workers' own output
 	// SQLite, if set, is the path of a SQLite database to create and
 	// close the orders in, through sqlfence, instead of the ledger; it
 	// must not exist.
-	SQLite  string
-	Timeout time.Duration // bound on the whole run
-	Out     io.Writer     // progress lines, and the workers' own output
+	SQLite string
 	// Worker returns the command that runs one worker process.
 	Worker func(WorkerSpec) *exec.Cmd
 }
