@@ -1,4 +1,4 @@
-package httpfence_test
+package redisproof_test
 
 import (
 	"context"
