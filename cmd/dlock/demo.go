@@ -117,13 +117,12 @@ func (c *cli) cmdDemo(ctx context.Context, args []string) int {
 		Timeout:     *timeout,
 		Out:         progress,
 		Worker: func(w demo.WorkerSpec) *exec.Cmd {
-			args := []string{demoWorkerCommand,
+			// Every flag is given, so that none is read from the
+			// environment (DLOCK_SQLITE, DLOCK_NO_FENCING).
+			cmd := exec.Command(exe, demoWorkerCommand,
 				"--backend", w.Backend, "--ledger", w.Ledger, "--name", w.Name,
-				"--ttl", w.TTL.String(), "--job-time", w.JobTime.String()}
-			if w.SQLite != "" {
-				args = append(args, "--sqlite", w.SQLite, fmt.Sprintf("--no-fencing=%v", !w.Fencing))
-			}
-			cmd := exec.Command(exe, args...)
+				"--ttl", w.TTL.String(), "--job-time", w.JobTime.String(),
+				"--sqlite", w.SQLite, fmt.Sprintf("--no-fencing=%v", !w.Fencing))
 			cmd.SysProcAttr = &syscall.SysProcAttr{}
 			setParentDeathSignal(cmd.SysProcAttr)
 			return cmd
