@@ -12,7 +12,7 @@ root=$(pwd)
 # command, the fault-injection suite, the examples and the scheduler
 # adapters (integrations/: dlock itself depends on no scheduler) stand apart. bench/ is
 # vetted here and run by bench/run.sh.
-modules=(. redisdlock zkdlock etcddlock sqlfence sqlfence/internal/storetest cmd/dlock faultinject examples integrations/gocron integrations/robfigcron)
+modules=(. redisdlock zkdlock etcddlock sqlfence sqlfence/internal/storetest httpfence httpfence/internal/redisproof cmd/dlock faultinject examples integrations/gocron integrations/robfigcron)
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)

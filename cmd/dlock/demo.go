@@ -7,11 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/dlockdev/dlock"
-	"github.com/dlockdev/dlock/internal/demo"
+	"github.com/dlockdev/dlock/cmd/dlock/internal/demo"
 )
 
 // demoWorkerCommand is the hidden subcommand that runs one demo worker: the
@@ -26,12 +28,16 @@ func (c *cli) cmdDemo(ctx context.Context, args []string) int {
 	ttl := f.Duration("ttl", 2*time.Second, "")
 	jobTime := f.Duration("job-time", 400*time.Millisecond, "")
 	noFencing := f.Bool("no-fencing", false, "")
+	store := f.String("store", "memory", "")
 	timeout := f.Duration("timeout", 2*time.Minute, "")
 	asJSON := f.Bool("json", false, "")
 	if _, code, ok := c.parse(f, args, 0); !ok {
 		return code
 	}
+	sqlitePath, useSQLite, storeOK := parseStore(*store)
 	switch {
+	case !storeOK:
+		return c.usageError("demo", "%s %q: want memory or sqlite[:PATH]", f.source("store"), *store)
 	case *workers < demo.MinWorkers || *workers > 64:
 		return c.usageError("demo", "%s %d: the demo needs between %d and 64 workers (one is killed, one frozen, one carries on)", f.source("workers"), *workers, demo.MinWorkers)
 	case *jobs < demo.MinOrders || *jobs > 1000:
@@ -46,6 +52,25 @@ func (c *cli) cmdDemo(ctx context.Context, args []string) int {
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+
+	if useSQLite && sqlitePath == "" {
+		dir, err := os.MkdirTemp("", "dlock-demo-sqlite-")
+		if err != nil {
+			return c.fail(exitFailure, err)
+		}
+		defer os.RemoveAll(dir)
+		sqlitePath = filepath.Join(dir, "orders.db")
+	} else if useSQLite {
+		if _, err := os.Stat(sqlitePath); err == nil {
+			return c.fail(exitUsage, fmt.Errorf("%s: sqlite %s: the file exists; the demo creates its own database", f.source("store"), sqlitePath),
+				"remove it, pick another path, or leave out :PATH for a temporary file")
+		}
+		abs, err := filepath.Abs(sqlitePath) // the workers may run elsewhere
+		if err != nil {
+			return c.fail(exitFailure, err)
+		}
+		sqlitePath = abs
+	}
 
 	progress := c.stdout
 	if *asJSON {
@@ -88,12 +113,16 @@ func (c *cli) cmdDemo(ctx context.Context, args []string) int {
 		TTL:         *ttl,
 		JobTime:     *jobTime,
 		Fencing:     !*noFencing,
+		SQLite:      sqlitePath,
 		Timeout:     *timeout,
 		Out:         progress,
 		Worker: func(w demo.WorkerSpec) *exec.Cmd {
+			// Every flag is given, so that none is read from the
+			// environment (DLOCK_SQLITE, DLOCK_NO_FENCING).
 			cmd := exec.Command(exe, demoWorkerCommand,
 				"--backend", w.Backend, "--ledger", w.Ledger, "--name", w.Name,
-				"--ttl", w.TTL.String(), "--job-time", w.JobTime.String())
+				"--ttl", w.TTL.String(), "--job-time", w.JobTime.String(),
+				"--sqlite", w.SQLite, fmt.Sprintf("--no-fencing=%v", !w.Fencing))
 			cmd.SysProcAttr = &syscall.SysProcAttr{}
 			setParentDeathSignal(cmd.SysProcAttr)
 			return cmd
@@ -121,6 +150,8 @@ func (c *cli) cmdDemoWorker(ctx context.Context, args []string) int {
 	name := f.String("name", "", "")
 	ttl := f.Duration("ttl", 2*time.Second, "")
 	jobTime := f.Duration("job-time", 400*time.Millisecond, "")
+	sqlitePath := f.String("sqlite", "", "")
+	noFencing := f.Bool("no-fencing", false, "")
 	if _, code, ok := c.parse(f, args, 0); !ok {
 		return code
 	}
@@ -133,7 +164,8 @@ func (c *cli) cmdDemoWorker(ctx context.Context, args []string) int {
 		return code
 	}
 	defer client.Close()
-	err := demo.RunWorker(ctx, client, demo.WorkerConfig{Name: *name, Ledger: *ledger, JobTime: *jobTime})
+	err := demo.RunWorker(ctx, client, demo.WorkerConfig{Name: *name, Ledger: *ledger, JobTime: *jobTime,
+		SQLite: *sqlitePath, Fencing: !*noFencing})
 	if err != nil {
 		code, _ := c.explain(err, *backend)
 		if errors.Is(err, context.Canceled) {
@@ -142,6 +174,19 @@ func (c *cli) cmdDemoWorker(ctx context.Context, args []string) int {
 		return c.fail(code, err)
 	}
 	return exitOK
+}
+
+// parseStore reads --store: memory (the demo's ledger), sqlite (a
+// temporary database) or sqlite:PATH.
+func parseStore(s string) (path string, sqlite, ok bool) {
+	switch {
+	case s == "memory":
+		return "", false, true
+	case s == "sqlite":
+		return "", true, true
+	}
+	path, ok = strings.CutPrefix(s, "sqlite:")
+	return path, true, ok && path != ""
 }
 
 func ptr[T any](v T) *T { return &v }

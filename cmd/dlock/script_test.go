@@ -113,7 +113,7 @@ func scriptEnv(ts *testscript.TestScript) []string {
 	}
 	names := []string{"PATH", "HOME", "TMPDIR", "WORK"}
 	for _, flag := range []string{"backend", "ttl", "wait", "no-wait", "limit", "shared", "exclusive", "grace", "connect-timeout", "verbose", "json",
-		"listen", "data-dir", "log-level", "workers", "jobs", "job-time", "no-fencing", "timeout"} {
+		"listen", "data-dir", "log-level", "workers", "jobs", "job-time", "no-fencing", "store", "timeout"} {
 		names = append(names, envName(flag))
 	}
 	for _, n := range names {

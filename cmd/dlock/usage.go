@@ -175,7 +175,8 @@ const usageDemo = `Usage:
 
 Plays the seeds' scenario: worker processes run a job that closes expired
 orders, one at a time under the lock "order", against a shared ledger that
-rejects writes carrying a stale fencing token. Midway, dlock kills one
+rejects writes carrying a stale fencing token (or, with --store sqlite, in
+a SQLite database that rejects them). Midway, dlock kills one
 holder (SIGKILL) and freezes another (SIGSTOP) for longer than its TTL,
 then resumes it: it wakes up believing it still holds the lock and
 writes. Then a verdict, computed from what the ledger saw: jobs done,
@@ -192,6 +193,9 @@ Flags:
     --ttl D                 lease length, 1s to 1m (DLOCK_TTL; default 2s)
     --job-time D            how long one job works (DLOCK_JOB_TIME; default 400ms)
     --no-fencing            the ledger accepts stale tokens: see the damage (DLOCK_NO_FENCING)
+    --store S               where the orders are closed (DLOCK_STORE): memory (default, the
+                            ledger, fenced by httpfence) or sqlite[:PATH] (a new SQLite
+                            database, default a temporary file, fenced by sqlfence)
     --json                  print the verdict as JSON on stdout, progress on stderr (DLOCK_JSON)
     --timeout D             give up after D (DLOCK_TIMEOUT; default 2m)
 
@@ -199,6 +203,7 @@ Examples:
     $ dlock demo
     $ go -C cmd/dlock run . demo         # from a clone of dlock, without installing
     $ dlock demo --no-fencing
+    $ dlock demo --store sqlite:orders.db   # then: sqlite3 orders.db 'SELECT * FROM refunds'
     $ dlock demo --backend redis://localhost:6379 --workers 6 --jobs 12
 `
 

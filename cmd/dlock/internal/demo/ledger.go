@@ -1,24 +1,40 @@
 package demo
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/httpfence"
 )
+
+// Fence is the fence name of the job's writes: what its fencing tokens are
+// compared within, in the ledger's httpfence.Guard and in the database's
+// sqlfence table.
+const Fence = "close-orders"
 
 // Ledger is the shared resource of the demo: the order book that the
 // order-closing job reads and writes. It lives in the demo's parent process
 // and is reached over loopback HTTP, like a database that every worker
 // shares.
 //
-// With fencing on, it remembers the highest lock token it has seen on any
-// request and rejects a write that carries a lower one: such a write comes
-// from a holder whose lease has ended and whose lock has passed to someone
-// else. With fencing off it accepts every write, as a store that knows
-// nothing about the lock would.
+// With fencing on, its routes are wrapped by an httpfence.Guard: every
+// request carries the holder's lock token (httpfence.Transport), the Guard
+// keeps the highest one seen and refuses a request with a lower one with
+// 409 Conflict: such a request comes from a holder whose lease has ended and
+// whose lock has passed to someone else. With fencing off there is no Guard
+// and the ledger accepts every write, as a store that knows nothing about
+// the lock would; it reads the tokens from the headers only to record them.
+//
+// With the orders in a database (NewReportLedger), the ledger decides
+// nothing: /read and /close are the workers' reports of what they read and
+// wrote there, recorded for the verdict.
 //
 // Closing an order is deliberately not idempotent (think "close the order
 // and refund the customer"): an order closed twice is damage.
@@ -26,8 +42,10 @@ import (
 // A Ledger is safe for concurrent use.
 type Ledger struct {
 	fencing bool
+	reports bool // the orders live in a database: record, do not decide
 	orders  int
 	start   time.Time
+	handler http.Handler // the routes, behind the Guard with fencing on
 
 	// onStep, if set, is called for every step report before it is
 	// answered, while the worker waits for the answer: the demo injects
@@ -75,14 +93,34 @@ func (r Record) Stale() bool { return r.Token < r.MaxToken }
 
 // NewLedger returns a ledger with orders 1..orders open.
 func NewLedger(orders int, fencing bool) *Ledger {
-	return &Ledger{fencing: fencing, orders: orders, start: time.Now(), closedBy: map[int][]int{}}
+	l := &Ledger{fencing: fencing, orders: orders, start: time.Now(), closedBy: map[int][]int{}}
+	l.handler = http.HandlerFunc(l.serve)
+	if fencing {
+		l.handler = httpfence.New(httpfence.OnStale(l.refused)).Wrap(l.handler)
+	}
+	return l
 }
 
-// request is the body of every ledger call.
+// NewReportLedger returns a ledger that records the workers' reports of
+// the orders they read and closed in a database; fencing says whether the
+// database checks tokens.
+func NewReportLedger(orders int, fencing bool) *Ledger {
+	l := &Ledger{fencing: fencing, reports: true, orders: orders, start: time.Now(), closedBy: map[int][]int{}}
+	l.handler = http.HandlerFunc(l.serve)
+	return l
+}
+
+// request is the body of every ledger call. The token travels in the
+// fencing headers (httpfence.SetHeaders), not in the body.
 type request struct {
 	Worker string `json:"worker"`
-	Token  uint64 `json:"token"`
+	Token  uint64 `json:"-"`
 	Order  int    `json:"order,omitempty"`
+	// Accepted and Reason are, in a report of a close in the database,
+	// its outcome; in a report of a read, Accepted false says that the
+	// database refused the read's token.
+	Accepted bool   `json:"accepted,omitempty"`
+	Reason   string `json:"reason,omitempty"`
 }
 
 // response is the answer to every ledger call.
@@ -93,20 +131,37 @@ type response struct {
 	Reason   string `json:"reason,omitempty"`
 }
 
-// ServeHTTP serves POST /read, /step and /close with JSON bodies.
-func (l *Ledger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// ServeHTTP serves POST /read, /step and /close with JSON bodies and the
+// fencing headers of package httpfence.
+func (l *Ledger) ServeHTTP(w http.ResponseWriter, r *http.Request) { l.handler.ServeHTTP(w, r) }
+
+func (l *Ledger) serve(w http.ResponseWriter, r *http.Request) {
 	var req request
 	if r.Method != http.MethodPost || json.NewDecoder(r.Body).Decode(&req) != nil {
 		http.Error(w, "want POST with a JSON body", http.StatusBadRequest)
 		return
 	}
+	claim, ok := httpfence.FromContext(r.Context())
+	if !ok {
+		// No Guard (fencing off): the token is read for the records only.
+		var err error
+		if claim, err = httpfence.ReadHeaders(r.Header); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+	}
+	req.Token = claim.Token
 	var resp response
-	switch r.URL.Path {
-	case "/read":
+	switch {
+	case r.URL.Path == "/read" && l.reports:
+		resp = l.readReport(req)
+	case r.URL.Path == "/read":
 		resp = l.read(req)
-	case "/step":
+	case r.URL.Path == "/step":
 		resp = l.step(req)
-	case "/close":
+	case r.URL.Path == "/close" && l.reports:
+		resp = l.closeReport(req)
+	case r.URL.Path == "/close":
 		resp = l.close(req)
 	default:
 		http.NotFound(w, r)
@@ -162,9 +217,9 @@ func (l *Ledger) close(req request) response {
 	switch {
 	case req.Order < 1 || req.Order > l.orders:
 		rec.Reason = fmt.Sprintf("no order %d", req.Order)
-	case l.fencing && req.Token < l.maxToken:
-		rec.Reason = fmt.Sprintf("stale token %d: the ledger has seen token %d", req.Token, l.maxToken)
 	default:
+		// A stale token never gets here with fencing on: the Guard
+		// refused it (refused records it).
 		rec.Accepted = true
 		l.closedBy[req.Order] = append(l.closedBy[req.Order], len(l.records))
 	}
@@ -172,6 +227,53 @@ func (l *Ledger) close(req request) response {
 	l.mu.Unlock()
 	l.report(rec)
 	return response{Accepted: rec.Accepted, Reason: rec.Reason}
+}
+
+// refused records a request that the Guard refused as stale. It runs while
+// the Guard holds the fence, so the records stay in the Guard's order.
+func (l *Ledger) refused(r *http.Request, stale *dlock.StaleTokenError) {
+	var req request
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<16))
+	_ = json.Unmarshal(body, &req)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	op := map[string]Op{"/read": OpRead, "/step": OpStep, "/close": OpClose}[r.URL.Path]
+	if op == "" {
+		return
+	}
+	l.mu.Lock()
+	rec := Record{Worker: req.Worker, Token: stale.Token, Op: op, Order: req.Order, Job: l.jobOfLocked(stale.Token),
+		Reason: fmt.Sprintf("stale token %d: its httpfence.Guard has recorded token %d, 409 Conflict", stale.Token, stale.Recorded)}
+	l.noteLocked(&rec)
+	l.mu.Unlock()
+	l.report(rec)
+}
+
+// readReport records a worker's read of the next order in the database.
+func (l *Ledger) readReport(req request) response {
+	l.mu.Lock()
+	rec := Record{Worker: req.Worker, Token: req.Token, Op: OpRead, Order: req.Order, Accepted: req.Accepted, Reason: req.Reason}
+	if rec.Order != 0 && rec.Accepted {
+		l.jobs++
+		rec.Job = l.jobs
+	}
+	l.noteLocked(&rec)
+	l.mu.Unlock()
+	l.report(rec)
+	return response{Accepted: true, Order: rec.Order, Job: rec.Job}
+}
+
+// closeReport records a worker's close of an order in the database.
+func (l *Ledger) closeReport(req request) response {
+	l.mu.Lock()
+	rec := Record{Worker: req.Worker, Token: req.Token, Op: OpClose, Order: req.Order, Job: l.jobOfLocked(req.Token),
+		Accepted: req.Accepted, Reason: req.Reason}
+	if rec.Accepted && rec.Order >= 1 && rec.Order <= l.orders {
+		l.closedBy[rec.Order] = append(l.closedBy[rec.Order], len(l.records))
+	}
+	l.noteLocked(&rec)
+	l.mu.Unlock()
+	l.report(rec)
+	return response{Accepted: true}
 }
 
 // jobOfLocked finds the job that token's holder read. l.mu must be held.

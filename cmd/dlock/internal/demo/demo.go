@@ -49,6 +49,8 @@ type WorkerSpec struct {
 	Ledger  string // base URL of the ledger
 	TTL     time.Duration
 	JobTime time.Duration
+	SQLite  string // the orders' database; "" when they are in the ledger
+	Fencing bool   // with SQLite: close through sqlfence
 }
 
 // Config configures Run.
@@ -59,9 +61,13 @@ type Config struct {
 	Orders      int
 	TTL         time.Duration
 	JobTime     time.Duration
-	Fencing     bool          // the ledger rejects stale tokens
+	Fencing     bool          // the store rejects stale tokens
 	Timeout     time.Duration // bound on the whole run
 	Out         io.Writer     // progress lines, and the workers' own output
+	// SQLite, if set, is the path of a SQLite database to create and
+	// close the orders in, through sqlfence, instead of the ledger; it
+	// must not exist.
+	SQLite string
 	// Worker returns the command that runs one worker process.
 	Worker func(WorkerSpec) *exec.Cmd
 }
@@ -93,10 +99,17 @@ func Run(ctx context.Context, cfg Config) (*Verdict, error) {
 	if cfg.Workers < MinWorkers || cfg.Orders < MinOrders {
 		return nil, fmt.Errorf("the demo needs at least %d workers and %d jobs", MinWorkers, MinOrders)
 	}
+	ledger := NewLedger(cfg.Orders, cfg.Fencing)
+	if cfg.SQLite != "" {
+		if err := CreateOrderDB(ctx, cfg.SQLite, cfg.Orders); err != nil {
+			return nil, err
+		}
+		ledger = NewReportLedger(cfg.Orders, cfg.Fencing)
+	}
 	d := &demo{
 		cfg:      cfg,
 		start:    time.Now(),
-		ledger:   NewLedger(cfg.Orders, cfg.Fencing),
+		ledger:   ledger,
 		procs:    map[string]*exec.Cmd{},
 		grants:   map[uint64]*grant{},
 		changed:  make(chan struct{}, 1),
@@ -120,13 +133,22 @@ func Run(ctx context.Context, cfg Config) (*Verdict, error) {
 	defer srv.Close()
 	ledgerURL := "http://" + ln.Addr().String()
 
-	fencing := "checks fencing tokens: it rejects a write whose token is older than one it has seen"
+	fencing := "checks fencing tokens (httpfence): it rejects a write whose token is older than one it has seen"
 	if !cfg.Fencing {
 		fencing = "does NOT check fencing tokens (--no-fencing): it accepts every write"
 	}
 	fmt.Fprintf(cfg.Out, "dlock demo: %d worker processes close %d expired orders, one job at a time under the lock %q.\n", cfg.Workers, cfg.Orders, Key)
 	fmt.Fprintf(cfg.Out, "  backend  %s, lock TTL %v; each job takes %v\n", cfg.BackendDesc, cfg.TTL, cfg.JobTime)
-	fmt.Fprintf(cfg.Out, "  ledger   %s %s\n", ledgerURL, fencing)
+	if cfg.SQLite == "" {
+		fmt.Fprintf(cfg.Out, "  ledger   %s %s\n", ledgerURL, fencing)
+	} else {
+		fencing = fmt.Sprintf("each job reads and closes its order in a transaction fenced by sqlfence (fence %q): the database rejects a token older than one it has recorded", Fence)
+		if !cfg.Fencing {
+			fencing = "does NOT check fencing tokens (--no-fencing): plain transactions"
+		}
+		fmt.Fprintf(cfg.Out, "  orders   SQLite database %s; %s\n", cfg.SQLite, fencing)
+		fmt.Fprintf(cfg.Out, "  ledger   %s records what the workers read and closed there\n", ledgerURL)
+	}
 	fmt.Fprintf(cfg.Out, "  faults   SIGKILL the holder of job %d mid-job; SIGSTOP the holder of job %d mid-job for longer than the TTL, then SIGCONT\n\n", killJob, freezeJob)
 
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
@@ -139,7 +161,8 @@ func Run(ctx context.Context, cfg Config) (*Verdict, error) {
 	exits := make(chan exit, cfg.Workers)
 	for i := 1; i <= cfg.Workers; i++ {
 		name := fmt.Sprintf("w%d", i)
-		cmd := cfg.Worker(WorkerSpec{Name: name, Backend: cfg.Backend, Ledger: ledgerURL, TTL: cfg.TTL, JobTime: cfg.JobTime})
+		cmd := cfg.Worker(WorkerSpec{Name: name, Backend: cfg.Backend, Ledger: ledgerURL, TTL: cfg.TTL, JobTime: cfg.JobTime,
+			SQLite: cfg.SQLite, Fencing: cfg.Fencing})
 		out, err := cmd.StderrPipe()
 		if err != nil {
 			return nil, err
@@ -194,7 +217,20 @@ func (d *demo) verdict() *Verdict {
 	}
 	faults := slices.Clone(d.faults)
 	d.mu.Unlock()
-	v := computeVerdict(d.cfg.Fencing, d.cfg.Orders, d.cfg.TTL, d.ledger.Records(), grants, faults)
+	store, refunds, refundsErr := "ledger", map[int]int(nil), error(nil)
+	if d.cfg.SQLite != "" {
+		// The damage is counted where it was done: the refunds the
+		// database paid, not the workers' reports of them.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		store = "sqlite"
+		refunds, refundsErr = RefundsIn(ctx, d.cfg.SQLite)
+		cancel()
+	}
+	v := computeVerdict(store, d.cfg.Fencing, d.cfg.Orders, d.cfg.TTL, d.ledger.Records(), grants, faults, refunds)
+	if refundsErr != nil {
+		v.Problems = append(v.Problems, fmt.Sprintf("cannot count the refunds in the database: %v", refundsErr))
+		v.Safe = false
+	}
 	v.ElapsedSeconds = time.Since(d.start).Seconds()
 	return &v
 }
@@ -313,13 +349,23 @@ func (d *demo) onRecord(r Record) {
 		d.closed[r.Order] = fmt.Sprintf("%s (token %d)", r.Worker, r.Token)
 		d.printfLocked("%s closes order #%d with token %d: accepted", r.Worker, r.Order, r.Token)
 	case r.Op == OpClose:
-		d.printfLocked("%s closes order #%d with token %d: REJECTED by the ledger (%s)", r.Worker, r.Order, r.Token, r.Reason)
+		d.printfLocked("%s closes order #%d with token %d: REJECTED by %s (%s)", r.Worker, r.Order, r.Token, d.store(), r.Reason)
+	case !r.Accepted:
+		d.printfLocked("%s's %s with token %d: REJECTED by %s (%s)", r.Worker, r.Op, r.Token, d.store(), r.Reason)
 	}
 	d.mu.Unlock()
 	select {
 	case d.changed <- struct{}{}:
 	default:
 	}
+}
+
+// store names where the orders are closed, for the progress lines.
+func (d *demo) store() string {
+	if d.cfg.SQLite != "" {
+		return "the database"
+	}
+	return "the ledger"
 }
 
 // onStep injects the faults, halfway through a job, while the worker waits

@@ -1,35 +1,77 @@
 package demo
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/httpfence"
 )
 
-// play drives a ledger through the demo's fault in miniature: holder 10
-// reads order 1 and is frozen; holder 11 reads, closes order 1; holder 10
-// wakes and closes order 1 with its old token.
+// ledgerCall POSTs one request to the ledger at url with the holder's
+// fencing headers, and returns the answer and the error CheckResponse makes
+// of a refusal.
+func ledgerCall(t *testing.T, url, path, worker string, token uint64, order int) (response, error) {
+	t.Helper()
+	body, _ := json.Marshal(request{Worker: worker, Order: order})
+	req, _ := http.NewRequest(http.MethodPost, url+path, bytes.NewReader(body))
+	httpfence.SetHeaders(req.Header, Fence, token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := httpfence.CheckResponse(resp); err != nil {
+		return response{}, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s: %s", path, resp.Status)
+	}
+	var r response
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		t.Fatal(err)
+	}
+	return r, nil
+}
+
+// play drives a ledger, over HTTP as the workers do, through the demo's
+// fault in miniature: holder 10 reads order 1 and is frozen; holder 11
+// reads, closes order 1; holder 10 wakes and closes order 1 with its old
+// token. With fencing on, the ledger's httpfence.Guard refuses that close.
 func play(t *testing.T, fencing bool) []Record {
 	t.Helper()
 	l := NewLedger(1, fencing)
-	if r := l.read(request{Worker: "w1", Token: 10}); r.Order != 1 || r.Job != 1 {
+	srv := httptest.NewServer(l)
+	defer srv.Close()
+	call := func(path, worker string, token uint64, order int) (response, error) {
+		return ledgerCall(t, srv.URL, path, worker, token, order)
+	}
+	if r, _ := call("/read", "w1", 10, 0); r.Order != 1 || r.Job != 1 {
 		t.Fatalf("first read = %+v, want order 1, job 1", r)
 	}
-	l.step(request{Worker: "w1", Token: 10, Order: 1})
-	if r := l.read(request{Worker: "w2", Token: 11}); r.Order != 1 || r.Job != 2 {
+	call("/step", "w1", 10, 1)
+	if r, _ := call("/read", "w2", 11, 0); r.Order != 1 || r.Job != 2 {
 		t.Fatalf("second read = %+v, want order 1 (still open), job 2", r)
 	}
-	if r := l.close(request{Worker: "w2", Token: 11, Order: 1}); !r.Accepted {
-		t.Fatalf("fresh close rejected: %+v", r)
+	if r, err := call("/close", "w2", 11, 1); err != nil || !r.Accepted {
+		t.Fatalf("fresh close rejected: %+v, %v", r, err)
 	}
-	stale := l.close(request{Worker: "w1", Token: 10, Order: 1})
-	if stale.Accepted == fencing {
-		t.Fatalf("stale close with fencing=%v: accepted=%v (%s)", fencing, stale.Accepted, stale.Reason)
+	_, err := call("/close", "w1", 10, 1)
+	var stale *dlock.StaleTokenError
+	switch {
+	case fencing && (!errors.As(err, &stale) || stale.Token != 10 || stale.Recorded != 11):
+		t.Fatalf("stale close with fencing: %v, want a *dlock.StaleTokenError of 10, 11 recorded", err)
+	case !fencing && err != nil:
+		t.Fatalf("stale close without fencing: %v, want accepted", err)
 	}
-	if r := l.read(request{Worker: "w2", Token: 12}); r.Order != 0 {
+	if r, _ := call("/read", "w2", 12, 0); r.Order != 0 {
 		t.Fatalf("read after all closed = %+v, want no order", r)
 	}
 	return l.Records()
@@ -38,7 +80,8 @@ func play(t *testing.T, fencing bool) []Record {
 func TestLedger_close_rejectsStaleTokenWithFencing(t *testing.T) {
 	recs := play(t, true)
 	last := recs[len(recs)-2]
-	if last.Op != OpClose || last.Accepted || !last.Stale() || !strings.Contains(last.Reason, "stale token 10") {
+	if last.Op != OpClose || last.Accepted || !last.Stale() || !strings.Contains(last.Reason, "stale token 10") ||
+		last.Worker != "w1" || last.Order != 1 || last.Job != 1 {
 		t.Errorf("stale close recorded as %+v", last)
 	}
 }
@@ -52,7 +95,7 @@ func TestLedger_close_acceptsStaleTokenWithoutFencing(t *testing.T) {
 }
 
 func TestComputeVerdict_fencingStopsTheStaleWrite(t *testing.T) {
-	v := computeVerdict(true, 1, time.Second, play(t, true), nil, nil)
+	v := computeVerdict("ledger", true, 1, time.Second, play(t, true), nil, nil, nil)
 	if !v.Safe || v.StaleRejected != 1 || v.StaleAccepted != 0 || len(v.ClosedTwice) != 0 || v.OrdersClosed != 1 {
 		t.Errorf("verdict = %+v, want safe with one stale write rejected", v)
 	}
@@ -62,7 +105,7 @@ func TestComputeVerdict_fencingStopsTheStaleWrite(t *testing.T) {
 }
 
 func TestComputeVerdict_withoutFencingReportsTheDamage(t *testing.T) {
-	v := computeVerdict(false, 1, time.Second, play(t, false), nil, nil)
+	v := computeVerdict("ledger", false, 1, time.Second, play(t, false), nil, nil, nil)
 	if v.Safe || v.StaleRejected != 0 || v.StaleAccepted != 1 || !slices.Equal(v.ClosedTwice, []int{1}) {
 		t.Errorf("verdict = %+v, want unsafe with order 1 closed twice", v)
 	}
@@ -75,7 +118,7 @@ func TestComputeVerdict_countsUnclosedOrders(t *testing.T) {
 	l := NewLedger(2, true)
 	l.read(request{Worker: "w1", Token: 1})
 	l.close(request{Worker: "w1", Token: 1, Order: 1})
-	v := computeVerdict(true, 2, time.Second, l.Records(), nil, nil)
+	v := computeVerdict("ledger", true, 2, time.Second, l.Records(), nil, nil, nil)
 	if v.Safe || v.OrdersClosed != 1 {
 		t.Errorf("verdict = %+v, want unsafe: order 2 never closed", v)
 	}
@@ -96,7 +139,7 @@ func TestComputeVerdict_handOffsAndFaultLatencies(t *testing.T) {
 		{Worker: "w2", Token: 5, WaitFrom: at(1400), At: at(1401), ReleaseAt: at(1500), Released: true},
 	}
 	faults := []Fault{{Kind: "SIGKILL", Worker: "w3", Job: 2, At: at(250)}}
-	v := computeVerdict(true, 0, time.Second, nil, grants, faults)
+	v := computeVerdict("ledger", true, 0, time.Second, nil, grants, faults, nil)
 	if v.HandOffs != 2 {
 		t.Fatalf("hand-offs = %d, want 2 (1→2 and 2→3)", v.HandOffs)
 	}
@@ -130,15 +173,21 @@ func TestPercentile_nearestRank(t *testing.T) {
 func TestLedger_ServeHTTP(t *testing.T) {
 	srv := httptest.NewServer(NewLedger(1, true))
 	defer srv.Close()
-	resp, err := http.Post(srv.URL+"/read", "application/json", strings.NewReader(`{"worker":"w1","token":5}`))
+	if _, err := ledgerCall(t, srv.URL, "/read", "w1", 5, 0); err != nil {
+		t.Errorf("POST /read: %v", err)
+	}
+	// Without the fencing headers, the Guard refuses the request.
+	resp, err := http.Post(srv.URL+"/read", "application/json", strings.NewReader(`{"worker":"w1"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("POST /read: %s", resp.Status)
+	if resp.StatusCode != http.StatusPreconditionRequired {
+		t.Errorf("POST /read without a token: %s, want 428", resp.Status)
 	}
-	resp, err = http.Get(srv.URL + "/read")
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/read", nil)
+	httpfence.SetHeaders(req.Header, Fence, 5)
+	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,12 @@ import (
 // Verdict is what the demo measured. Every field is computed from the
 // ledger's records and the workers' reports; none is assumed.
 type Verdict struct {
-	Fencing bool `json:"fencing"` // the ledger checked tokens
-	Orders  int  `json:"orders"`  // orders to close (--jobs)
+	// Store is where the orders were closed: "ledger" (the demo's HTTP
+	// ledger, fenced by httpfence) or "sqlite" (a SQLite database,
+	// fenced by sqlfence).
+	Store   string `json:"store"`
+	Fencing bool   `json:"fencing"` // the store checked tokens
+	Orders  int    `json:"orders"`  // orders to close (--jobs)
 	// OrdersClosed counts orders closed at least once.
 	OrdersClosed int `json:"orders_closed"`
 	// JobsStarted counts jobs begun (reads that returned an order),
@@ -79,9 +83,12 @@ type grant struct {
 	Released  bool      // Unlock succeeded: an orderly hand-off follows
 }
 
-// computeVerdict derives the verdict from what was observed.
-func computeVerdict(fencing bool, orders int, ttl time.Duration, records []Record, grants []grant, faults []Fault) Verdict {
-	v := Verdict{Fencing: fencing, Orders: orders, TTLMS: ms(ttl), Faults: faults, Overlaps: []Overlap{}, ClosedTwice: []int{}, Problems: []string{}}
+// computeVerdict derives the verdict from what was observed. store is
+// Verdict.Store; refunds, if not nil, is the database's count of closes per
+// order: it, not the records, decides which orders were closed, and how
+// often.
+func computeVerdict(store string, fencing bool, orders int, ttl time.Duration, records []Record, grants []grant, faults []Fault, refunds map[int]int) Verdict {
+	v := Verdict{Store: store, Fencing: fencing, Orders: orders, TTLMS: ms(ttl), Faults: faults, Overlaps: []Overlap{}, ClosedTwice: []int{}, Problems: []string{}}
 
 	closes := map[int]int{}
 	spans := map[uint64]*Section{}
@@ -102,6 +109,9 @@ func computeVerdict(fencing bool, orders int, ttl time.Duration, records []Recor
 		case r.Op == OpClose && r.Stale():
 			v.StaleRejected++
 		}
+	}
+	if refunds != nil {
+		closes = refunds
 	}
 	for o := 1; o <= orders; o++ {
 		if closes[o] > 0 {
@@ -159,7 +169,7 @@ func computeVerdict(fencing bool, orders int, ttl time.Duration, records []Recor
 	}
 
 	if v.StaleAccepted > 0 {
-		v.Problems = append(v.Problems, fmt.Sprintf("the ledger accepted %d write(s) from holders whose lease had already passed to someone else", v.StaleAccepted))
+		v.Problems = append(v.Problems, fmt.Sprintf("%s accepted %d write(s) from holders whose lease had already passed to someone else", v.where(), v.StaleAccepted))
 	}
 	if len(v.ClosedTwice) > 0 {
 		v.Problems = append(v.Problems, fmt.Sprintf("order(s) %v were closed twice", v.ClosedTwice))
@@ -198,7 +208,11 @@ func (v *Verdict) WriteText(w io.Writer) {
 	p := func(label, format string, args ...any) {
 		fmt.Fprintf(w, "  %-31s %s\n", label, fmt.Sprintf(format, args...))
 	}
-	fmt.Fprintf(w, "\nverdict (ledger fencing %s)\n", onOff(v.Fencing))
+	if v.Store == "sqlite" {
+		fmt.Fprintf(w, "\nverdict (SQLite, sqlfence fencing %s)\n", onOff(v.Fencing))
+	} else {
+		fmt.Fprintf(w, "\nverdict (ledger fencing %s)\n", onOff(v.Fencing))
+	}
 	p("jobs done", "%d of %d orders closed (%d jobs started)", v.OrdersClosed, v.Orders, v.JobsStarted)
 	var pairs []string
 	for _, o := range v.Overlaps {
@@ -228,18 +242,28 @@ func (v *Verdict) WriteText(w io.Writer) {
 	switch {
 	case v.Safe && len(v.Overlaps) > 0:
 		fmt.Fprintln(w, "SAFE: the lock alone did not keep two holders apart (a frozen holder woke up after its")
-		fmt.Fprintln(w, "lease had expired), but the ledger rejected its stale fencing token, so no order was")
+		fmt.Fprintf(w, "lease had expired), but %s rejected its stale fencing token, so no order was\n", v.where())
 		fmt.Fprintln(w, "closed twice.")
 	case v.Safe:
 		fmt.Fprintln(w, "SAFE: every order was closed exactly once.")
 	default:
 		fmt.Fprintf(w, "UNSAFE: %s.\n", strings.Join(v.Problems, "; "))
 		if !v.Fencing {
-			fmt.Fprintln(w, "The ledger did not check fencing tokens: a lock alone cannot stop a holder that was paused")
+			fmt.Fprintf(w, "%s did not check fencing tokens: a lock alone cannot stop a holder that was paused\n", capitalize(v.where()))
 			fmt.Fprintln(w, "past its lease. Pass the lock's token with every write and reject old ones.")
 		}
 	}
 }
+
+// where names the store the verdict is about.
+func (v *Verdict) where() string {
+	if v.Store == "sqlite" {
+		return "the database"
+	}
+	return "the ledger"
+}
+
+func capitalize(s string) string { return strings.ToUpper(s[:1]) + s[1:] }
 
 func onOff(b bool) string {
 	if b {
