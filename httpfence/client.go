@@ -30,7 +30,7 @@ type Transport struct {
 
 // RoundTrip sends a copy of req with the fencing headers set. A Transport
 // with an empty Fence or a zero Token sends nothing and returns an error
-// wrapping ErrInvalid.
+// wrapping dlock.ErrInvalidFence.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := t.valid(); err != nil {
 		if req.Body != nil {
@@ -49,7 +49,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 func (t *Transport) valid() error {
 	if t.Token == 0 {
-		return fmt.Errorf("%w: fence %q: token 0 is no lease's token", ErrInvalid, t.Fence)
+		return fmt.Errorf("%w: fence %q: token 0 is no lease's token", dlock.ErrInvalidFence, t.Fence)
 	}
 	return validFence(t.Fence)
 }
@@ -60,7 +60,7 @@ func (t *Transport) valid() error {
 //   - a stale token (409): a *dlock.StaleTokenError naming the fence, the
 //     refused token and the recorded one, errors.Is(err, dlock.ErrStaleToken);
 //   - no fencing headers (428): an error wrapping ErrUnfenced;
-//   - unusable headers (400): an error wrapping ErrInvalid.
+//   - unusable headers (400): an error wrapping dlock.ErrInvalidFence.
 //
 // The last two carry the Guard's explanation, read from the body; resp.Body
 // still yields the whole body afterwards. CheckResponse does not close it.
@@ -72,7 +72,7 @@ func CheckResponse(resp *http.Response) error {
 	case kind == refusedUnfenced && resp.StatusCode == http.StatusPreconditionRequired:
 		return fmt.Errorf("%w: the server answered %s: %s", ErrUnfenced, resp.Status, explanation(resp))
 	case kind == refusedInvalid && resp.StatusCode == http.StatusBadRequest:
-		return fmt.Errorf("%w: the server answered %s: %s", ErrInvalid, resp.Status, explanation(resp))
+		return fmt.Errorf("%w: the server answered %s: %s", dlock.ErrInvalidFence, resp.Status, explanation(resp))
 	}
 	return nil
 }

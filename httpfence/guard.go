@@ -67,7 +67,7 @@ func New(opts ...Option) *Guard {
 //   - 409 Conflict for a stale token, with RecordedHeader set to the fence's
 //     token; CheckResponse turns it into a *dlock.StaleTokenError;
 //   - 428 Precondition Required for a request without either header;
-//   - 400 Bad Request for headers it cannot use (see ErrInvalid);
+//   - 400 Bad Request for headers it cannot use (see dlock.ErrInvalidFence);
 //   - 503 Service Unavailable when the request's context ends (the client
 //     went away) while it waits for its fence.
 //

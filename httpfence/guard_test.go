@@ -179,8 +179,8 @@ func TestGuard_Wrap_refusesBadHeaders(t *testing.T) {
 					t.Errorf("%s %q, want 400 saying %q", resp.Status, body, tc.reason)
 				}
 				err := httpfence.CheckResponse(resp)
-				if !errors.Is(err, httpfence.ErrInvalid) || !strings.Contains(err.Error(), tc.reason) {
-					t.Errorf("CheckResponse = %v, want ErrInvalid saying %q", err, tc.reason)
+				if !errors.Is(err, dlock.ErrInvalidFence) || !strings.Contains(err.Error(), tc.reason) {
+					t.Errorf("CheckResponse = %v, want dlock.ErrInvalidFence saying %q", err, tc.reason)
 				}
 				if len(s.claims) != 0 || g.Recorded("f") != 0 {
 					t.Errorf("handler called %d times, fence f recorded %d; want nothing", len(s.claims), g.Recorded("f"))
@@ -405,8 +405,8 @@ func TestTransport_badClaimSendsNothing(t *testing.T) {
 		body := &closeCounter{Reader: strings.NewReader("x")}
 		req, _ := http.NewRequest(http.MethodPost, srv.URL, body)
 		_, err := (&http.Client{Transport: tr}).Do(req)
-		if !errors.Is(err, httpfence.ErrInvalid) {
-			t.Errorf("%+v: %v, want ErrInvalid", *tr, err)
+		if !errors.Is(err, dlock.ErrInvalidFence) {
+			t.Errorf("%+v: %v, want dlock.ErrInvalidFence", *tr, err)
 		}
 		if !body.closed {
 			t.Errorf("%+v: request body not closed", *tr)

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/dlockdev/dlock"
 )
 
 // The request headers that carry a lock holder's fencing token, and the
@@ -35,20 +37,15 @@ const (
 // to be few and short: a lock key (at most dlock.MaxKeyLen bytes) fits.
 const MaxFenceLen = 1024
 
-// Errors of a request's fencing headers. CheckResponse returns them, wrapped
-// with the Guard's answer, for a request the Guard refused as unfenced or
-// invalid; ReadHeaders returns them wrapped with what is wrong.
-var (
-	// ErrUnfenced: the request carries neither FenceHeader nor
-	// TokenHeader, and the route requires them (Guard.Wrap answers 428
-	// Precondition Required).
-	ErrUnfenced = errors.New("httpfence: request carries no fencing token")
-	// ErrInvalid: the headers are there but cannot be used: one without
-	// the other, either given twice, an empty or overlong fence name, a
-	// token that is not a decimal number from 1 to 2^64-1 (the Guard
-	// answers 400 Bad Request).
-	ErrInvalid = errors.New("httpfence: invalid fencing headers")
-)
+// ErrUnfenced is returned for a request that carries neither FenceHeader
+// nor TokenHeader on a route that requires them (Guard.Wrap answers 428
+// Precondition Required). Headers that are there but cannot be used (one
+// without the other, either given twice, an empty or overlong fence name, a
+// token that is not a decimal number from 1 to 2^64-1; the Guard answers 400
+// Bad Request) give an error wrapping dlock.ErrInvalidFence instead.
+// CheckResponse returns either, wrapped with the Guard's answer;
+// ReadHeaders returns them wrapped with what is wrong.
+var ErrUnfenced = errors.New("httpfence: request carries no fencing token")
 
 // Claim is what a fenced request says about its writer: the fence it writes
 // under and its lease's token.
@@ -68,22 +65,22 @@ func SetHeaders(h http.Header, fence string, token uint64) {
 
 // ReadHeaders returns the claim of the headers in h. It returns an error
 // wrapping ErrUnfenced when h carries neither header, and one wrapping
-// ErrInvalid, saying what is wrong, when the headers cannot be used.
+// dlock.ErrInvalidFence, saying what is wrong, when the headers cannot be used.
 func ReadHeaders(h http.Header) (Claim, error) {
 	fences, tokens := h.Values(FenceHeader), h.Values(TokenHeader)
 	switch {
 	case len(fences) == 0 && len(tokens) == 0:
 		return Claim{}, fmt.Errorf("%w: want headers %s and %s", ErrUnfenced, FenceHeader, TokenHeader)
 	case len(fences) == 0:
-		return Claim{}, fmt.Errorf("%w: %s without %s", ErrInvalid, TokenHeader, FenceHeader)
+		return Claim{}, fmt.Errorf("%w: %s without %s", dlock.ErrInvalidFence, TokenHeader, FenceHeader)
 	case len(tokens) == 0:
-		return Claim{}, fmt.Errorf("%w: %s without %s", ErrInvalid, FenceHeader, TokenHeader)
+		return Claim{}, fmt.Errorf("%w: %s without %s", dlock.ErrInvalidFence, FenceHeader, TokenHeader)
 	case len(fences) > 1:
 		// Two values could be two writers' claims merged by a proxy:
 		// neither can be trusted.
-		return Claim{}, fmt.Errorf("%w: %s given %d times", ErrInvalid, FenceHeader, len(fences))
+		return Claim{}, fmt.Errorf("%w: %s given %d times", dlock.ErrInvalidFence, FenceHeader, len(fences))
 	case len(tokens) > 1:
-		return Claim{}, fmt.Errorf("%w: %s given %d times", ErrInvalid, TokenHeader, len(tokens))
+		return Claim{}, fmt.Errorf("%w: %s given %d times", dlock.ErrInvalidFence, TokenHeader, len(tokens))
 	}
 	fence, raw := fences[0], tokens[0]
 	if err := validFence(fence); err != nil {
@@ -92,9 +89,9 @@ func ReadHeaders(h http.Header) (Claim, error) {
 	token, err := strconv.ParseUint(raw, 10, 64)
 	switch {
 	case err != nil:
-		return Claim{}, fmt.Errorf("%w: fence %q: %s %q is not a decimal number from 1 to 2^64-1", ErrInvalid, fence, TokenHeader, raw)
+		return Claim{}, fmt.Errorf("%w: fence %q: %s %q is not a decimal number from 1 to 2^64-1", dlock.ErrInvalidFence, fence, TokenHeader, raw)
 	case token == 0:
-		return Claim{}, fmt.Errorf("%w: fence %q: token 0 is no lease's token", ErrInvalid, fence)
+		return Claim{}, fmt.Errorf("%w: fence %q: token 0 is no lease's token", dlock.ErrInvalidFence, fence)
 	}
 	return Claim{Fence: fence, Token: token}, nil
 }
@@ -102,15 +99,15 @@ func ReadHeaders(h http.Header) (Claim, error) {
 func validFence(fence string) error {
 	switch {
 	case fence == "":
-		return fmt.Errorf("%w: empty %s", ErrInvalid, FenceHeader)
+		return fmt.Errorf("%w: empty %s", dlock.ErrInvalidFence, FenceHeader)
 	case len(fence) > MaxFenceLen:
-		return fmt.Errorf("%w: %s of %d bytes, more than %d", ErrInvalid, FenceHeader, len(fence), MaxFenceLen)
+		return fmt.Errorf("%w: %s of %d bytes, more than %d", dlock.ErrInvalidFence, FenceHeader, len(fence), MaxFenceLen)
 	case !utf8.ValidString(fence):
-		return fmt.Errorf("%w: %s %q is not UTF-8", ErrInvalid, FenceHeader, fence)
+		return fmt.Errorf("%w: %s %q is not UTF-8", dlock.ErrInvalidFence, FenceHeader, fence)
 	}
 	for _, r := range fence {
 		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: %s %q has control characters", ErrInvalid, FenceHeader, fence)
+			return fmt.Errorf("%w: %s %q has control characters", dlock.ErrInvalidFence, FenceHeader, fence)
 		}
 	}
 	return nil

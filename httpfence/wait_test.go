@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlockdev/dlock"
 )
 
 // serve runs h on a request of the fence and token, with ctx, in a
@@ -117,10 +119,10 @@ func TestGuard_panickingHandlerReleasesItsFence(t *testing.T) {
 }
 
 func TestReadHeaders_unfencedAndInvalidAreDistinct(t *testing.T) {
-	if _, err := ReadHeaders(http.Header{}); !errors.Is(err, ErrUnfenced) || errors.Is(err, ErrInvalid) {
+	if _, err := ReadHeaders(http.Header{}); !errors.Is(err, ErrUnfenced) || errors.Is(err, dlock.ErrInvalidFence) {
 		t.Errorf("no headers: %v, want ErrUnfenced only", err)
 	}
-	if _, err := ReadHeaders(http.Header{"Dlock-Fence": {"f"}}); !errors.Is(err, ErrInvalid) || errors.Is(err, ErrUnfenced) {
-		t.Errorf("fence only: %v, want ErrInvalid only", err)
+	if _, err := ReadHeaders(http.Header{"Dlock-Fence": {"f"}}); !errors.Is(err, dlock.ErrInvalidFence) || errors.Is(err, ErrUnfenced) {
+		t.Errorf("fence only: %v, want dlock.ErrInvalidFence only", err)
 	}
 }
