@@ -71,10 +71,14 @@
 //     grant's is above every earlier grant's, readers and permits
 //     included. Pass it to the database or service you write to, and have
 //     that reject a token lower than the highest it has seen: that is what
-//     makes a stale holder harmless. Shared leases overlap by design, so a
-//     resource fenced by a semaphore or a read-write lock must not reject
-//     a token merely for being below another holder's: docs/primitives.md
-//     says what it should do instead.
+//     makes a stale holder harmless. The guards do it in the store, in the
+//     write's own atomic step, and refuse with ErrStaleToken: package
+//     sqlfence (PostgreSQL, SQLite), redisdlock.NewFence, etcddlock.IsOwner
+//     and its token fence, zkdlock.CheckHeld, package httpfence
+//     (docs/fencing.md). Shared leases overlap by design, so a resource
+//     fenced by a semaphore or a read-write lock must not reject a token
+//     merely for being below another holder's: fence per item instead
+//     (docs/fencing.md, "Shared modes").
 //   - Unlock and renewal only ever act on the caller's own grant, identified
 //     by a random 128-bit owner id, even when replies are lost and retried.
 //
@@ -119,7 +123,7 @@
 //     a server when it creates the key, unless AllowFenceEviction), and a
 //     failover to a replica that missed the latest fenced writes loses
 //     their token with them, so a stale holder's next write lands until the
-//     newer holder writes again (docs/fencing-redis.md).
+//     newer holder writes again (docs/fencing.md).
 //
 // On ZooKeeper (zkdlock; docs/zookeeper.md):
 //

@@ -86,7 +86,8 @@ var (
 	ErrAuth = driver.ErrAuth
 
 	// ErrStaleToken is returned by a fenced write (packages sqlfence and
-	// httpfence, redisdlock.Fence, the stores' own checks) that was refused
+	// httpfence, redisdlock.Fence, etcddlock.OwnerTxn and FencedTxn,
+	// zkdlock.MultiHeld) that was refused
 	// because a newer holder's fencing token was recorded first, or because
 	// the lease behind it no longer holds its key: the writer lost its
 	// lease, perhaps while it was paused, and nothing was written. The

@@ -8,7 +8,10 @@ import "fmt"
 //
 //	fence "close-orders": dlock: stale fencing token: 41, and 42 is recorded
 //
-// Package sqlfence, package httpfence and redisdlock.Fence return it.
+// Package sqlfence, package httpfence, redisdlock.Fence and etcddlock's token
+// fence return it with the recorded token; etcddlock.OwnerTxn and
+// zkdlock.MultiHeld return it with Recorded 0, for a lease that no longer
+// holds its key.
 type StaleTokenError struct {
 	// Fence names what was written: the fence's name.
 	Fence string
