@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -409,3 +410,68 @@ func (otherGrant) Validity() time.Duration         { return time.Minute }
 func (otherGrant) Renew(ctx context.Context) error { return nil }
 func (otherGrant) Release(context.Context) error   { return nil }
 func (otherGrant) Lost() <-chan error              { return nil }
+
+// A semaphore permit's grant notice is applied on the server and its reply
+// is lost; when the attempt looks again, the waiter behind it has gone, so
+// no notice is needed any more. The node's data version is 1 all the same,
+// and the grant must expect it. Pinned: the grant kept version 0, so its
+// check failed with zk.ErrBadVersion while the permit was held ("MultiHeld
+// under the lease … want nil: … was written by somebody else"), and its
+// first renewal would have declared the lease lost.
+func TestCheckHeld_semaphore_lostNoticeReply(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	admin := dialZK(t, ctx, srv.Addr(), connOpts{timeout: 10 * time.Second})
+	root := testRoot(t)
+	data := dataNode(t, admin, root)
+	opts := zkdlock.Options{Root: root}
+	const key = "pool"
+	insp := plainClient(t, ctx, srv.Addr(), opts)
+	p1, err := insp.Semaphore(key, 1).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	behind := make(chan *pendingAcquire, 1) // the waiter behind, once started
+	dctx, cancelBehind := context.WithCancel(ctx)
+	defer cancelBehind()
+	var notices, dropped atomic.Int32
+	hook := &hookConn{Conn: dialZK(t, ctx, srv.Addr(), connOpts{})}
+	hook.onSetData = func(path string, err error) bool {
+		notices.Add(1)
+		if err != nil || !dropped.CompareAndSwap(0, 1) {
+			return false
+		}
+		// Before the reply would arrive, the waiter behind gives up:
+		// its Acquire returns once its node is deleted.
+		cancelBehind()
+		select {
+		case w := <-behind:
+			<-w.done
+		case <-ctx.Done():
+		}
+		return true
+	}
+	c := newClient(t, ctx, hook, opts)
+	w := startAcquire(ctx, c.Semaphore(key, 1).Acquire)
+	waitWaiters(t, ctx, insp, key, 1)
+	behind <- startAcquire(dctx, plainClient(t, ctx, srv.Addr(), opts).Semaphore(key, 1).Acquire)
+	waitWaiters(t, ctx, insp, key, 2)
+	mustUnlock(t, ctx, p1)
+	l := w.lease(t, ctx, "the permit whose notice's reply was lost")
+	if dropped.Load() != 1 {
+		t.Fatalf("no notice's reply was dropped (%d notices): the test does not cover the case", notices.Load())
+	}
+	check, err := zkdlock.CheckHeld(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stat, err := admin.Exists(check.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stat.Version < 1 || check.Version != stat.Version {
+		t.Errorf("the permit's node has data version %d, its check expects %d", stat.Version, check.Version)
+	}
+	mustHold(t, admin, l, data, "held")
+	mustUnlock(t, ctx, l)
+}
