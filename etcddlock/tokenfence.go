@@ -64,7 +64,9 @@ func parseFenceValue(v []byte) (token uint64, ok bool) {
 //
 // It returns an error wrapping dlock.ErrInvalidFence for an empty fence key, token
 // 0 (no lease's token), or an operation among ops that puts or deletes the
-// fence key itself.
+// fence key itself: alone, in a range (WithPrefix, WithRange, WithFromKey)
+// or in a nested Txn. (A range delete of it would erase the fence in the
+// same Txn that records the token, and etcd accepts that.)
 func FenceOp(fence string, token uint64, ops ...clientv3.Op) (clientv3.Op, error) {
 	if err := checkFence("etcddlock.FenceOp", fence, token, ops); err != nil {
 		return clientv3.Op{}, err
@@ -94,14 +96,46 @@ func checkFence(where, fence string, token uint64, ops []clientv3.Op) error {
 		return fmt.Errorf("%s: fence %q: %w: token 0 is no lease's token", where, fence, dlock.ErrInvalidFence)
 	}
 	for i, op := range ops {
-		// etcd refuses a Txn that writes a key twice in one branch; a
-		// range that covers the fence is left to it. This check names
-		// the mistake.
-		if (op.IsPut() || op.IsDelete()) && len(op.RangeBytes()) == 0 && bytes.Equal(op.KeyBytes(), []byte(fence)) {
+		if writesKey(op, []byte(fence)) {
 			return fmt.Errorf("%s: fence %q: %w: operation %d writes the fence key itself", where, fence, dlock.ErrInvalidFence, i)
 		}
 	}
 	return nil
+}
+
+// writesKey reports whether op, or an operation of a Txn nested in it at
+// any depth, puts or deletes key, alone or in a range. etcd does not catch
+// all of these: it refuses a Txn that puts a key twice ("duplicate key
+// given in txn request"), but applies a range delete that covers a key put
+// earlier in the same branch, which would erase the fence (the next write,
+// of any token, would then be a first write) and report success.
+func writesKey(op clientv3.Op, key []byte) bool {
+	if op.IsTxn() {
+		_, then, els := op.Txn()
+		for _, o := range append(then, els...) {
+			if writesKey(o, key) {
+				return true
+			}
+		}
+		return false
+	}
+	if !op.IsPut() && !op.IsDelete() {
+		return false
+	}
+	return inRange(op.KeyBytes(), op.RangeBytes(), key)
+}
+
+// inRange reports whether key is in etcd's range [begin, end): the key
+// begin alone when end is empty, every key from begin on when end is
+// "\x00" (WithFromKey; with begin "\x00" too, every key).
+func inRange(begin, end, key []byte) bool {
+	switch {
+	case len(end) == 0:
+		return bytes.Equal(begin, key)
+	case bytes.Equal(end, []byte{0}):
+		return bytes.Compare(begin, key) <= 0
+	}
+	return bytes.Compare(begin, key) <= 0 && bytes.Compare(key, end) < 0
 }
 
 // FenceResult reads the response of the operation FenceOp(fence, token, ops…)
@@ -110,20 +144,34 @@ func checkFence(where, fence string, token uint64, ops []clientv3.Op) error {
 // *dlock.StaleTokenError (errors.Is(err, dlock.ErrStaleToken)) with Recorded
 // set to that token. When the fence key holds a value the guard cannot have
 // written, nothing ran either, and the error wraps dlock.ErrInvalidFence.
+// A response that is not a FenceOp's returns an error wrapping
+// dlock.ErrInvalidFence, too.
 //
 // r must be that operation's response, from a Txn whose Then (or Else) ran:
 // a Txn that did not reach the operation has no response for it.
 func FenceResult(fence string, token uint64, r *pb.ResponseOp) ([]*pb.ResponseOp, error) {
+	// The shape FenceOp's Txn answers with (see the package comment
+	// above): outer succeeded, [put fence, ops…]; else [inner], and inner
+	// succeeded, [get fence] (refused), or not, [put fence, ops…]. Any
+	// other is the response of another operation: a caller's mistake,
+	// reported, never read as a verdict.
+	notOurs := fmt.Errorf("etcddlock.FenceResult: fence %q: %w: not the response of a FenceOp", fence, dlock.ErrInvalidFence)
 	outer := r.GetResponseTxn()
 	if outer == nil {
-		return nil, fmt.Errorf("etcddlock.FenceResult: fence %q: %w: not the response of a FenceOp", fence, dlock.ErrInvalidFence)
+		return nil, notOurs
 	}
 	if outer.Succeeded {
-		return outer.Responses[1:], nil // first write: ops after the fence's put
+		return written(outer.Responses, notOurs) // first write
+	}
+	if len(outer.Responses) != 1 || outer.Responses[0].GetResponseTxn() == nil {
+		return nil, notOurs
 	}
 	inner := outer.Responses[0].GetResponseTxn()
 	if !inner.Succeeded {
-		return inner.Responses[1:], nil // not above ours: ops ran
+		return written(inner.Responses, notOurs) // not above ours: ops ran
+	}
+	if len(inner.Responses) != 1 || inner.Responses[0].GetResponseRange() == nil {
+		return nil, notOurs
 	}
 	kvs := inner.Responses[0].GetResponseRange().GetKvs()
 	if len(kvs) == 0 {
@@ -137,6 +185,16 @@ func FenceResult(fence string, token uint64, r *pb.ResponseOp) ([]*pb.ResponseOp
 			fence, dlock.ErrInvalidFence, kvs[0].Value)
 	}
 	return nil, &dlock.StaleTokenError{Fence: fence, Token: token, Recorded: recorded}
+}
+
+// written returns the responses of the caller's ops from those of a
+// branch that put the fence first and ran them, or notOurs if rs does not
+// start with a put.
+func written(rs []*pb.ResponseOp, notOurs error) ([]*pb.ResponseOp, error) {
+	if len(rs) == 0 || rs[0].GetResponsePut() == nil {
+		return nil, notOurs
+	}
+	return rs[1:], nil
 }
 
 // FencedTxn runs ops in one Txn on kv behind the token fence at the etcd key

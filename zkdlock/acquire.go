@@ -125,8 +125,11 @@ type attempt struct {
 	ownChild bool
 	// version is me's data version: 0, or that of the notice a granted
 	// semaphore entry writes (see take); noticed says it was written.
-	version int32
-	noticed bool
+	// noticeDoubt says a notice was sent whose answer was lost: it may
+	// have been applied, making the version one more than known.
+	version     int32
+	noticed     bool
+	noticeDoubt bool
 
 	// pre is the pre-listing of stepQueue, kept until the create answers.
 	pre *preview
@@ -271,7 +274,11 @@ func (a *attempt) place(ctx context.Context) (*grant, error) {
 // joins after the listing needs it: its own listing shows ours granted,
 // so it is granted or the first waiter itself.
 func (a *attempt) take(ctx context.Context, q []lockNode, mine int) (*grant, error) {
-	if a.req.Mode == driver.Shared && noticesIn(a.req.Limit) && mine < len(q)-1 && !a.noticed {
+	// A notice in doubt is written again even when nobody is behind any
+	// more (the waiter behind gave up meanwhile): only an answer says our
+	// node's data version, which the grant's renewals and fencing check
+	// (CheckHeld) expect.
+	if a.req.Mode == driver.Shared && noticesIn(a.req.Limit) && (mine < len(q)-1 || a.noticeDoubt) && !a.noticed {
 		a.step = stepList
 		if err := a.notice(ctx); err != nil {
 			return nil, a.retry(ctx, "mark "+a.me.name+" granted", err)
@@ -322,10 +329,13 @@ func (a *attempt) notice(ctx context.Context) error {
 		return nil
 	}
 	if err != nil {
+		// The setData may have been applied (a lost reply), or may yet
+		// be (a request given up on): take writes it again.
+		a.noticeDoubt = true
 		return err
 	}
 	d.noteViaLeader(sid, sent)
-	a.version, a.noticed = stat.Version, true
+	a.version, a.noticed, a.noticeDoubt = stat.Version, true, false
 	if !a.ownChild {
 		a.own = nil
 	}
@@ -355,7 +365,7 @@ func (a *attempt) locked(q []lockNode, mine int) error {
 // forget drops what the attempt knew of its node: run queues again.
 func (a *attempt) forget() {
 	a.node, a.own, a.ownChild, a.sid, a.czxid = nodeNone, nil, false, 0, 0
-	a.version, a.noticed, a.wantChild = 0, false, false
+	a.version, a.noticed, a.noticeDoubt, a.wantChild = 0, false, false, false
 	a.step = stepQueue
 }
 

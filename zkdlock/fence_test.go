@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,33 +77,72 @@ func mustBeStale(t *testing.T, conn zkdlock.MultiConn, l *dlock.Lease, path, val
 	}
 }
 
+// fenceEnv is what the tests of the check share: a context, the shared
+// server's address, an admin connection, the options of the test's own
+// root, and its data node.
+type fenceEnv struct {
+	ctx   context.Context
+	addr  string
+	admin *zk.Conn
+	opts  zkdlock.Options
+	data  string
+}
+
+func newFenceEnv(t *testing.T) *fenceEnv {
+	t.Helper()
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	admin := dialZK(t, ctx, srv.Addr(), connOpts{timeout: 10 * time.Second})
+	root := testRoot(t)
+	return &fenceEnv{ctx: ctx, addr: srv.Addr(), admin: admin, opts: zkdlock.Options{Root: root}, data: dataNode(t, admin, root)}
+}
+
+// client returns a Client of the test's root, on a session of its own.
+func (e *fenceEnv) client(t *testing.T) *dlock.Client { return plainClient(t, e.ctx, e.addr, e.opts) }
+
+// hold is mustHold on the data node, through the admin connection.
+func (e *fenceEnv) hold(t *testing.T, l *dlock.Lease, value string) {
+	t.Helper()
+	mustHold(t, e.admin, l, e.data, value)
+}
+
+// stale is mustBeStale on the data node, through the admin connection.
+func (e *fenceEnv) stale(t *testing.T, l *dlock.Lease, value string) {
+	t.Helper()
+	mustBeStale(t, e.admin, l, e.data, value)
+}
+
+// wantData fails the test unless the data node holds want.
+func (e *fenceEnv) wantData(t *testing.T, want string) {
+	t.Helper()
+	if got := dataOf(t, e.admin, e.data); got != want {
+		t.Errorf("data = %q, want %q", got, want)
+	}
+}
+
 // The check in the user's own Multi, through a connection that is not the
 // lease's: the Multi commits while the lease holds, an op of the user's
 // that fails is the user's error (not stale), and after Unlock the check
 // fails the whole Multi with ZNONODE, as ZooKeeper's check op does for a
 // missing node, so nothing is written.
 func TestCheckHeld_lock_commitsWhileHeldRefusedAfterUnlock(t *testing.T) {
-	ctx := testCtx(t)
-	srv := testserver.SharedZooKeeper(t)
-	admin := dialZK(t, ctx, srv.Addr(), connOpts{timeout: 10 * time.Second})
-	root := testRoot(t)
-	data := dataNode(t, admin, root)
-	c := plainClient(t, ctx, srv.Addr(), zkdlock.Options{Root: root})
-	l := mustLock(t, ctx, c, "orders")
+	e := newFenceEnv(t)
+	c := e.client(t)
+	l := mustLock(t, e.ctx, c, "orders")
 
 	check, err := zkdlock.CheckHeld(l)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rs, err := admin.Multi(check, set(data, "held")); err != nil {
+	if rs, err := e.admin.Multi(check, set(e.data, "held")); err != nil {
 		t.Fatalf("Multi(CheckHeld, setData) while held: %v (%+v)", err, rs)
 	}
-	mustHold(t, admin, l, data, "held2")
-	if rs, err := zkdlock.MultiHeld(admin, l); err != nil || len(rs) != 0 {
+	e.hold(t, l, "held2")
+	if rs, err := zkdlock.MultiHeld(e.admin, l); err != nil || len(rs) != 0 {
 		t.Fatalf("MultiHeld with no ops while held = %+v, %v; want nothing, nil", rs, err)
 	}
 	// The user's own op failing is not a stale lease.
-	rs, err := zkdlock.MultiHeld(admin, l, &zk.SetDataRequest{Path: data, Data: []byte("x"), Version: 999})
+	rs, err := zkdlock.MultiHeld(e.admin, l, &zk.SetDataRequest{Path: e.data, Data: []byte("x"), Version: 999})
 	if !errors.Is(err, zk.ErrBadVersion) || errors.Is(err, dlock.ErrStaleToken) {
 		t.Fatalf("MultiHeld with the user's setData at a wrong version: err = %v, want zk.ErrBadVersion, not stale", err)
 	}
@@ -110,15 +150,13 @@ func TestCheckHeld_lock_commitsWhileHeldRefusedAfterUnlock(t *testing.T) {
 		t.Errorf("responses = %+v, want the user's op's zk.ErrBadVersion", rs)
 	}
 
-	mustUnlock(t, ctx, l)
-	rs, err = admin.Multi(check, set(data, "after unlock"))
+	mustUnlock(t, e.ctx, l)
+	rs, err = e.admin.Multi(check, set(e.data, "after unlock"))
 	if err == nil || len(rs) != 2 || !errors.Is(rs[0].Error, zk.ErrNoNode) {
 		t.Fatalf("Multi(CheckHeld, setData) after Unlock = %+v, %v; want the check failing with zk.ErrNoNode", rs, err)
 	}
-	mustBeStale(t, admin, l, data, "after unlock")
-	if got := dataOf(t, admin, data); got != "held2" {
-		t.Errorf("data = %q after the refused writes, want held2", got)
-	}
+	e.stale(t, l, "after unlock")
+	e.wantData(t, "held2")
 }
 
 // A holder cut off until the server expires its session: the next holder
@@ -126,27 +164,20 @@ func TestCheckHeld_lock_commitsWhileHeldRefusedAfterUnlock(t *testing.T) {
 // check of the old lease fails, through any connection, while the new
 // holder's passes.
 func TestCheckHeld_sessionExpired_refused(t *testing.T) {
-	ctx := testCtx(t)
-	srv := testserver.SharedZooKeeper(t)
-	admin := dialZK(t, ctx, srv.Addr(), connOpts{timeout: 10 * time.Second})
-	root := testRoot(t)
-	data := dataNode(t, admin, root)
-	opts := zkdlock.Options{Root: root}
-	proxy := dlocktest.NewProxy(t, srv.Addr())
-	a := newClient(t, ctx, dialZK(t, ctx, proxy.Addr(), connOpts{}), opts)
-	b := plainClient(t, ctx, srv.Addr(), opts)
+	e := newFenceEnv(t)
+	proxy := dlocktest.NewProxy(t, e.addr)
+	a := newClient(t, e.ctx, dialZK(t, e.ctx, proxy.Addr(), connOpts{}), e.opts)
+	b := e.client(t)
 
-	la := mustLock(t, ctx, a, "orders")
-	mustHold(t, admin, la, data, "A1")
+	la := mustLock(t, e.ctx, a, "orders")
+	e.hold(t, la, "A1")
 	proxy.Blackhole()
-	lb := mustLock(t, ctx, b, "orders") // waits for the expiry
-	mustHold(t, admin, lb, data, "B")
-	mustBeStale(t, admin, la, data, "A2")
+	lb := mustLock(t, e.ctx, b, "orders") // waits for the expiry
+	e.hold(t, lb, "B")
+	e.stale(t, la, "A2")
 	proxy.Restore()
-	if got := dataOf(t, admin, data); got != "B" {
-		t.Errorf("data = %q, want B", got)
-	}
-	mustUnlock(t, ctx, lb)
+	e.wantData(t, "B")
+	mustUnlock(t, e.ctx, lb)
 }
 
 // Somebody else's write to the holder's node hands the key to the waiter
@@ -155,32 +186,25 @@ func TestCheckHeld_sessionExpired_refused(t *testing.T) {
 // so it fails then; a check of any version (-1) passed here, and both
 // holders could write.
 func TestCheckHeld_nodeWrittenBySomebodyElse_refused(t *testing.T) {
-	ctx := testCtx(t)
-	srv := testserver.SharedZooKeeper(t)
-	admin := dialZK(t, ctx, srv.Addr(), connOpts{timeout: 10 * time.Second})
-	root := testRoot(t)
-	data := dataNode(t, admin, root)
-	opts := zkdlock.Options{Root: root}
-	a := plainClient(t, ctx, srv.Addr(), opts)
-	b := plainClient(t, ctx, srv.Addr(), opts)
+	e := newFenceEnv(t)
+	a := e.client(t)
+	b := e.client(t)
 
-	la := mustLock(t, ctx, a, "orders")
+	la := mustLock(t, e.ctx, a, "orders")
 	check, err := zkdlock.CheckHeld(la)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiting := startAcquire(ctx, func(ctx ctxT, opts ...dlock.LockOption) (*dlock.Lease, error) { return b.Lock(ctx, "orders", opts...) })
-	waitWaiters(t, ctx, a, "orders", 1)
-	if _, err := admin.Set(check.Path, []byte("oops"), -1); err != nil {
+	waiting := startAcquire(e.ctx, func(ctx ctxT, opts ...dlock.LockOption) (*dlock.Lease, error) { return b.Lock(ctx, "orders", opts...) })
+	waitWaiters(t, e.ctx, a, "orders", 1)
+	if _, err := e.admin.Set(check.Path, []byte("oops"), -1); err != nil {
 		t.Fatal(err)
 	}
-	lb := waiting.lease(t, ctx, "b's Lock after a write to a's node")
-	mustHold(t, admin, lb, data, "B")
-	mustBeStale(t, admin, la, data, "A")
-	if got := dataOf(t, admin, data); got != "B" {
-		t.Errorf("data = %q, want B", got)
-	}
-	mustUnlock(t, ctx, lb)
+	lb := waiting.lease(t, e.ctx, "b's Lock after a write to a's node")
+	e.hold(t, lb, "B")
+	e.stale(t, la, "A")
+	e.wantData(t, "B")
+	mustUnlock(t, e.ctx, lb)
 }
 
 // A semaphore's permits: each passes while it is held, and fails once
@@ -188,102 +212,83 @@ func TestCheckHeld_nodeWrittenBySomebodyElse_refused(t *testing.T) {
 // it writes its node (the grant notice, data version 1) before its grant:
 // its check expects that version.
 func TestCheckHeld_semaphore(t *testing.T) {
-	ctx := testCtx(t)
-	srv := testserver.SharedZooKeeper(t)
-	admin := dialZK(t, ctx, srv.Addr(), connOpts{timeout: 10 * time.Second})
-	root := testRoot(t)
-	data := dataNode(t, admin, root)
-	opts := zkdlock.Options{Root: root}
-	sem := func() *dlock.Semaphore { return plainClient(t, ctx, srv.Addr(), opts).Semaphore("pool", 2) }
-	c := plainClient(t, ctx, srv.Addr(), opts)
+	e := newFenceEnv(t)
+	sem := func() *dlock.Semaphore { return e.client(t).Semaphore("pool", 2) }
+	c := e.client(t)
 	s := c.Semaphore("pool", 2)
-	p1, err := s.Acquire(ctx)
+	p1, err := s.Acquire(e.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p2, err := s.Acquire(ctx)
+	p2, err := s.Acquire(e.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w3 := startAcquire(ctx, sem().Acquire)
-	waitWaiters(t, ctx, c, "pool", 1)
-	w4 := startAcquire(ctx, sem().Acquire)
-	waitWaiters(t, ctx, c, "pool", 2)
-	mustHold(t, admin, p1, data, "p1")
-	mustHold(t, admin, p2, data, "p2")
+	w3 := startAcquire(e.ctx, sem().Acquire)
+	waitWaiters(t, e.ctx, c, "pool", 1)
+	w4 := startAcquire(e.ctx, sem().Acquire)
+	waitWaiters(t, e.ctx, c, "pool", 2)
+	e.hold(t, p1, "p1")
+	e.hold(t, p2, "p2")
 
-	mustUnlock(t, ctx, p1)
-	p3 := w3.lease(t, ctx, "the third permit")
+	mustUnlock(t, e.ctx, p1)
+	p3 := w3.lease(t, e.ctx, "the third permit")
 	check, err := zkdlock.CheckHeld(p3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, stat, err := admin.Exists(check.Path); err != nil || stat.Version != 1 {
+	if _, stat, err := e.admin.Exists(check.Path); err != nil || stat.Version != 1 {
 		t.Fatalf("the third permit's node: version %v (err %v), want 1 (its grant notice): the test would not cover the notice", stat.Version, err)
 	}
-	mustHold(t, admin, p3, data, "p3")
-	mustHold(t, admin, p2, data, "p2")
-	mustBeStale(t, admin, p1, data, "p1")
+	e.hold(t, p3, "p3")
+	e.hold(t, p2, "p2")
+	e.stale(t, p1, "p1")
 
-	mustUnlock(t, ctx, p2)
-	p4 := w4.lease(t, ctx, "the fourth permit")
-	mustHold(t, admin, p4, data, "p4")
-	mustBeStale(t, admin, p2, data, "p2")
-	mustUnlock(t, ctx, p3)
-	mustUnlock(t, ctx, p4)
-	if got := dataOf(t, admin, data); got != "p4" {
-		t.Errorf("data = %q, want p4", got)
-	}
+	mustUnlock(t, e.ctx, p2)
+	p4 := w4.lease(t, e.ctx, "the fourth permit")
+	e.hold(t, p4, "p4")
+	e.stale(t, p2, "p2")
+	mustUnlock(t, e.ctx, p3)
+	mustUnlock(t, e.ctx, p4)
+	e.wantData(t, "p4")
 }
 
 // Readers share the key: each passes while it holds, and a writer granted
 // after the last reader left passes while the readers fail.
 func TestCheckHeld_readersAndWriter(t *testing.T) {
-	ctx := testCtx(t)
-	srv := testserver.SharedZooKeeper(t)
-	admin := dialZK(t, ctx, srv.Addr(), connOpts{timeout: 10 * time.Second})
-	root := testRoot(t)
-	data := dataNode(t, admin, root)
-	opts := zkdlock.Options{Root: root}
-	c := plainClient(t, ctx, srv.Addr(), opts)
+	e := newFenceEnv(t)
+	c := e.client(t)
 	rw := c.RWMutex("table")
-	r1, err := rw.RLock(ctx)
+	r1, err := rw.RLock(e.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := rw.RLock(ctx)
+	r2, err := rw.RLock(e.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := startAcquire(ctx, plainClient(t, ctx, srv.Addr(), opts).RWMutex("table").Lock)
-	waitWaiters(t, ctx, c, "table", 1)
-	mustHold(t, admin, r1, data, "r1")
-	mustHold(t, admin, r2, data, "r2")
-	mustUnlock(t, ctx, r1)
-	mustBeStale(t, admin, r1, data, "r1")
-	mustHold(t, admin, r2, data, "r2")
-	mustUnlock(t, ctx, r2)
-	lw := w.lease(t, ctx, "the writer")
-	mustHold(t, admin, lw, data, "w")
-	mustBeStale(t, admin, r2, data, "r2")
-	mustUnlock(t, ctx, lw)
-	if got := dataOf(t, admin, data); got != "w" {
-		t.Errorf("data = %q, want w", got)
-	}
+	w := startAcquire(e.ctx, e.client(t).RWMutex("table").Lock)
+	waitWaiters(t, e.ctx, c, "table", 1)
+	e.hold(t, r1, "r1")
+	e.hold(t, r2, "r2")
+	mustUnlock(t, e.ctx, r1)
+	e.stale(t, r1, "r1")
+	e.hold(t, r2, "r2")
+	mustUnlock(t, e.ctx, r2)
+	lw := w.lease(t, e.ctx, "the writer")
+	e.hold(t, lw, "w")
+	e.stale(t, r2, "r2")
+	mustUnlock(t, e.ctx, lw)
+	e.wantData(t, "w")
 }
 
 // An election's leader: its check passes while it leads, also after its
 // own Proclaim rewrote its node (which hands nothing over), and fails once
 // it resigned, while the next leader's passes.
 func TestCheckHeld_electionLeader(t *testing.T) {
-	ctx := testCtx(t)
-	srv := testserver.SharedZooKeeper(t)
-	admin := dialZK(t, ctx, srv.Addr(), connOpts{timeout: 10 * time.Second})
-	root := testRoot(t)
-	data := dataNode(t, admin, root)
-	opts := zkdlock.Options{Root: root}
-	c1 := plainClient(t, ctx, srv.Addr(), opts)
-	first, err := c1.Election("leader").Campaign(ctx, "v1")
+	e := newFenceEnv(t)
+	c1 := e.client(t)
+	first, err := c1.Election("leader").Campaign(e.ctx, "v1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,41 +296,35 @@ func TestCheckHeld_electionLeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := startCampaign(ctx, plainClient(t, ctx, srv.Addr(), opts), "leader", "n1")
-	waitWaiters(t, ctx, c1, "leader", 1)
-	if err := first.Proclaim(ctx, "v2"); err != nil {
+	next := startCampaign(e.ctx, e.client(t), "leader", "n1")
+	waitWaiters(t, e.ctx, c1, "leader", 1)
+	if err := first.Proclaim(e.ctx, "v2"); err != nil {
 		t.Fatal(err)
 	}
 	// The op made before the Proclaim still passes: leadership is the node.
-	if rs, err := admin.Multi(check, set(data, "v2")); err != nil {
+	if rs, err := e.admin.Multi(check, set(e.data, "v2")); err != nil {
 		t.Fatalf("Multi(CheckHeld before Proclaim, setData) while leading: %v (%+v)", err, rs)
 	}
-	mustHold(t, admin, first.Lease(), data, "v2")
-	if err := first.Resign(ctx); err != nil {
+	e.hold(t, first.Lease(), "v2")
+	if err := first.Resign(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	second := next.term(t, ctx, "the next candidate")
-	mustHold(t, admin, second.Lease(), data, "n1")
-	mustBeStale(t, admin, first.Lease(), data, "v3")
-	if err := second.Resign(ctx); err != nil {
+	second := next.term(t, e.ctx, "the next candidate")
+	e.hold(t, second.Lease(), "n1")
+	e.stale(t, first.Lease(), "v3")
+	if err := second.Resign(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := dataOf(t, admin, data); got != "n1" {
-		t.Errorf("data = %q, want n1", got)
-	}
+	e.wantData(t, "n1")
 }
 
 // A MultiLease: the checks of all its leases in one Multi commit while all
 // are held; once one is lost (its node deleted, as an operator could), the
 // whole Multi fails on that lease's check, ZNONODE.
 func TestCheckHeld_multiLease(t *testing.T) {
-	ctx := testCtx(t)
-	srv := testserver.SharedZooKeeper(t)
-	admin := dialZK(t, ctx, srv.Addr(), connOpts{timeout: 10 * time.Second})
-	root := testRoot(t)
-	data := dataNode(t, admin, root)
-	c := plainClient(t, ctx, srv.Addr(), zkdlock.Options{Root: root})
-	m, err := c.LockAll(ctx, []string{"a", "b"})
+	e := newFenceEnv(t)
+	c := e.client(t)
+	m, err := c.LockAll(e.ctx, []string{"a", "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,20 +336,18 @@ func TestCheckHeld_multiLease(t *testing.T) {
 		}
 		checks = append(checks, check)
 	}
-	if rs, err := admin.Multi(append(checks, set(data, "both"))...); err != nil {
+	if rs, err := e.admin.Multi(append(checks, set(e.data, "both"))...); err != nil {
 		t.Fatalf("Multi(both checks, setData) while both held: %v (%+v)", err, rs)
 	}
-	if err := admin.Delete(checks[1].(*zk.CheckVersionRequest).Path, -1); err != nil {
+	if err := e.admin.Delete(checks[1].(*zk.CheckVersionRequest).Path, -1); err != nil {
 		t.Fatal(err)
 	}
-	rs, err := admin.Multi(append(checks, set(data, "one"))...)
+	rs, err := e.admin.Multi(append(checks, set(e.data, "one"))...)
 	if err == nil || len(rs) != 3 || rs[0].Error != nil || !errors.Is(rs[1].Error, zk.ErrNoNode) {
 		t.Fatalf("Multi(both checks, setData) with the second lease's node gone = %+v, %v; want its check failing with zk.ErrNoNode", rs, err)
 	}
-	if got := dataOf(t, admin, data); got != "both" {
-		t.Errorf("data = %q, want both", got)
-	}
-	_ = m.Unlock(ctx) // ErrNotHeld: one lease was lost
+	e.wantData(t, "both")
+	_ = m.Unlock(e.ctx) // ErrNotHeld: one lease was lost
 }
 
 // A nil lease, or one of another backend, is refused with dlock.ErrInvalidFence
@@ -409,3 +406,91 @@ func (otherGrant) Validity() time.Duration         { return time.Minute }
 func (otherGrant) Renew(ctx context.Context) error { return nil }
 func (otherGrant) Release(context.Context) error   { return nil }
 func (otherGrant) Lost() <-chan error              { return nil }
+
+// A semaphore permit's grant notice is applied on the server and its reply
+// is lost; when the attempt looks again, the waiter behind it has gone, so
+// no notice is needed any more. The node's data version is 1 all the same,
+// and the grant must expect it. Pinned: the grant kept version 0, so its
+// check failed with zk.ErrBadVersion while the permit was held ("MultiHeld
+// under the lease … want nil: … was written by somebody else"), and its
+// first renewal would have declared the lease lost.
+func TestCheckHeld_semaphore_lostNoticeReply(t *testing.T) {
+	e := newFenceEnv(t)
+	const key = "pool"
+	insp := e.client(t)
+	p1, err := insp.Semaphore(key, 1).Acquire(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	behind := make(chan *pendingAcquire, 1) // the waiter behind, once started
+	dctx, cancelBehind := context.WithCancel(e.ctx)
+	defer cancelBehind()
+	var notices, dropped atomic.Int32
+	hook := &hookConn{Conn: dialZK(t, e.ctx, e.addr, connOpts{})}
+	hook.onSetData = func(path string, err error) bool {
+		notices.Add(1)
+		if err != nil || !dropped.CompareAndSwap(0, 1) {
+			return false
+		}
+		// Before the reply would arrive, the waiter behind gives up:
+		// its Acquire returns once its node is deleted.
+		cancelBehind()
+		select {
+		case w := <-behind:
+			<-w.done
+		case <-e.ctx.Done():
+		}
+		return true
+	}
+	c := newClient(t, e.ctx, hook, e.opts)
+	w := startAcquire(e.ctx, c.Semaphore(key, 1).Acquire)
+	waitWaiters(t, e.ctx, insp, key, 1)
+	behind <- startAcquire(dctx, e.client(t).Semaphore(key, 1).Acquire)
+	waitWaiters(t, e.ctx, insp, key, 2)
+	mustUnlock(t, e.ctx, p1)
+	l := w.lease(t, e.ctx, "the permit whose notice's reply was lost")
+	if dropped.Load() != 1 {
+		t.Fatalf("no notice's reply was dropped (%d notices): the test does not cover the case", notices.Load())
+	}
+	check, err := zkdlock.CheckHeld(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stat, err := e.admin.Exists(check.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stat.Version < 1 || check.Version != stat.Version {
+		t.Errorf("the permit's node has data version %d, its check expects %d", stat.Version, check.Version)
+	}
+	e.hold(t, l, "held")
+	mustUnlock(t, e.ctx, l)
+}
+
+// lostReply is a MultiConn whose Multi is applied on the server and whose
+// answer is then lost, as when the connection breaks before it arrives.
+type lostReply struct{ conn zkdlock.MultiConn }
+
+func (c lostReply) Multi(ops ...any) ([]zk.MultiResponse, error) {
+	_, _ = c.conn.Multi(ops...)
+	return nil, zk.ErrConnectionClosed // what go-zookeeper returns then
+}
+
+// A Multi under the check whose answer is lost has an unknown outcome:
+// MultiHeld says neither stale nor done, but the connection's error. (It
+// was applied here, while the lease held; after a loss, it is refused by
+// the server the same way, and still unknown to the caller.)
+func TestMultiHeld_lostReply_neitherStaleNorDone(t *testing.T) {
+	e := newFenceEnv(t)
+	l := mustLock(t, e.ctx, e.client(t), "orders")
+	for _, state := range []string{"held", "released"} {
+		if state == "released" {
+			mustUnlock(t, e.ctx, l)
+		}
+		rs, err := zkdlock.MultiHeld(lostReply{e.admin}, l, set(e.data, state))
+		if !errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, dlock.ErrStaleToken) || len(rs) != 0 {
+			t.Errorf("%s: MultiHeld with its answer lost = %+v, %v; want zk.ErrConnectionClosed, not stale", state, rs, err)
+		}
+	}
+	e.wantData(t, "held")
+}

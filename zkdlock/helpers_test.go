@@ -212,6 +212,12 @@ type hookConn struct {
 	// afterGetW, when set, runs after a getData-with-watch returned and
 	// before its caller sees the result.
 	afterGetW atomic.Pointer[func(path string)]
+	// onSetData, when set before the client uses the conn, runs after a
+	// multi of one setData (a semaphore's grant notice, a Publish) was
+	// answered; if it returns true, the answer is dropped and the call
+	// fails with zk.ErrConnectionClosed, as when the connection breaks
+	// after the server applied the write and before its reply arrives.
+	onSetData func(path string, err error) (drop bool)
 }
 
 func (h *hookConn) Children(path string) ([]string, *zk.Stat, error) {
@@ -232,6 +238,13 @@ func (h *hookConn) Multi(ops ...any) ([]zk.MultiResponse, error) {
 	h.requests.Add(1)
 	if len(ops) == 0 {
 		return h.Conn.Multi(ops...)
+	}
+	if sd, ok := ops[0].(*zk.SetDataRequest); ok && len(ops) == 1 && h.onSetData != nil {
+		rs, err := h.Conn.Multi(ops...)
+		if h.onSetData(sd.Path, err) {
+			return nil, zk.ErrConnectionClosed
+		}
+		return rs, err
 	}
 	if _, ok := ops[0].(*zk.CreateRequest); !ok {
 		return h.Conn.Multi(ops...)
