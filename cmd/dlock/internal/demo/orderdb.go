@@ -154,7 +154,13 @@ func (t *OrderTables) Describe(keep bool) string {
 	if len(t.found) > 0 {
 		parts = append(parts, "found empty "+strings.Join(t.found, ", "))
 	}
-	end := "at the end the demo drops the tables it created and empties the others (--keep-tables keeps them)"
+	end := "at the end the demo drops them (--keep-tables keeps them)"
+	switch {
+	case len(t.found) > 0 && len(t.created) > 0:
+		end = "at the end the demo drops those it created and empties the others (--keep-tables keeps them)"
+	case len(t.found) > 0:
+		end = "at the end the demo empties them (--keep-tables keeps them)"
+	}
 	if keep {
 		end = "kept at the end (--keep-tables)"
 	}

@@ -21,8 +21,9 @@ type sqlStore struct {
 	source  string // the SQLite path, or the PostgreSQL URL
 }
 
-// IsPostgres reports whether db, a --store value without its scheme's
-// ambiguity, is a PostgreSQL URL rather than a SQLite path.
+// IsPostgres reports whether db is a PostgreSQL URL (postgres:// or
+// postgresql://) rather than a SQLite path. The CLI makes SQLite paths
+// absolute, so that one is never taken for the other.
 func IsPostgres(db string) bool {
 	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
 }
@@ -67,7 +68,7 @@ func (s sqlStore) String() string {
 	return "sqlite " + s.source
 }
 
-// Engine is the engine's name for people.
+// engine is the engine's name for people.
 func (s sqlStore) engine() string {
 	if s.dialect == sqlfence.Postgres {
 		return "PostgreSQL"
