@@ -252,7 +252,7 @@ func TestRedactPostgres(t *testing.T) {
 	for in, want := range map[string]string{
 		"postgres://app:s3cret@db:5432/shop?sslmode=disable": "postgres://app@db:5432/shop?sslmode=disable",
 		"postgresql://db/shop?password=s3cret&user=app":      "postgresql://db/shop?password=xxxxx&user=app",
-		"postgres:///shop":                                   "postgres:///shop",
+		"postgres:///shop": "postgres:///shop",
 	} {
 		if got := redactPostgres(in); got != want {
 			t.Errorf("redactPostgres(%q) = %q, want %q", in, got, want)
