@@ -29,15 +29,18 @@ func (c *cli) cmdDemo(ctx context.Context, args []string) int {
 	jobTime := f.Duration("job-time", 400*time.Millisecond, "")
 	noFencing := f.Bool("no-fencing", false, "")
 	store := f.String("store", "memory", "")
+	keepTables := f.Bool("keep-tables", false, "")
 	timeout := f.Duration("timeout", 2*time.Minute, "")
 	asJSON := f.Bool("json", false, "")
 	if _, code, ok := c.parse(f, args, 0); !ok {
 		return code
 	}
-	sqlitePath, useSQLite, storeOK := parseStore(*store)
+	kind, db, storeOK := parseStore(*store)
 	switch {
 	case !storeOK:
-		return c.usageError("demo", "%s %q: want memory or sqlite[:PATH]", f.source("store"), *store)
+		return c.usageError("demo", "%s %q: want memory, sqlite[:PATH] or postgres://…", f.source("store"), redactURL(*store))
+	case *keepTables && kind != storePostgres:
+		return c.usageError("demo", "%s: only with --store postgres://… (a SQLite file given as sqlite:PATH is kept anyway)", f.source("keep-tables"))
 	case *workers < demo.MinWorkers || *workers > 64:
 		return c.usageError("demo", "%s %d: the demo needs between %d and 64 workers (one is killed, one frozen, one carries on)", f.source("workers"), *workers, demo.MinWorkers)
 	case *jobs < demo.MinOrders || *jobs > 1000:
@@ -53,23 +56,30 @@ func (c *cli) cmdDemo(ctx context.Context, args []string) int {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	if useSQLite && sqlitePath == "" {
+	switch {
+	case kind == storeSQLite && db == "":
 		dir, err := os.MkdirTemp("", "dlock-demo-sqlite-")
 		if err != nil {
 			return c.fail(exitFailure, err)
 		}
 		defer os.RemoveAll(dir)
-		sqlitePath = filepath.Join(dir, "orders.db")
-	} else if useSQLite {
-		if _, err := os.Stat(sqlitePath); err == nil {
-			return c.fail(exitUsage, fmt.Errorf("%s: sqlite %s: the file exists; the demo creates its own database", f.source("store"), sqlitePath),
+		db = filepath.Join(dir, "orders.db")
+	case kind == storeSQLite:
+		if _, err := os.Stat(db); err == nil {
+			return c.fail(exitUsage, fmt.Errorf("%s: sqlite %s: the file exists; the demo creates its own database", f.source("store"), db),
 				"remove it, pick another path, or leave out :PATH for a temporary file")
 		}
-		abs, err := filepath.Abs(sqlitePath) // the workers may run elsewhere
+		// Absolute, because the workers may run elsewhere, and so that
+		// it can never be taken for a postgres:// URL.
+		abs, err := filepath.Abs(db)
 		if err != nil {
 			return c.fail(exitFailure, err)
 		}
-		sqlitePath = abs
+		db = abs
+	case kind == storePostgres:
+		if err := demo.CheckPostgres(db); err != nil {
+			return c.fail(exitUsage, fmt.Errorf("%s: %w", f.source("store"), err))
+		}
 	}
 
 	progress := c.stdout
@@ -113,16 +123,20 @@ func (c *cli) cmdDemo(ctx context.Context, args []string) int {
 		TTL:         *ttl,
 		JobTime:     *jobTime,
 		Fencing:     !*noFencing,
-		SQLite:      sqlitePath,
+		DB:          db,
+		KeepTables:  *keepTables,
 		Timeout:     *timeout,
 		Out:         progress,
 		Worker: func(w demo.WorkerSpec) *exec.Cmd {
 			// Every flag is given, so that none is read from the
-			// environment (DLOCK_SQLITE, DLOCK_NO_FENCING).
+			// environment (DLOCK_DB, DLOCK_NO_FENCING). The database URL
+			// is on the workers' command lines, as the backend's is: a
+			// password is better kept in PGPASSWORD or ~/.pgpass, which
+			// the workers inherit and pgx reads.
 			cmd := exec.Command(exe, demoWorkerCommand,
 				"--backend", w.Backend, "--ledger", w.Ledger, "--name", w.Name,
 				"--ttl", w.TTL.String(), "--job-time", w.JobTime.String(),
-				"--sqlite", w.SQLite, fmt.Sprintf("--no-fencing=%v", !w.Fencing))
+				"--db", w.DB, fmt.Sprintf("--no-fencing=%v", !w.Fencing))
 			cmd.SysProcAttr = &syscall.SysProcAttr{}
 			setParentDeathSignal(cmd.SysProcAttr)
 			return cmd
@@ -134,7 +148,12 @@ func (c *cli) cmdDemo(ctx context.Context, args []string) int {
 			c.writeJSON(v)
 		}
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, demo.ErrTablesInUse):
+		return c.fail(exitUsage, fmt.Errorf("demo: %w", err),
+			"the demo uses only tables it creates, or finds empty; if these are left from an earlier `dlock demo --keep-tables`, remove them: "+demo.DropStatement,
+			"or give the demo a schema of its own: add ?search_path=SCHEMA to the URL")
+	case err != nil:
 		return c.fail(exitFailure, fmt.Errorf("demo: %w", err))
 	}
 	if !v.Safe {
@@ -150,7 +169,7 @@ func (c *cli) cmdDemoWorker(ctx context.Context, args []string) int {
 	name := f.String("name", "", "")
 	ttl := f.Duration("ttl", 2*time.Second, "")
 	jobTime := f.Duration("job-time", 400*time.Millisecond, "")
-	sqlitePath := f.String("sqlite", "", "")
+	db := f.String("db", "", "")
 	noFencing := f.Bool("no-fencing", false, "")
 	if _, code, ok := c.parse(f, args, 0); !ok {
 		return code
@@ -165,7 +184,7 @@ func (c *cli) cmdDemoWorker(ctx context.Context, args []string) int {
 	}
 	defer client.Close()
 	err := demo.RunWorker(ctx, client, demo.WorkerConfig{Name: *name, Ledger: *ledger, JobTime: *jobTime,
-		SQLite: *sqlitePath, Fencing: !*noFencing})
+		SQLite: *db, Fencing: !*noFencing})
 	if err != nil {
 		code, _ := c.explain(err, *backend)
 		if errors.Is(err, context.Canceled) {
@@ -176,17 +195,27 @@ func (c *cli) cmdDemoWorker(ctx context.Context, args []string) int {
 	return exitOK
 }
 
-// parseStore reads --store: memory (the demo's ledger), sqlite (a
-// temporary database) or sqlite:PATH.
-func parseStore(s string) (path string, sqlite, ok bool) {
+// The stores of --store.
+const (
+	storeMemory   = "memory"   // the demo's ledger
+	storeSQLite   = "sqlite"   // a SQLite file
+	storePostgres = "postgres" // a PostgreSQL database the user gives
+)
+
+// parseStore reads --store: memory, sqlite (a temporary database),
+// sqlite:PATH, or a postgres:// or postgresql:// URL. db is the path ("" for
+// a temporary one) or the URL.
+func parseStore(s string) (kind, db string, ok bool) {
 	switch {
 	case s == "memory":
-		return "", false, true
+		return storeMemory, "", true
 	case s == "sqlite":
-		return "", true, true
+		return storeSQLite, "", true
+	case demo.IsPostgres(s):
+		return storePostgres, s, true
 	}
-	path, ok = strings.CutPrefix(s, "sqlite:")
-	return path, true, ok && path != ""
+	path, ok := strings.CutPrefix(s, "sqlite:")
+	return storeSQLite, path, ok && path != ""
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -40,6 +40,7 @@ type leakChecked struct{ m *testing.M }
 func (l leakChecked) Run() int {
 	code := l.m.Run()
 	testserver.StopSharedZooKeeper() // a JVM: not a goroutine of ours
+	testserver.StopSharedPostgres()  // started by the scripts' postgres command
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -78,6 +79,11 @@ func runScripts(t *testing.T, b *backend, dir string) {
 			env.Setenv("BACKEND_ADDR", b.addr)
 			env.Values[backendKey{}] = b
 			env.Values[procsKey{}] = newProcs(env)
+			// testscript's T is its shim over the script's *testing.T,
+			// which it embeds: a testing.TB.
+			if tb, ok := env.T().(testing.TB); ok {
+				env.Values[scriptT{}] = tb
+			}
 			return nil
 		},
 		Cmds: scriptCommands(t),

@@ -19,6 +19,7 @@ import (
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/dlocktest"
+	"github.com/dlockdev/dlock/internal/testserver"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
@@ -65,6 +66,11 @@ func scriptCommands(t *testing.T) map[string]func(ts *testscript.TestScript, neg
 		// serialized FILE N: require that FILE, written by N runs of
 		// `critical`, shows N critical sections one after another.
 		"serialized": cmdSerialized,
+		// postgres VAR: set VAR to the URL of a new, empty PostgreSQL
+		// database of this script's own, on the server the scripts
+		// share, which the first use starts (only scripts that need it
+		// pay for it).
+		"postgres": cmdPostgres,
 	}
 }
 
@@ -113,7 +119,7 @@ func scriptEnv(ts *testscript.TestScript) []string {
 	}
 	names := []string{"PATH", "HOME", "TMPDIR", "WORK"}
 	for _, flag := range []string{"backend", "ttl", "wait", "no-wait", "limit", "shared", "exclusive", "grace", "connect-timeout", "verbose", "json",
-		"listen", "data-dir", "log-level", "workers", "jobs", "job-time", "no-fencing", "store", "timeout"} {
+		"listen", "data-dir", "log-level", "workers", "jobs", "job-time", "no-fencing", "store", "keep-tables", "timeout"} {
 		names = append(names, envName(flag))
 	}
 	for _, n := range names {
@@ -122,6 +128,24 @@ func scriptEnv(ts *testscript.TestScript) []string {
 		}
 	}
 	return env
+}
+
+// scriptT is the key of the script's own *testing.T in its Values, for
+// helpers that take a testing.TB.
+type scriptT struct{}
+
+func cmdPostgres(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: postgres VAR")
+	}
+	// The script's own test, on whose goroutine the commands run: a
+	// failure to start the server fails (or, with -short, skips) this
+	// script, not the others.
+	t, ok := ts.Value(scriptT{}).(testing.TB)
+	if !ok {
+		ts.Fatalf("postgres: testscript's T is not a testing.TB here")
+	}
+	ts.Setenv(args[0], testserver.SharedPostgres(t).NewDatabase(t))
 }
 
 func cmdStart(ts *testscript.TestScript, neg bool, args []string) {

@@ -175,8 +175,8 @@ const usageDemo = `Usage:
 
 Plays the seeds' scenario: worker processes run a job that closes expired
 orders, one at a time under the lock "order", against a shared ledger that
-rejects writes carrying a stale fencing token (or, with --store sqlite, in
-a SQLite database that rejects them). Midway, dlock kills one
+rejects writes carrying a stale fencing token (or, with --store, in a
+SQLite or PostgreSQL database that rejects them). Midway, dlock kills one
 holder (SIGKILL) and freezes another (SIGSTOP) for longer than its TTL,
 then resumes it: it wakes up believing it still holds the lock and
 writes. Then a verdict, computed from what the ledger saw: jobs done,
@@ -194,8 +194,14 @@ Flags:
     --job-time D            how long one job works (DLOCK_JOB_TIME; default 400ms)
     --no-fencing            the ledger accepts stale tokens: see the damage (DLOCK_NO_FENCING)
     --store S               where the orders are closed (DLOCK_STORE): memory (default, the
-                            ledger, fenced by httpfence) or sqlite[:PATH] (a new SQLite
-                            database, default a temporary file, fenced by sqlfence)
+                            ledger, fenced by httpfence), sqlite[:PATH] (a new SQLite
+                            database, default a temporary file, fenced by sqlfence) or
+                            postgres://… (a PostgreSQL database you give: the demo creates
+                            tables dlock_demo_orders, dlock_demo_refunds, dlock_demo_fences,
+                            refuses to run if one exists and holds rows, and drops them at
+                            the end)
+    --keep-tables           with postgres://…: keep the demo's tables at the end, to look at
+                            (DLOCK_KEEP_TABLES)
     --json                  print the verdict as JSON on stdout, progress on stderr (DLOCK_JSON)
     --timeout D             give up after D (DLOCK_TIMEOUT; default 2m)
 
@@ -203,7 +209,8 @@ Examples:
     $ dlock demo
     $ go -C cmd/dlock run . demo         # from a clone of dlock, without installing
     $ dlock demo --no-fencing
-    $ dlock demo --store sqlite:orders.db   # then: sqlite3 orders.db 'SELECT * FROM refunds'
+    $ dlock demo --store sqlite:orders.db   # then: sqlite3 orders.db 'SELECT * FROM dlock_demo_refunds'
+    $ PGPASSWORD=… dlock demo --store 'postgres://me@db.example:5432/scratch?search_path=demo'
     $ dlock demo --backend redis://localhost:6379 --workers 6 --jobs 12
 `
 

@@ -49,8 +49,8 @@ type WorkerSpec struct {
 	Ledger  string // base URL of the ledger
 	TTL     time.Duration
 	JobTime time.Duration
-	SQLite  string // the orders' database; "" when they are in the ledger
-	Fencing bool   // with SQLite: close through sqlfence
+	DB      string // the orders' database (Config.DB); "" when they are in the ledger
+	Fencing bool   // with DB: close through sqlfence
 }
 
 // Config configures Run.
@@ -64,10 +64,13 @@ type Config struct {
 	Fencing     bool          // the store rejects stale tokens
 	Timeout     time.Duration // bound on the whole run
 	Out         io.Writer     // progress lines, and the workers' own output
-	// SQLite, if set, is the path of a SQLite database to create and
-	// close the orders in, through sqlfence, instead of the ledger; it
-	// must not exist.
-	SQLite string
+	// DB, if set, is the database to close the orders in, through
+	// sqlfence, instead of the ledger: the path of a SQLite file, which
+	// must not exist, or a postgres:// URL, where the demo sets up tables
+	// of its own (CreateOrderDB) and removes them at the end unless
+	// KeepTables.
+	DB         string
+	KeepTables bool
 	// Worker returns the command that runs one worker process.
 	Worker func(WorkerSpec) *exec.Cmd
 }
@@ -95,13 +98,18 @@ type demo struct {
 // Run plays the scenario and returns its verdict. It returns an error
 // (with the verdict so far, if any) when the run could not be completed:
 // a worker failed on its own, or the timeout passed.
-func Run(ctx context.Context, cfg Config) (*Verdict, error) {
+//
+// With cfg.DB on PostgreSQL, Run removes the demo's tables before it
+// returns, unless cfg.KeepTables, whatever the outcome; it returns an error
+// (with the verdict) if it cannot.
+func Run(ctx context.Context, cfg Config) (v *Verdict, err error) {
 	if cfg.Workers < MinWorkers || cfg.Orders < MinOrders {
 		return nil, fmt.Errorf("the demo needs at least %d workers and %d jobs", MinWorkers, MinOrders)
 	}
 	ledger := NewLedger(cfg.Orders, cfg.Fencing)
-	if cfg.SQLite != "" {
-		if err := CreateOrderDB(ctx, cfg.SQLite, cfg.Orders); err != nil {
+	var tables *OrderTables
+	if cfg.DB != "" {
+		if tables, err = CreateOrderDB(ctx, cfg.DB, cfg.Orders); err != nil {
 			return nil, err
 		}
 		ledger = NewReportLedger(cfg.Orders, cfg.Fencing)
@@ -118,6 +126,22 @@ func Run(ctx context.Context, cfg Config) (*Verdict, error) {
 	}
 	d.ledger.onStep = d.onStep
 	d.ledger.onRecord = d.onRecord
+	if tables != nil {
+		// After the verdict, which counts the refunds in the tables; on
+		// a context of its own, so that it runs after ^C too. The workers
+		// have exited or been killed by then: PostgreSQL ends a dead
+		// client's transaction when its connection closes, so no lock of
+		// theirs outlives them.
+		defer func() {
+			fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if ferr := tables.Finish(fctx, cfg.KeepTables); ferr != nil {
+				err = errors.Join(err, ferr)
+			} else if msg := tables.Finished(cfg.KeepTables); msg != "" {
+				d.printf("%s", msg)
+			}
+		}()
+	}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -139,14 +163,16 @@ func Run(ctx context.Context, cfg Config) (*Verdict, error) {
 	}
 	fmt.Fprintf(cfg.Out, "dlock demo: %d worker processes close %d expired orders, one job at a time under the lock %q.\n", cfg.Workers, cfg.Orders, Key)
 	fmt.Fprintf(cfg.Out, "  backend  %s, lock TTL %v; each job takes %v\n", cfg.BackendDesc, cfg.TTL, cfg.JobTime)
-	if cfg.SQLite == "" {
+	if cfg.DB == "" {
 		fmt.Fprintf(cfg.Out, "  ledger   %s %s\n", ledgerURL, fencing)
 	} else {
+		store, _ := storeOf(cfg.DB) // CreateOrderDB has checked it
 		fencing = fmt.Sprintf("each job reads and closes its order in a transaction fenced by sqlfence (fence %q): the database rejects a token older than one it has recorded", Fence)
 		if !cfg.Fencing {
 			fencing = "does NOT check fencing tokens (--no-fencing): plain transactions"
 		}
-		fmt.Fprintf(cfg.Out, "  orders   SQLite database %s; %s\n", cfg.SQLite, fencing)
+		fmt.Fprintf(cfg.Out, "  orders   %s database %s; %s\n", store.engine(), strings.TrimPrefix(store.String(), "sqlite "), fencing)
+		fmt.Fprintf(cfg.Out, "  tables   %s\n", tables.Describe(cfg.KeepTables))
 		fmt.Fprintf(cfg.Out, "  ledger   %s records what the workers read and closed there\n", ledgerURL)
 	}
 	fmt.Fprintf(cfg.Out, "  faults   SIGKILL the holder of job %d mid-job; SIGSTOP the holder of job %d mid-job for longer than the TTL, then SIGCONT\n\n", killJob, freezeJob)
@@ -162,7 +188,7 @@ func Run(ctx context.Context, cfg Config) (*Verdict, error) {
 	for i := 1; i <= cfg.Workers; i++ {
 		name := fmt.Sprintf("w%d", i)
 		cmd := cfg.Worker(WorkerSpec{Name: name, Backend: cfg.Backend, Ledger: ledgerURL, TTL: cfg.TTL, JobTime: cfg.JobTime,
-			SQLite: cfg.SQLite, Fencing: cfg.Fencing})
+			DB: cfg.DB, Fencing: cfg.Fencing})
 		out, err := cmd.StderrPipe()
 		if err != nil {
 			return nil, err
@@ -195,14 +221,14 @@ func Run(ctx context.Context, cfg Config) (*Verdict, error) {
 			}
 		case <-ctx.Done():
 			d.stopAll()
-			v := d.verdict()
+			v = d.verdict()
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return v, fmt.Errorf("the demo did not finish within %v", cfg.Timeout)
 			}
 			return v, ctx.Err()
 		}
 	}
-	v := d.verdict()
+	v = d.verdict()
 	if len(failures) > 0 {
 		return v, fmt.Errorf("%s", strings.Join(failures, "; "))
 	}
@@ -218,12 +244,12 @@ func (d *demo) verdict() *Verdict {
 	faults := slices.Clone(d.faults)
 	d.mu.Unlock()
 	store, refunds, refundsErr := "ledger", map[int]int(nil), error(nil)
-	if d.cfg.SQLite != "" {
+	if d.cfg.DB != "" {
 		// The damage is counted where it was done: the refunds the
 		// database paid, not the workers' reports of them.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		store = "sqlite"
-		refunds, refundsErr = RefundsIn(ctx, d.cfg.SQLite)
+		store = StoreName(d.cfg.DB)
+		refunds, refundsErr = RefundsIn(ctx, d.cfg.DB)
 		cancel()
 	}
 	v := computeVerdict(store, d.cfg.Fencing, d.cfg.Orders, d.cfg.TTL, d.ledger.Records(), grants, faults, refunds)
@@ -362,7 +388,7 @@ func (d *demo) onRecord(r Record) {
 
 // store names where the orders are closed, for the progress lines.
 func (d *demo) store() string {
-	if d.cfg.SQLite != "" {
+	if d.cfg.DB != "" {
 		return "the database"
 	}
 	return "the ledger"

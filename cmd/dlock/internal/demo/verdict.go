@@ -14,7 +14,7 @@ import (
 // ledger's records and the workers' reports; none is assumed.
 type Verdict struct {
 	// Store is where the orders were closed: "ledger" (the demo's HTTP
-	// ledger, fenced by httpfence) or "sqlite" (a SQLite database,
+	// ledger, fenced by httpfence), "sqlite" or "postgres" (a database,
 	// fenced by sqlfence).
 	Store   string `json:"store"`
 	Fencing bool   `json:"fencing"` // the store checked tokens
@@ -208,9 +208,12 @@ func (v *Verdict) WriteText(w io.Writer) {
 	p := func(label, format string, args ...any) {
 		fmt.Fprintf(w, "  %-31s %s\n", label, fmt.Sprintf(format, args...))
 	}
-	if v.Store == "sqlite" {
+	switch v.Store {
+	case "sqlite":
 		fmt.Fprintf(w, "\nverdict (SQLite, sqlfence fencing %s)\n", onOff(v.Fencing))
-	} else {
+	case "postgres":
+		fmt.Fprintf(w, "\nverdict (PostgreSQL, sqlfence fencing %s)\n", onOff(v.Fencing))
+	default:
 		fmt.Fprintf(w, "\nverdict (ledger fencing %s)\n", onOff(v.Fencing))
 	}
 	p("jobs done", "%d of %d orders closed (%d jobs started)", v.OrdersClosed, v.Orders, v.JobsStarted)
@@ -257,7 +260,7 @@ func (v *Verdict) WriteText(w io.Writer) {
 
 // where names the store the verdict is about.
 func (v *Verdict) where() string {
-	if v.Store == "sqlite" {
+	if v.Store != "ledger" {
 		return "the database"
 	}
 	return "the ledger"

@@ -46,8 +46,9 @@ type WorkerConfig struct {
 	Ledger  string        // base URL of the ledger and event endpoint
 	JobTime time.Duration // how long one job works between read and write
 	// SQLite, if set, is the database the orders are in (--store
-	// sqlite): the worker reads and closes them there, through sqlfence
-	// when Fencing is set, and reports to the ledger.
+	// sqlite or postgres://…): a SQLite path or a PostgreSQL URL
+	// (Config.DB). The worker reads and closes them there, through
+	// sqlfence when Fencing is set, and reports to the ledger.
 	SQLite  string
 	Fencing bool
 }
@@ -160,7 +161,7 @@ func (w *workerConn) read(ctx context.Context, fenced *http.Client, token uint64
 	case errors.As(err, &stale):
 		report.Reason = staleReason(stale)
 	case err != nil:
-		return 0, fmt.Errorf("sqlite %s: read the next order: %w", w.cfg.SQLite, err)
+		return 0, fmt.Errorf("%s: read the next order: %w", w.db, err)
 	}
 	if rerr := w.call(ctx, fenced, "/read", report, nil); rerr != nil {
 		return 0, rerr
@@ -188,7 +189,7 @@ func (w *workerConn) close(ctx context.Context, fenced *http.Client, token uint6
 	case errors.As(err, &stale):
 		report.Reason = staleReason(stale)
 	case err != nil:
-		return fmt.Errorf("sqlite %s: close order %d: %w", w.cfg.SQLite, order, err)
+		return fmt.Errorf("%s: close order %d: %w", w.db, order, err)
 	}
 	if rerr := w.call(ctx, fenced, "/close", report, nil); rerr != nil {
 		return rerr
