@@ -146,9 +146,10 @@ func (f *Fence) Del(ctx context.Context, token uint64, keys ...string) (int64, e
 // the fence's record, and returns its reply as go-redis' Cmd.Val would (an
 // int64, a string, a []any, or nil). cmd is one of the commands that write
 // only the key that is their first argument — INCRBY, LPUSH, HDEL, ZADD,
-// EXPIRE, XADD and the like, listed in docs/fencing-redis.md; others (RENAME,
-// EVAL, FLUSHALL, reads) are refused with dlock.ErrInvalidFence. Its errors are
-// Set's.
+// EXPIRE, XADD and the like, listed in docs/fencing-redis.md — or DEL or
+// UNLINK, whose args are further keys (strings), checked as the first is;
+// others (RENAME, EVAL, FLUSHALL, reads) are refused with
+// dlock.ErrInvalidFence. Its errors are Set's.
 //
 //	n, err := orders.Do(ctx, lease.Token(), "INCRBY", "{orders}:closed", 1)
 func (f *Fence) Do(ctx context.Context, token uint64, cmd, key string, args ...any) (any, error) {
@@ -156,7 +157,21 @@ func (f *Fence) Do(ctx context.Context, token uint64, cmd, key string, args ...a
 	if !ok {
 		return nil, f.invalid("%s %q: %q is not a command Fence.Do runs: it runs the commands that write the one key of their first argument (docs/fencing-redis.md)", cmd, key, cmd)
 	}
-	return f.run(ctx, token, c, []string{key}, args)
+	keys := []string{key}
+	if multiKeyCommands[c] {
+		// Keys, not arguments: declared to the server and checked like
+		// the first (the record, the slot), or DEL key record would
+		// delete the record and open the fence to any token.
+		for _, a := range args {
+			k, ok := a.(string)
+			if !ok {
+				return nil, f.invalid("%s %q: key %v is a %T, not a string", c, key, a, a)
+			}
+			keys = append(keys, k)
+		}
+		args = nil
+	}
+	return f.run(ctx, token, c, keys, args)
 }
 
 // run sends fence.lua for one command. Every argument is checked first, so
@@ -221,11 +236,15 @@ func (f *Fence) check(token uint64, cmd string, keys []string, args []any) error
 		return f.invalid("%s: %d keys and arguments, more than %d: split the write", describe(cmd, keys), len(keys)+len(args), maxFencedArgs)
 	}
 	for _, k := range keys {
-		switch k {
-		case "":
+		switch {
+		case k == "":
 			return f.invalid("%s: empty key", cmd)
-		case f.key:
+		case k == f.key:
 			return f.invalid("%s: key %q is the fence's own record", cmd, k)
+		case strings.HasPrefix(k, FenceKeyPrefix):
+			// Another fence's record: writing it would move that
+			// fence's token, or delete it and let any token through.
+			return f.invalid("%s: key %q is a fence's record (FenceKeyPrefix %q): only that fence writes it", cmd, k, FenceKeyPrefix)
 		}
 	}
 	// Where the client places keys by their hash tag, every key must go
