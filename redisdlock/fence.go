@@ -37,8 +37,11 @@ const maxFencedArgs = 4096
 //
 // Use one fence for the data one lock key protects, and the tokens of that
 // key's leases: tokens of different keys are not ordered with each other.
-// The same token may write any number of times. The tokens may come from any
-// dlock backend (and any uint64 counter that only goes up).
+// The same token may write any number of times — so a write that go-redis
+// retries after its reply was lost runs again: harmless for Set, HSet and
+// Del, counted twice for an INCRBY or LPUSH through Do (use a client with
+// MaxRetries -1 for those; docs/fencing-redis.md). The tokens may come from
+// any dlock backend (and any uint64 counter that only goes up).
 //
 // The record is one key, FenceKeyPrefix+name, in the same database as the
 // data, holding the highest token in decimal; it never expires. On a Redis
