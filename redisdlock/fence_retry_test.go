@@ -53,43 +53,40 @@ func (p *replyDropper) accept() {
 		// next bytes from the server are its reply (go-redis waits for
 		// each reply before it sends the next command on a connection).
 		var sent atomic.Bool
-		closeBoth := func() { _ = client.Close(); _ = server.Close() }
 		p.wg.Go(func() {
-			defer closeBoth()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := client.Read(buf)
-				if n > 0 {
-					if bytes.Contains(bytes.ToLower(buf[:n]), []byte("evalsha")) {
-						sent.Store(true)
-					}
-					if _, werr := server.Write(buf[:n]); werr != nil {
-						return
-					}
+			pipe(server, client, func(b []byte) bool {
+				if bytes.Contains(bytes.ToLower(b), []byte("evalsha")) {
+					sent.Store(true)
 				}
-				if err != nil {
-					return
-				}
-			}
+				return true
+			})
 		})
 		p.wg.Go(func() {
-			defer closeBoth()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := server.Read(buf)
-				if n > 0 {
-					if sent.Load() && p.armed.CompareAndSwap(true, false) {
-						return // the reply is lost
-					}
-					if _, werr := client.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
+			pipe(client, server, func([]byte) bool {
+				return !(sent.Load() && p.armed.CompareAndSwap(true, false)) // false: the reply is lost
+			})
 		})
+	}
+}
+
+// pipe copies src to dst, each chunk only if pass(chunk), until
+// either side ends or pass says no; then it closes both.
+func pipe(dst, src net.Conn, pass func([]byte) bool) {
+	defer func() { _ = dst.Close(); _ = src.Close() }()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if !pass(buf[:n]) {
+				return
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 
