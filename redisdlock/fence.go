@@ -48,7 +48,7 @@ const maxFencedArgs = 4096
 // Cluster every key of a write must be in the record's hash slot, and on a
 // Ring have its hash tag: name the fence with the hash tag of its keys, as
 // "{orders}" above. docs/fencing-redis.md says what the fence guarantees and
-// what it does not (eviction, failover).
+// what it does not (eviction, failover, a Ring's re-sharding).
 //
 // A Fence is safe for concurrent use, and holds nothing but rdb: create one
 // per fence name wherever convenient.
