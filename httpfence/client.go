@@ -38,7 +38,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
+	// A copy: a RoundTripper must not modify the caller's request (the
+	// http.Client may send it again, on a redirect). Clone's Header is
+	// nil for a request without one, which http.Transport accepts too.
 	out := req.Clone(req.Context())
+	if out.Header == nil {
+		out.Header = http.Header{}
+	}
 	SetHeaders(out.Header, t.Fence, t.Token)
 	base := t.Base
 	if base == nil {

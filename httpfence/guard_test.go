@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"runtime"
 	"strconv"
 	"strings"
@@ -401,7 +402,11 @@ func TestTransport_badClaimSendsNothing(t *testing.T) {
 	var hits atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
 	defer srv.Close()
-	for _, tr := range []*httpfence.Transport{{Fence: "", Token: 1}, {Fence: "ledger", Token: 0}} {
+	// A fence with a space at either end: HTTP drops it on the way
+	// (net/http trims header values), so the Guard would fence the request
+	// under "ledger" while its client named " ledger". Before the space
+	// check in validFence these Transports sent their requests.
+	for _, tr := range []*httpfence.Transport{{Fence: "", Token: 1}, {Fence: "ledger", Token: 0}, {Fence: " ledger", Token: 1}, {Fence: "ledger ", Token: 1}} {
 		body := &closeCounter{Reader: strings.NewReader("x")}
 		req, _ := http.NewRequest(http.MethodPost, srv.URL, body)
 		_, err := (&http.Client{Transport: tr}).Do(req)
@@ -423,3 +428,41 @@ type closeCounter struct {
 }
 
 func (c *closeCounter) Close() error { c.closed = true; return nil }
+
+// roundTripFunc is an http.RoundTripper of a function: the Base of a
+// Transport under test, which sees the request as it would be sent.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// RoundTrip must not modify the caller's request, and must take one the
+// way http.Transport does, a nil Header included (a request built as a
+// struct, passed by a proxy or another RoundTripper). Before this test
+// Transport set its headers into the clone's nil Header map: this test
+// panicked with "assignment to entry in nil map".
+func TestTransport_leavesRequestAlone(t *testing.T) {
+	var sent http.Header
+	tr := &httpfence.Transport{Fence: "ledger", Token: 9, Base: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		sent = r.Header.Clone()
+		return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Request: r}, nil
+	})}
+	u, err := url.Parse("http://127.0.0.1:1/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []http.Header{nil, {"Accept": {"text/plain"}}} {
+		req := &http.Request{Method: http.MethodPost, URL: u, Header: h}
+		before := fmt.Sprint(h)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("header %v: %v", h, err)
+		}
+		resp.Body.Close()
+		if got := fmt.Sprint(req.Header); got != before || (h == nil) != (req.Header == nil) {
+			t.Errorf("the caller's header became %s, want %s as it was", got, before)
+		}
+		if claim, err := httpfence.ReadHeaders(sent); err != nil || claim != (httpfence.Claim{Fence: "ledger", Token: 9}) {
+			t.Errorf("header %v: sent %v (%v), want the fence's headers", h, sent, err)
+		}
+	}
+}

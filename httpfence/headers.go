@@ -40,8 +40,8 @@ const MaxFenceLen = 1024
 // ErrUnfenced is returned for a request that carries neither FenceHeader
 // nor TokenHeader on a route that requires them (Guard.Wrap answers 428
 // Precondition Required). Headers that are there but cannot be used (one
-// without the other, either given twice, an empty or overlong fence name, a
-// token that is not a decimal number from 1 to 2^64-1; the Guard answers 400
+// without the other, either given twice, an empty or overlong fence name,
+// one with control characters or a space at either end, a token that is not a decimal number from 1 to 2^64-1; the Guard answers 400
 // Bad Request) give an error wrapping dlock.ErrInvalidFence instead.
 // CheckResponse returns either, wrapped with the Guard's answer;
 // ReadHeaders returns them wrapped with what is wrong.
@@ -104,6 +104,10 @@ func validFence(fence string) error {
 		return fmt.Errorf("%w: %s of %d bytes, more than %d", dlock.ErrInvalidFence, FenceHeader, len(fence), MaxFenceLen)
 	case !utf8.ValidString(fence):
 		return fmt.Errorf("%w: %s %q is not UTF-8", dlock.ErrInvalidFence, FenceHeader, fence)
+	case fence[0] == ' ' || fence[len(fence)-1] == ' ':
+		// HTTP drops them (net/http trims header values): the Guard
+		// would fence the request under another name than its client's.
+		return fmt.Errorf("%w: %s %q begins or ends with a space", dlock.ErrInvalidFence, FenceHeader, fence)
 	}
 	for _, r := range fence {
 		if unicode.IsControl(r) {

@@ -37,15 +37,18 @@ const maxFencedArgs = 4096
 //
 // Use one fence for the data one lock key protects, and the tokens of that
 // key's leases: tokens of different keys are not ordered with each other.
-// The same token may write any number of times. The tokens may come from any
-// dlock backend (and any uint64 counter that only goes up).
+// The same token may write any number of times — so a write that go-redis
+// retries after its reply was lost runs again: harmless for Set, HSet and
+// Del, counted twice for an INCRBY or LPUSH through Do (use a client with
+// MaxRetries -1 for those; docs/fencing-redis.md). The tokens may come from
+// any dlock backend (and any uint64 counter that only goes up).
 //
 // The record is one key, FenceKeyPrefix+name, in the same database as the
 // data, holding the highest token in decimal; it never expires. On a Redis
 // Cluster every key of a write must be in the record's hash slot, and on a
 // Ring have its hash tag: name the fence with the hash tag of its keys, as
 // "{orders}" above. docs/fencing-redis.md says what the fence guarantees and
-// what it does not (eviction, failover).
+// what it does not (eviction, failover, a Ring's re-sharding).
 //
 // A Fence is safe for concurrent use, and holds nothing but rdb: create one
 // per fence name wherever convenient.
@@ -146,9 +149,10 @@ func (f *Fence) Del(ctx context.Context, token uint64, keys ...string) (int64, e
 // the fence's record, and returns its reply as go-redis' Cmd.Val would (an
 // int64, a string, a []any, or nil). cmd is one of the commands that write
 // only the key that is their first argument — INCRBY, LPUSH, HDEL, ZADD,
-// EXPIRE, XADD and the like, listed in docs/fencing-redis.md; others (RENAME,
-// EVAL, FLUSHALL, reads) are refused with dlock.ErrInvalidFence. Its errors are
-// Set's.
+// EXPIRE, XADD and the like, listed in docs/fencing-redis.md — or DEL or
+// UNLINK, whose args are further keys (strings), checked as the first is;
+// others (RENAME, EVAL, FLUSHALL, reads) are refused with
+// dlock.ErrInvalidFence. Its errors are Set's.
 //
 //	n, err := orders.Do(ctx, lease.Token(), "INCRBY", "{orders}:closed", 1)
 func (f *Fence) Do(ctx context.Context, token uint64, cmd, key string, args ...any) (any, error) {
@@ -156,7 +160,21 @@ func (f *Fence) Do(ctx context.Context, token uint64, cmd, key string, args ...a
 	if !ok {
 		return nil, f.invalid("%s %q: %q is not a command Fence.Do runs: it runs the commands that write the one key of their first argument (docs/fencing-redis.md)", cmd, key, cmd)
 	}
-	return f.run(ctx, token, c, []string{key}, args)
+	keys := []string{key}
+	if multiKeyCommands[c] {
+		// Keys, not arguments: declared to the server and checked like
+		// the first (the record, the slot), or DEL key record would
+		// delete the record and open the fence to any token.
+		for _, a := range args {
+			k, ok := a.(string)
+			if !ok {
+				return nil, f.invalid("%s %q: key %v is a %T, not a string", c, key, a, a)
+			}
+			keys = append(keys, k)
+		}
+		args = nil
+	}
+	return f.run(ctx, token, c, keys, args)
 }
 
 // run sends fence.lua for one command. Every argument is checked first, so
@@ -221,11 +239,15 @@ func (f *Fence) check(token uint64, cmd string, keys []string, args []any) error
 		return f.invalid("%s: %d keys and arguments, more than %d: split the write", describe(cmd, keys), len(keys)+len(args), maxFencedArgs)
 	}
 	for _, k := range keys {
-		switch k {
-		case "":
+		switch {
+		case k == "":
 			return f.invalid("%s: empty key", cmd)
-		case f.key:
+		case k == f.key:
 			return f.invalid("%s: key %q is the fence's own record", cmd, k)
+		case strings.HasPrefix(k, FenceKeyPrefix):
+			// Another fence's record: writing it would move that
+			// fence's token, or delete it and let any token through.
+			return f.invalid("%s: key %q is a fence's record (FenceKeyPrefix %q): only that fence writes it", cmd, k, FenceKeyPrefix)
 		}
 	}
 	// Where the client places keys by their hash tag, every key must go

@@ -3,14 +3,15 @@ package redisdlock
 import "strings"
 
 // fencedCommands are the commands Fence.Do runs: each writes the one key
-// that is its first argument, and no other key. That is what makes a fenced
-// write safe to run in the fence's script: the key is declared to the server
-// (so a Cluster routes the script to its slot, and refuses another slot),
-// and the command cannot reach the fence's record or a key the caller did
-// not name. Commands that read or write further keys (RENAME, SORT … STORE,
-// LMOVE, SUNIONSTORE), run code (EVAL, FCALL), or act on the server
-// (FLUSHALL, CONFIG) are left out; so are reads, which a fence does not
-// order. DEL and UNLINK with several keys are Fence.Del's.
+// that is its first argument, and no other key — but for those of
+// multiKeyCommands, whose further arguments are keys too. That is what
+// makes a fenced write safe to run in the fence's script: every key is
+// declared to the server (so a Cluster routes the script to its slot, and
+// refuses another slot) and checked by Fence.check, and the command cannot
+// reach the fence's record or a key the caller did not name. Commands that
+// read or write further keys (RENAME, SORT … STORE, LMOVE, SUNIONSTORE), run
+// code (EVAL, FCALL), or act on the server (FLUSHALL, CONFIG) are left out;
+// so are reads, which a fence does not order.
 var fencedCommands = setOf(
 	// strings
 	"SET", "SETNX", "SETEX", "PSETEX", "GETSET", "GETDEL", "GETEX", "APPEND", "SETRANGE",
@@ -28,6 +29,10 @@ var fencedCommands = setOf(
 	// any key
 	"DEL", "UNLINK", "EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT", "PERSIST",
 )
+
+// multiKeyCommands are the commands of fencedCommands whose arguments
+// after the first key are all keys: Fence.Do passes them as keys.
+var multiKeyCommands = setOf("DEL", "UNLINK")
 
 func setOf(names ...string) map[string]bool {
 	m := make(map[string]bool, len(names))

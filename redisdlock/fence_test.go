@@ -202,6 +202,8 @@ func TestFence_badInput_sendsNothing(t *testing.T) {
 		{"empty key", "empty key", func() error { return f.Set(ctx, 1, "", "v", 0) }},
 		{"the record", "fence's own record", func() error { _, err := f.Del(ctx, 1, "k", f.Key()); return err }},
 		{"record by Do", "fence's own record", func() error { _, err := f.Do(ctx, 1, "INCR", f.Key()); return err }},
+		{"record by Do's DEL", "fence's own record", func() error { _, err := f.Do(ctx, 1, "DEL", "k", f.Key()); return err }},
+		{"another fence's record", "a fence's record", func() error { return f.Set(ctx, 1, redisdlock.FenceKeyPrefix+"other", "1", 0) }},
 		{"negative ttl", "ttl -5s", func() error { return f.Set(ctx, 1, "k", "v", -5*time.Second) }},
 		{"odd HSet", "3 values", func() error { _, err := f.HSet(ctx, 1, "h", "a", "b", "c"); return err }},
 		{"no fields", "no field", func() error { _, err := f.HSet(ctx, 1, "h"); return err }},
@@ -392,4 +394,72 @@ func TestFence_ring(t *testing.T) {
 	if get(t, ctx, ring, "orders:43") != "<none>" || get(t, ctx, ring, f.Key()) != "1" {
 		t.Fatal("the refused write wrote")
 	}
+}
+
+// Do's DEL and UNLINK take further keys after the first: those are keys
+// too, checked as Del's are. Without that check (the code before this
+// test), Do(token, "DEL", key, f.Key()) ran in the script and deleted the
+// fence's record, so that the next write of a stale holder was taken as
+// the fence's first; another fence's record went the same way. On that
+// code this test failed: every Do below returned nil, and the other
+// fence's record was gone.
+func TestFence_Do_delOfMoreKeys_areKeys(t *testing.T) {
+	ctx, rdb := fenceRig(t)
+	f := redisdlock.NewFence(rdb, "{del}")
+	other := redisdlock.NewFence(rdb, "{del}:other")
+	if err := f.Set(ctx, 5, "{del}:k", "B", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Set(ctx, 9, "{del}:o", "O", 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		cmd  string
+		args []any
+		want string
+	}{
+		{"DEL", []any{f.Key()}, "fence's own record"},
+		{"unlink", []any{"{del}:x", f.Key()}, "fence's own record"},
+		{"DEL", []any{other.Key()}, "a fence's record"},
+		{"DEL", []any{[]byte("{del}:x")}, "not a string"},
+	} {
+		_, err := f.Do(ctx, 5, c.cmd, "{del}:k", c.args...)
+		if !errors.Is(err, dlock.ErrInvalidFence) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Do(%s {del}:k %v): err = %v, want dlock.ErrInvalidFence saying %q", c.cmd, c.args, err, c.want)
+		}
+	}
+	if rec := get(t, ctx, rdb, f.Key()); rec != "5" {
+		t.Fatalf("record after the refused DELs: %s, want 5", rec)
+	}
+	if rec := get(t, ctx, rdb, other.Key()); rec != "9" {
+		t.Fatalf("the other fence's record after the refused DELs: %s, want 9", rec)
+	}
+	wantStale(t, f.Set(ctx, 4, "{del}:k", "stale", 0), "{del}", 4, 5)
+	if got := get(t, ctx, rdb, "{del}:k"); got != "B" {
+		t.Fatalf("data %q, want B", got)
+	}
+
+	// Keys of its own are deleted, and counted, as by Del.
+	rdb.MSet(ctx, "{del}:a", 1, "{del}:b", 2)
+	if n, err := f.Do(ctx, 5, "UNLINK", "{del}:k", "{del}:a", "{del}:b", "{del}:none"); err != nil || n != int64(3) {
+		t.Fatalf("UNLINK of 4 keys, 3 there = %v, %v; want 3", n, err)
+	}
+}
+
+// Any write to a key under FenceKeyPrefix would change some fence's record
+// (a fence writing another's, e.g. "{orders}" and "{orders}:b" share a
+// Cluster slot): refused. Before this test only the fence's own record was:
+// Set of token 1 to the other fence's record went through, and the other
+// fence took token 2 as newer than the 1 000 000 it had recorded.
+func TestFence_otherFencesRecord_refused(t *testing.T) {
+	ctx, rdb := fenceRig(t)
+	a, b := redisdlock.NewFence(rdb, "{o}"), redisdlock.NewFence(rdb, "{o}:b")
+	if err := b.Set(ctx, 1_000_000, "{o}:data", "B", 0); err != nil {
+		t.Fatal(err)
+	}
+	err := a.Set(ctx, 1, b.Key(), "1", 0)
+	if !errors.Is(err, dlock.ErrInvalidFence) || !strings.Contains(err.Error(), "a fence's record") {
+		t.Errorf("Set of another fence's record: err = %v, want dlock.ErrInvalidFence", err)
+	}
+	wantStale(t, b.Set(ctx, 2, "{o}:data", "stale", 0), "{o}:b", 2, 1_000_000)
 }

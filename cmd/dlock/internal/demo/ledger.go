@@ -171,7 +171,7 @@ func (l *Ledger) serve(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(resp)
 }
 
-// note stores a record and updates the highest token seen. l.mu must be
+// noteLocked stores a record and updates the highest token seen. l.mu must be
 // held.
 func (l *Ledger) noteLocked(rec *Record) {
 	rec.At = time.Now()
