@@ -17,6 +17,12 @@ import (
 // New returns a Client that takes locks through cli, an etcd client the
 // program already has. Client.Close leaves cli open.
 //
+// New uses cli's connection with KV, Lease and Watcher of its own: a
+// namespace the program has put on cli.KV, cli.Lease or cli.Watcher
+// (package clientv3/namespace) does not apply to dlock's keys, which
+// Options.Prefix places instead. (Writes through a namespaced KV and watches
+// through a plain Watcher would never meet.)
+//
 // New checks that etcd answers and lets cli read the prefix; it returns
 // errors satisfying errors.Is with dlock.ErrUnavailable or dlock.ErrAuth when
 // that fails, and with dlock.ErrInvalidOption for a nil cli or a bad option
@@ -25,7 +31,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts *Options) (*dlock.Clien
 	if cli == nil {
 		return nil, fmt.Errorf("%w: etcddlock.New: nil etcd client", dlock.ErrInvalidOption)
 	}
-	d, err := newDriver(ctx, cli.KV, clientv3.NewLease(cli), clientv3.NewWatcher(cli), opts, nil, strings.Join(cli.Endpoints(), ","))
+	d, err := newDriver(ctx, clientv3.NewKV(cli), clientv3.NewLease(cli), clientv3.NewWatcher(cli), opts, nil, strings.Join(cli.Endpoints(), ","))
 	if err != nil {
 		return nil, err
 	}

@@ -9,9 +9,11 @@ import (
 )
 
 // IsOwner returns a comparison that holds while lease still holds its key
-// on etcd: put it in the If of your own Txn, on the etcd cluster (and through
-// the same namespace, if any) that the lease's Client uses, and the Txn's
-// Then runs only while the lease holds, atomically with the check.
+// on etcd: put it in the If of your own Txn, on the etcd cluster that the
+// lease's Client uses and through a KV without a namespace (dlock's keys are
+// outside any namespace: see New), and the Txn's Then runs only while the
+// lease holds, atomically with the check. Through a namespaced KV the
+// comparison names a key that does not exist, and the Txn never runs.
 //
 //	cmp, err := etcddlock.IsOwner(lease)
 //	…
@@ -88,7 +90,7 @@ func etcdGrant(where string, lease *dlock.Lease) (*grant, error) {
 // was lost, ops may have run.
 //
 // kv must see the key space the lease's Client writes in: the same etcd
-// cluster, through the same namespace if any.
+// cluster, without a namespace (see IsOwner).
 func OwnerTxn(ctx context.Context, kv clientv3.KV, lease *dlock.Lease, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	g, err := etcdGrant("etcddlock.OwnerTxn", lease)
 	if err != nil {
