@@ -24,7 +24,7 @@ import (
 // both orders of the waiters: every Check either records, is stale for a
 // token that committed, or is that deadlock (only on a missing row that A
 // rolled back) — never another error, and never an older token committed
-// after a newer one.
+// after a newer one. The same under READ COMMITTED and SERIALIZABLE.
 func TestCheck_mysqlTwoWaiters(t *testing.T) {
 	s := mustStore(t, "mariadb")
 	ctx := ctxT(t)
@@ -35,20 +35,31 @@ func TestCheck_mysqlTwoWaiters(t *testing.T) {
 	}
 	x := txs{t: t, ctx: ctx, s: s, db: db, g: g}
 	n := 0
-	for _, c := range []struct {
+	type twoWaiters struct {
 		row, end string
 		order    [2]uint64
-	}{
-		{"existing row", "commits", [2]uint64{6, 7}},
-		{"existing row", "rolls back", [2]uint64{6, 7}},
-		{"existing row", "rolls back", [2]uint64{7, 6}},
-		{"missing row", "commits", [2]uint64{6, 7}},
-		{"missing row", "commits", [2]uint64{7, 6}},
-		{"missing row", "rolls back", [2]uint64{6, 7}},
-		{"missing row", "rolls back", [2]uint64{7, 6}},
-	} {
+		iso      sql.IsolationLevel
+	}
+	cases := []twoWaiters{
+		{"existing row", "commits", [2]uint64{6, 7}, sql.LevelDefault},
+		{"existing row", "rolls back", [2]uint64{6, 7}, sql.LevelDefault},
+		{"existing row", "rolls back", [2]uint64{7, 6}, sql.LevelDefault},
+		{"missing row", "commits", [2]uint64{6, 7}, sql.LevelDefault},
+		{"missing row", "commits", [2]uint64{7, 6}, sql.LevelDefault},
+		{"missing row", "rolls back", [2]uint64{6, 7}, sql.LevelDefault},
+		{"missing row", "rolls back", [2]uint64{7, 6}, sql.LevelDefault},
+	}
+	// The other isolation levels behave the same, the deadlock included
+	// (READ COMMITTED takes no gap locks for reads, but still for the
+	// duplicate-key check of an insert).
+	for _, iso := range []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelSerializable} {
+		cases = append(cases,
+			twoWaiters{"existing row", "rolls back", [2]uint64{6, 7}, iso},
+			twoWaiters{"missing row", "rolls back", [2]uint64{6, 7}, iso})
+	}
+	for _, c := range cases {
 		row, order := c.row, c.order
-		t.Run(fmt.Sprintf("%s, A %s, %d then %d", row, c.end, order[0], order[1]), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s, A %s, %d then %d, %v", row, c.end, order[0], order[1], c.iso), func(t *testing.T) {
 			x.t = t
 			n++
 			f := fmt.Sprintf("f%d", n)
@@ -137,6 +148,8 @@ func TestCheck_mysqlTwoWaiters(t *testing.T) {
 //   - B's Check of token 8 records, but B's plain reads still show the data
 //     of before A's commit: a read before Check pins a stale snapshot,
 //     hence "call Check first";
+//   - C, whose Check comes first, waits for A's transaction, and then
+//     reads A's data: its snapshot is taken after Check;
 //   - with innodb_snapshot_isolation=ON (MariaDB 11.6's default), the same
 //     Check fails with ERROR 1020 (record changed since the snapshot)
 //     instead: an error to retry, never a stale write.
@@ -204,6 +217,27 @@ func TestCheck_mysqlRepeatableRead(t *testing.T) {
 	}
 	_ = b.Rollback()
 	token = 8
+
+	x := txs{t: t, ctx: ctx, s: s, db: db, g: g, opt: &sql.TxOptions{Isolation: sql.LevelRepeatableRead}}
+	a := x.hold("rr", 9)
+	if err := writeJob(ctx, s, a, "A9"); err != nil {
+		t.Fatal(err)
+	}
+	c, done := x.waiter("rr", 10)
+	if err := a.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("C's Check after A committed: %v", err)
+	}
+	if err := c.QueryRowContext(ctx, "SELECT v FROM data WHERE k = 'job'").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	if v != "A9" {
+		t.Fatalf("C, Check first, reads %q after it, want A9, what A committed while C waited", v)
+	}
+	_ = c.Rollback()
+	token = 9
 
 	var on string
 	if err := db.QueryRowContext(ctx, "SELECT @@innodb_snapshot_isolation").Scan(&on); err != nil {

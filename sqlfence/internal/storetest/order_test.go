@@ -51,12 +51,13 @@ type txs struct {
 	s   store
 	db  *sql.DB
 	g   *sqlfence.Guard
+	opt *sql.TxOptions // nil: the server's default isolation
 }
 
 // hold begins a transaction that checks token and stays open.
 func (x txs) hold(fence string, token uint64) *sql.Tx {
 	x.t.Helper()
-	tx, err := x.db.BeginTx(x.ctx, nil)
+	tx, err := x.db.BeginTx(x.ctx, x.opt)
 	if err != nil {
 		x.t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func (x txs) hold(fence string, token uint64) *sql.Tx {
 // for a lock.
 func (x txs) waiter(fence string, token uint64) (*sql.Tx, chan error) {
 	x.t.Helper()
-	tx, err := x.db.BeginTx(x.ctx, nil)
+	tx, err := x.db.BeginTx(x.ctx, x.opt)
 	if err != nil {
 		x.t.Fatal(err)
 	}
