@@ -26,7 +26,7 @@ type Option func(*Guard)
 
 // Table names the fence table (default DefaultTable): letters, digits and
 // underscores, optionally qualified by a schema ("ops.fences"; on SQLite,
-// an attached database's name). The name goes into the statements
+// an attached database's name; on MySQL, a database's). The name goes into the statements
 // unquoted, so the database folds its case as it does for any unquoted
 // name, and it must not be a reserved word; any other name is dlock.ErrInvalidFence,
 // returned by every call of the Guard.
