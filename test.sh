@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of dlock, in every module of the repository, against real
-# servers. Installs what is missing (redis-server, ZooKeeper, Java) with apt;
+# servers. Installs what is missing (redis-server, ZooKeeper, Java,
+# PostgreSQL, MariaDB) with apt;
 # etcd is built from the Go module proxy (internal/tools pins its version).
 # Usage: ./test.sh [extra go test flags]
 set -euo pipefail
@@ -25,6 +26,9 @@ command -v zsh >/dev/null 2>&1 || need+=(zsh) # cmd/dlock: zsh -n on the complet
 # sqlfence's tests run a PostgreSQL server (internal/testserver/postgres.go
 # finds Debian's binaries in /usr/lib/postgresql/<version>/bin).
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || need+=(postgresql)
+# ... and a MariaDB server (internal/testserver/mariadb.go: mariadbd, which
+# Debian puts in /usr/sbin, and mariadb-install-db).
+{ command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; } || need+=(mariadb-server)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test.sh: installing ${need[*]}"
   SUDO=""

@@ -31,13 +31,17 @@
 //		token BIGINT NOT NULL
 //	)
 //
+// On MySQL and MariaDB (the MySQL dialect) the name is a VARBINARY(512)
+// in an InnoDB table, so a fence name there is at most MySQLMaxFenceLen
+// bytes; a longer one is dlock.ErrInvalidFence.
+//
 // # What it guarantees
 //
 // Among the transactions that called Check for one fence name and
 // committed, the tokens are in commit order: no transaction with a lower
 // token commits after one with a higher token. A transaction that checks
-// while another holds the fence row waits for it (a row lock in PostgreSQL,
-// the database's write lock in SQLite); if the other one recorded
+// while another holds the fence row waits for it (a row lock in PostgreSQL
+// and InnoDB, the database's write lock in SQLite); if the other one recorded
 // a higher token, Check returns a *dlock.StaleTokenError, which satisfies
 // errors.Is(err, dlock.ErrStaleToken).
 //
@@ -48,6 +52,15 @@
 // with SQLITE_BUSY instead of waiting. Under REPEATABLE READ or SERIALIZABLE
 // isolation a transaction that waited for the fence row may fail with a
 // serialization error, which the caller retries as any other.
+//
+// On MySQL and MariaDB, Check reads the fence row with a locking read, so
+// it judges the latest committed token under any isolation, REPEATABLE
+// READ (InnoDB's default) included; but a transaction that read before
+// Check keeps its older snapshot for the reads after it. When the fence
+// row does not exist yet and the transaction that inserted it rolls back
+// while two others wait, InnoDB may return a deadlock error (1213) to one
+// of them: an error to retry, never a stale write. Creating the fence rows
+// ahead (token 0) rules it out. See docs/fencing-sql.md.
 //
 // The tokens of a semaphore's permits and of a read-write lock's readers are
 // granted to holders that run at the same time, so one fence for all of them

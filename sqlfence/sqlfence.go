@@ -3,7 +3,6 @@ package sqlfence
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -27,7 +26,7 @@ type Option func(*Guard)
 
 // Table names the fence table (default DefaultTable): letters, digits and
 // underscores, optionally qualified by a schema ("ops.fences"; on SQLite,
-// an attached database's name). The name goes into the statements
+// an attached database's name; on MySQL, a database's). The name goes into the statements
 // unquoted, so the database folds its case as it does for any unquoted
 // name, and it must not be a reserved word; any other name is dlock.ErrInvalidFence,
 // returned by every call of the Guard.
@@ -48,8 +47,8 @@ var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Z
 // New returns a Guard for the dialect's database.
 func New(d Dialect, opts ...Option) *Guard {
 	g := &Guard{dialect: d, table: DefaultTable}
-	if d.record == "" {
-		g.err = fmt.Errorf("%w: zero Dialect: use sqlfence.Postgres or sqlfence.SQLite", dlock.ErrInvalidFence)
+	if d.record == nil {
+		g.err = fmt.Errorf("%w: zero Dialect: use sqlfence.Postgres, sqlfence.SQLite or sqlfence.MySQL", dlock.ErrInvalidFence)
 	}
 	for _, o := range opts {
 		o(g)
@@ -96,21 +95,18 @@ func (g *Guard) Check(ctx context.Context, tx *sql.Tx, fence string, token uint6
 	if tx == nil {
 		return fmt.Errorf("fence %q: %w: nil *sql.Tx", fence, dlock.ErrInvalidFence)
 	}
-	var got int64
-	err := tx.QueryRowContext(ctx, fmt.Sprintf(g.dialect.record, g.table), fence, int64(token)).Scan(&got)
+	ok, higher, err := g.dialect.record.record(ctx, tx, g.table, fence, int64(token))
 	switch {
-	case err == nil:
-		return nil
-	case !errors.Is(err, sql.ErrNoRows):
+	case err != nil:
 		return fmt.Errorf("sqlfence: fence %q: record token %d in %s: %w", fence, token, g.table, err)
+	case !ok:
+		stale := &dlock.StaleTokenError{Fence: fence, Token: token}
+		if higher > 0 {
+			stale.Recorded = uint64(higher)
+		}
+		return stale
 	}
-	// No row: the recorded token is higher. The row is locked by the
-	// upsert, so this reads what refused it.
-	stale := &dlock.StaleTokenError{Fence: fence, Token: token}
-	if err := tx.QueryRowContext(ctx, fmt.Sprintf(g.dialect.recorded, g.table), fence).Scan(&got); err == nil && got > 0 {
-		stale.Recorded = uint64(got)
-	}
-	return stale
+	return nil
 }
 
 // Do runs fn in a transaction of db that Check has fenced, and commits it
@@ -147,6 +143,8 @@ func (g *Guard) valid(fence string, token uint64) error {
 		return g.err
 	case fence == "":
 		return fmt.Errorf("%w: empty fence name", dlock.ErrInvalidFence)
+	case g.dialect.maxName > 0 && len(fence) > g.dialect.maxName:
+		return fmt.Errorf("fence %.40q…: %w: name of %d bytes, longer than %s's %d", fence, dlock.ErrInvalidFence, len(fence), g.dialect, g.dialect.maxName)
 	case token == 0:
 		return fmt.Errorf("fence %q: %w: token 0 is no lease's token", fence, dlock.ErrInvalidFence)
 	case token > math.MaxInt64:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/dlockdev/dlock"
@@ -22,6 +23,7 @@ func TestCreateStatement_documented(t *testing.T) {
 	}{
 		{sqlfence.New(sqlfence.Postgres), "CREATE TABLE IF NOT EXISTS dlock_fences (name TEXT PRIMARY KEY, token BIGINT NOT NULL)"},
 		{sqlfence.New(sqlfence.SQLite), "CREATE TABLE IF NOT EXISTS dlock_fences (name TEXT PRIMARY KEY, token INTEGER NOT NULL)"},
+		{sqlfence.New(sqlfence.MySQL), "CREATE TABLE IF NOT EXISTS dlock_fences (name VARBINARY(512) PRIMARY KEY, token BIGINT NOT NULL) ENGINE=InnoDB"},
 		{sqlfence.New(sqlfence.Postgres, sqlfence.Table("ops.fences")), "CREATE TABLE IF NOT EXISTS ops.fences (name TEXT PRIMARY KEY, token BIGINT NOT NULL)"},
 		{sqlfence.New(sqlfence.Postgres, sqlfence.Table("ops.fences; --")), ""},
 		{sqlfence.New(sqlfence.Dialect{}), ""},
@@ -44,7 +46,16 @@ func TestCheck_invalidBeforeTheDatabase(t *testing.T) {
 			t.Errorf("Check(nil, %q, %d) = %v, want dlock.ErrInvalidFence", c.fence, c.token, err)
 		}
 	}
-	if got := sqlfence.Postgres.String() + " " + sqlfence.SQLite.String(); got != "postgres sqlite" {
+	// MySQL's names are at most MySQLMaxFenceLen bytes; the others' have
+	// no limit.
+	long := strings.Repeat("f", sqlfence.MySQLMaxFenceLen+1)
+	if err := sqlfence.New(sqlfence.MySQL).Check(context.Background(), nil, long, 1); !errors.Is(err, dlock.ErrInvalidFence) || !strings.Contains(err.Error(), "513 bytes") {
+		t.Errorf("MySQL: Check(nil, %d bytes, 1) = %v, want dlock.ErrInvalidFence naming the length", len(long), err)
+	}
+	if err := sqlfence.New(sqlfence.Postgres).Check(context.Background(), nil, long, 1); errors.Is(err, dlock.ErrInvalidFence) && !strings.Contains(err.Error(), "nil *sql.Tx") {
+		t.Errorf("Postgres: Check(nil, %d bytes, 1) = %v, want only the nil tx refused", len(long), err)
+	}
+	if got := sqlfence.Postgres.String() + " " + sqlfence.SQLite.String() + " " + sqlfence.MySQL.String(); got != "postgres sqlite mysql" {
 		t.Errorf("dialect names %q", got)
 	}
 }

@@ -107,7 +107,7 @@ func TestDo_staleDoesNotRun(t *testing.T) {
 		if err := g.CreateTable(ctx, db); err != nil {
 			t.Fatal(err)
 		}
-		s.exec(t, db, "CREATE TABLE data (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
+		s.exec(t, db, "CREATE TABLE data (k VARCHAR(64) PRIMARY KEY, v TEXT NOT NULL)")
 		s.exec(t, db, "INSERT INTO data VALUES ('job', 'none')")
 		write := func(v string) func(tx *sql.Tx) error {
 			return func(tx *sql.Tx) error {
@@ -275,9 +275,16 @@ func TestCreateTable(t *testing.T) {
 		ctx := ctxT(t)
 		db := s.newDB(t)
 		table := "main.job_fences"
-		if s.dialect == sqlfence.Postgres {
+		switch s.name {
+		case "postgres":
 			s.exec(t, db, "CREATE SCHEMA ops")
 			table = "ops.job_fences"
+		case "mariadb": // a schema is a database: the test's own
+			var name string
+			if err := db.QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
+				t.Fatal(err)
+			}
+			table = name + ".job_fences"
 		}
 		g := sqlfence.New(s.dialect, sqlfence.Table(table))
 		if st := g.CreateStatement(); !strings.HasPrefix(st, "CREATE TABLE IF NOT EXISTS "+table+" (") {

@@ -32,6 +32,8 @@ import (
 // transaction's UPDATE reads the committed n: n counts the commits in
 // order. A transaction that rolls back leaves no history row and its n is
 // reused, so committed transactions have n = 1, 2, 3, … with no gaps.
+// MySQL has no UPDATE … RETURNING: there the transaction reads n back
+// after its UPDATE, which it sees (its own write) and holds locked.
 
 // entry is one committed write, as history has it.
 type entry struct {
@@ -57,7 +59,14 @@ func createWitness(t testing.TB, s store, db *sql.DB) {
 // witness is a writing transaction's last statements.
 func witness(ctx context.Context, s store, tx *sql.Tx, token uint64, writer string) error {
 	var n int64
-	if err := tx.QueryRowContext(ctx, "UPDATE commit_order SET n = n + 1 WHERE id = 1 RETURNING n").Scan(&n); err != nil {
+	if s.dialect == sqlfence.MySQL {
+		if _, err := tx.ExecContext(ctx, "UPDATE commit_order SET n = n + 1 WHERE id = 1"); err != nil {
+			return fmt.Errorf("witness: %w", err)
+		}
+		if err := tx.QueryRowContext(ctx, "SELECT n FROM commit_order WHERE id = 1").Scan(&n); err != nil {
+			return fmt.Errorf("witness: %w", err)
+		}
+	} else if err := tx.QueryRowContext(ctx, "UPDATE commit_order SET n = n + 1 WHERE id = 1 RETURNING n").Scan(&n); err != nil {
 		return fmt.Errorf("witness: %w", err)
 	}
 	_, err := tx.ExecContext(ctx, s.q("INSERT INTO history (n, token, writer) VALUES ($1, $2, $3)"), n, int64(token), writer)

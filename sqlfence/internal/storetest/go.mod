@@ -12,11 +12,13 @@ require (
 	github.com/dlockdev/dlock v0.0.0-00010101000000-000000000000
 	github.com/dlockdev/dlock/redisdlock v0.0.0-00010101000000-000000000000
 	github.com/dlockdev/dlock/sqlfence v0.0.0-00010101000000-000000000000
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
 	modernc.org/sqlite v1.62.0
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect

@@ -11,12 +11,13 @@ import (
 )
 
 // TestMain runs a child's role when the process is one (the SIGSTOP
-// proofs), else the tests; then it stops the shared PostgreSQL server and
+// proofs), else the tests; then it stops the shared PostgreSQL and MariaDB servers and
 // checks that no client, lease or connection pool was left running.
 func TestMain(m *testing.M) {
 	testproc.RunChild(roles)
 	code := m.Run()
 	testserver.StopSharedPostgres()
+	testserver.StopSharedMariaDB()
 	if code == 0 {
 		if err := leakcheck.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goroutine leak: %v\n", err)

@@ -3,6 +3,7 @@ package storetest_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,148 +16,187 @@ import (
 // it ends, and another transaction's Check of the same fence waits for it
 // and then judges its token against what the first one committed.
 
-// backendPID returns the PostgreSQL backend of tx's connection.
-func backendPID(t *testing.T, tx *sql.Tx) int {
-	t.Helper()
-	var pid int
-	if err := tx.QueryRow("SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
-	return pid
-}
-
-// waitForLockWait polls pg_stat_activity until backend pid waits for a
-// lock (a row lock: the fence row held by another transaction), for at most
-// a minute, and fails t otherwise. Polling the server's own view is what
-// makes "B is blocked" an observed fact instead of a guess from a sleep.
-func waitForLockWait(t *testing.T, db *sql.DB, pid int, done <-chan error) {
+// waitForLockWait polls the server's own view of its sessions until
+// session waits for a lock (the fence row held by another transaction),
+// for at most a minute, and fails t otherwise: PostgreSQL's
+// pg_stat_activity, InnoDB's information_schema.innodb_trx. Polling the
+// server is what makes "B is blocked" an observed fact instead of a guess
+// from a sleep.
+func waitForLockWait(t *testing.T, s store, db *sql.DB, session int64, done <-chan error) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		var waiting bool
-		err := db.QueryRow("SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&waiting)
+		waiting, err := s.waiting(db, session)
 		if err != nil {
-			t.Fatalf("pg_stat_activity of backend %d: %v", pid, err)
+			t.Fatalf("%s: is session %d waiting: %v", s.name, session, err)
 		}
 		if waiting {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("backend %d did not wait for a lock within a minute", pid)
+			t.Fatalf("%s: session %d did not wait for a lock within a minute", s.name, session)
 		}
 		select {
 		case err := <-done:
 			t.Fatalf("the second Check returned (%v) while the first transaction was open, want it to wait", err)
-		case <-time.After(5 * time.Millisecond): // the poll's pace
+		case <-time.After(s.waitPoll):
 		}
 	}
 }
 
-// TestCheck_postgresOrdersTransactions: on PostgreSQL, while transaction
-// A (token 5) that has checked is open, B's Check (token 6) waits for A's
-// row lock (observed in pg_stat_activity), and succeeds once A commits;
-// and the other way round, while B (6) is open, A's Check (5) waits, and
-// is refused as stale once B commits.
-func TestCheck_postgresOrdersTransactions(t *testing.T) {
-	s := stores[0]
+// txs begins and checks the transactions of an ordering test.
+type txs struct {
+	t   *testing.T
+	ctx context.Context
+	s   store
+	db  *sql.DB
+	g   *sqlfence.Guard
+	opt *sql.TxOptions // nil: the server's default isolation
+}
+
+// hold begins a transaction that checks token and stays open.
+func (x txs) hold(fence string, token uint64) *sql.Tx {
+	x.t.Helper()
+	tx, err := x.db.BeginTx(x.ctx, x.opt)
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	x.t.Cleanup(func() { _ = tx.Rollback() })
+	if err := x.g.Check(x.ctx, tx, fence, token); err != nil {
+		x.t.Fatalf("Check(%d): %v", token, err)
+	}
+	return tx
+}
+
+// waiter begins a transaction, then Checks token in a goroutine, once its
+// session is known; it returns when the server shows the Check waiting
+// for a lock.
+func (x txs) waiter(fence string, token uint64) (*sql.Tx, chan error) {
+	x.t.Helper()
+	tx, err := x.db.BeginTx(x.ctx, x.opt)
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	x.t.Cleanup(func() { _ = tx.Rollback() })
+	session := x.s.session(x.t, tx)
+	done := make(chan error, 1)
+	go func() { done <- x.g.Check(x.ctx, tx, fence, token) }()
+	waitForLockWait(x.t, x.s, x.db, session, done)
+	return tx, done
+}
+
+// TestCheck_serverOrdersTransactions, on PostgreSQL and MariaDB: while
+// transaction A (token 5) that has checked is open, B's Check (token 6)
+// waits for A's row lock (observed in the server's view of its sessions),
+// and succeeds once A commits; and the other way round, while B (6) is
+// open, A's Check (5) waits, and is refused as stale once B commits. Each
+// order both on an existing fence row and on a missing one (where the
+// waiter waits on the first one's uncommitted INSERT, and on MariaDB
+// under REPEATABLE READ, InnoDB's default, must neither deadlock nor pass).
+func TestCheck_serverOrdersTransactions(t *testing.T) {
+	for _, s := range stores {
+		if s.session == nil {
+			continue
+		}
+		t.Run(s.name, func(t *testing.T) { serverOrders(t, s) })
+	}
+}
+
+func serverOrders(t *testing.T, s store) {
 	ctx := ctxT(t)
 	db := s.newDB(t)
 	g := sqlfence.New(s.dialect)
 	if err := g.CreateTable(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	// hold begins a transaction that checks token and stays open.
-	hold := func(fence string, token uint64) *sql.Tx {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
+	for _, row := range []string{"existing row", "missing row"} {
+		// fence is a new fence name; on "existing row" it is recorded at
+		// token 1 first.
+		n := 0
+		fence := func() string {
+			n++
+			f := fmt.Sprintf("%s %d", row, n)
+			if row == "existing row" {
+				if err := check(t, g, db, f, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return f
 		}
-		t.Cleanup(func() { _ = tx.Rollback() })
-		if err := g.Check(ctx, tx, fence, token); err != nil {
-			t.Fatalf("Check(%d): %v", token, err)
-		}
-		return tx
+		t.Run(row, func(t *testing.T) {
+			x := txs{t: t, ctx: ctx, s: s, db: db, g: g}
+			t.Run("newer waits, then records", func(t *testing.T) {
+				x.t = t
+				f := fence()
+				a := x.hold(f, 5)
+				b, done := x.waiter(f, 6)
+				if err := a.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				if err := <-done; err != nil {
+					t.Fatalf("B's Check after A committed: %v", err)
+				}
+				if err := b.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				if got := recorded(t, s, db, sqlfence.DefaultTable, f); got != 6 {
+					t.Fatalf("recorded %d, want 6", got)
+				}
+			})
+			t.Run("older waits, then is stale", func(t *testing.T) {
+				x.t = t
+				f := fence()
+				b := x.hold(f, 6)
+				a, done := x.waiter(f, 5)
+				if err := b.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				wantStale(t, <-done, f, 5, 6)
+				_ = a.Rollback()
+				if got := recorded(t, s, db, sqlfence.DefaultTable, f); got != 6 {
+					t.Fatalf("recorded %d, want 6", got)
+				}
+			})
+			t.Run("the same token waits too", func(t *testing.T) {
+				// A Check that records nothing new (MySQL: no UPDATE)
+				// holds the row all the same.
+				x.t = t
+				f := fence()
+				if err := check(t, g, db, f, 5); err != nil {
+					t.Fatal(err)
+				}
+				a := x.hold(f, 5)
+				b, done := x.waiter(f, 5)
+				if err := a.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				if err := <-done; err != nil {
+					t.Fatalf("B's Check after A committed: %v", err)
+				}
+				if err := b.Commit(); err != nil {
+					t.Fatal(err)
+				}
+			})
+			t.Run("waiter after a rollback sees the old record", func(t *testing.T) {
+				x.t = t
+				f := fence()
+				b := x.hold(f, 6)
+				a, done := x.waiter(f, 5)
+				if err := b.Rollback(); err != nil {
+					t.Fatal(err)
+				}
+				if err := <-done; err != nil {
+					t.Fatalf("A's Check after B rolled back: %v", err)
+				}
+				if err := a.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				if got := recorded(t, s, db, sqlfence.DefaultTable, f); got != 5 {
+					t.Fatalf("recorded %d, want 5", got)
+				}
+			})
+		})
 	}
-	// waiter begins a transaction, then Checks token in a goroutine, once
-	// its backend is known.
-	waiter := func(fence string, token uint64) (*sql.Tx, int, chan error) {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = tx.Rollback() })
-		pid := backendPID(t, tx)
-		done := make(chan error, 1)
-		go func() { done <- g.Check(ctx, tx, fence, token) }()
-		return tx, pid, done
-	}
-
-	t.Run("newer waits, then records", func(t *testing.T) {
-		a := hold("ab", 5)
-		b, pid, done := waiter("ab", 6)
-		waitForLockWait(t, db, pid, done)
-		if err := a.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-done; err != nil {
-			t.Fatalf("B's Check after A committed: %v", err)
-		}
-		if err := b.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		if got := recorded(t, s, db, sqlfence.DefaultTable, "ab"); got != 6 {
-			t.Fatalf("recorded %d, want 6", got)
-		}
-	})
-
-	t.Run("older waits, then is stale", func(t *testing.T) {
-		b := hold("ba", 6)
-		a, pid, done := waiter("ba", 5)
-		waitForLockWait(t, db, pid, done)
-		if err := b.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		wantStale(t, <-done, "ba", 5, 6)
-		_ = a.Rollback()
-		if got := recorded(t, s, db, sqlfence.DefaultTable, "ba"); got != 6 {
-			t.Fatalf("recorded %d, want 6", got)
-		}
-	})
-
-	t.Run("newer first on a new fence row", func(t *testing.T) {
-		// No row yet: B's INSERT waits on A's uncommitted one (the unique
-		// index), not on a row lock of an existing row.
-		a := hold("fresh", 5)
-		b, pid, done := waiter("fresh", 6)
-		waitForLockWait(t, db, pid, done)
-		if err := a.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-done; err != nil {
-			t.Fatalf("B's Check after A committed: %v", err)
-		}
-		if err := b.Commit(); err != nil {
-			t.Fatal(err)
-		}
-	})
-
-	t.Run("waiter after a rollback sees the old record", func(t *testing.T) {
-		b := hold("rb", 6)
-		a, pid, done := waiter("rb", 5)
-		waitForLockWait(t, db, pid, done)
-		if err := b.Rollback(); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-done; err != nil {
-			t.Fatalf("A's Check after B rolled back: %v", err)
-		}
-		if err := a.Commit(); err != nil {
-			t.Fatal(err)
-		}
-		if got := recorded(t, s, db, sqlfence.DefaultTable, "rb"); got != 5 {
-			t.Fatalf("recorded %d, want 5", got)
-		}
-	})
 }
 
 // TestCheck_postgresRepeatableRead pins what docs/fencing-sql.md says of
@@ -164,7 +204,7 @@ func TestCheck_postgresOrdersTransactions(t *testing.T) {
 // serialization error (SQLSTATE 40001) when the other one commits, rather
 // than recording its token; retried, it records.
 func TestCheck_postgresRepeatableRead(t *testing.T) {
-	s := stores[0]
+	s := mustStore(t, "postgres")
 	ctx := ctxT(t)
 	db := s.newDB(t)
 	g := sqlfence.New(s.dialect)
@@ -187,10 +227,10 @@ func TestCheck_postgresRepeatableRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Rollback()
-	pid := backendPID(t, b) // takes B's snapshot
+	pid := s.session(t, b) // takes B's snapshot
 	done := make(chan error, 1)
 	go func() { done <- g.Check(ctx, b, "rr", 6) }()
-	waitForLockWait(t, db, pid, done)
+	waitForLockWait(t, s, db, pid, done)
 	if err := a.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +266,7 @@ func TestCheck_postgresRepeatableRead(t *testing.T) {
 //     Check began waiting before B's commit or ran after it, the outcome
 //     must be stale; what the test pins is that it never succeeds.
 func TestCheck_sqliteOrdersTransactions(t *testing.T) {
-	s := stores[1]
+	s := mustStore(t, "sqlite")
 	ctx := ctxT(t)
 	path := filepath.Join(t.TempDir(), "order.db")
 	db := s.open(t, sqliteDSN(path, 30*time.Second))
@@ -288,7 +328,7 @@ func TestCheck_sqliteOrdersTransactions(t *testing.T) {
 // snapshot current) instead of waiting or judging the token. Begun
 // IMMEDIATE (modernc: _txlock=immediate), the same transaction works.
 func TestCheck_sqliteReadBeforeCheckIsBusy(t *testing.T) {
-	s := stores[1]
+	s := mustStore(t, "sqlite")
 	ctx := ctxT(t)
 	path := filepath.Join(t.TempDir(), "snap.db")
 	db := s.open(t, sqliteDSN(path, 30*time.Second))

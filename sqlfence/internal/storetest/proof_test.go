@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -17,16 +16,6 @@ import (
 )
 
 func init() { roles["holder"] = frozenHolder }
-
-// storeNamed returns the store of a child's STORE variable.
-func storeNamed(name string) (store, error) {
-	for _, s := range stores {
-		if s.name == name {
-			return s, nil
-		}
-	}
-	return store{}, fmt.Errorf("no store %q", name)
-}
 
 // writeJob sets the job's row to v in tx: the protected write.
 func writeJob(ctx context.Context, s store, tx *sql.Tx, v string) error {
@@ -122,7 +111,7 @@ func frozenHolderProof(t *testing.T, s store, guard bool) {
 	if err := g.CreateTable(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	s.exec(t, db, "CREATE TABLE data (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
+	s.exec(t, db, "CREATE TABLE data (k VARCHAR(64) PRIMARY KEY, v TEXT NOT NULL)")
 	s.exec(t, db, "INSERT INTO data VALUES ('job', 'none')")
 	redis := testserver.StartRedis(t)
 	mode := "off"

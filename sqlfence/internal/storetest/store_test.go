@@ -13,13 +13,14 @@ import (
 
 	"github.com/dlockdev/dlock/internal/testserver"
 	"github.com/dlockdev/dlock/sqlfence"
+	"github.com/go-sql-driver/mysql"   // driver "mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
 	"modernc.org/sqlite"               // driver "sqlite"
 )
 
-// store is one database engine the tests run on: a real PostgreSQL server
-// (shared by the package's tests, a database per test) or a real SQLite
-// file in the test's temp dir.
+// store is one database engine the tests run on: a real PostgreSQL or
+// MariaDB server (each shared by the package's tests, a database per test)
+// or a real SQLite file in the test's temp dir.
 type store struct {
 	name    string
 	dialect sqlfence.Dialect
@@ -27,6 +28,14 @@ type store struct {
 	// newDSN makes an empty database for t and returns its data source
 	// name, for this process and for a child.
 	newDSN func(t testing.TB) string
+	// session and waiting show a transaction waiting for a lock, on the
+	// servers: session returns the server's id of tx's connection,
+	// waiting whether that connection waits for a lock now. nil for
+	// SQLite, which has no such view.
+	session func(t testing.TB, tx *sql.Tx) int64
+	waiting func(db *sql.DB, session int64) (bool, error)
+	// waitPoll is how often to ask waiting.
+	waitPoll time.Duration
 }
 
 var stores = []store{
@@ -36,6 +45,68 @@ var stores = []store{
 	{name: "sqlite", dialect: sqlfence.SQLite, driver: "sqlite", newDSN: func(t testing.TB) string {
 		return sqliteDSN(filepath.Join(t.TempDir(), "test.db"), 30*time.Second)
 	}},
+	{name: "mariadb", dialect: sqlfence.MySQL, driver: "mysql", newDSN: func(t testing.TB) string {
+		return testserver.SharedMariaDB(t).NewDatabase(t)
+	}},
+}
+
+func init() {
+	// Set here, not in the literal: the functions refer to stores.
+	stores[0].waitPoll = 5 * time.Millisecond
+	stores[0].session = func(t testing.TB, tx *sql.Tx) int64 {
+		return sessionID(t, tx, "SELECT pg_backend_pid()")
+	}
+	stores[0].waiting = func(db *sql.DB, pid int64) (bool, error) {
+		var waiting bool
+		err := db.QueryRow("SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", pid).Scan(&waiting)
+		return waiting, err
+	}
+	// InnoDB refreshes information_schema.innodb_trx from the live
+	// transactions only when the view has not been read for 100 ms
+	// (CACHE_MIN_IDLE_TIME_US in trx0i_s.cc); polled more often, it
+	// shows the same stale rows forever.
+	stores[2].waitPoll = 150 * time.Millisecond
+	stores[2].session = func(t testing.TB, tx *sql.Tx) int64 {
+		return sessionID(t, tx, "SELECT CONNECTION_ID()")
+	}
+	stores[2].waiting = func(db *sql.DB, id int64) (bool, error) {
+		// InnoDB's own view: a transaction in LOCK WAIT waits for a row
+		// (or gap) lock. A connection with no transaction yet has no
+		// row, which is not waiting.
+		var n int
+		err := db.QueryRow("SELECT count(*) FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = ? AND trx_state = 'LOCK WAIT'", id).Scan(&n)
+		return n > 0, err
+	}
+}
+
+// sessionID runs query, which returns the id of the connection, in tx.
+func sessionID(t testing.TB, tx *sql.Tx, query string) int64 {
+	t.Helper()
+	var id int64
+	if err := tx.QueryRow(query).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// storeNamed returns the store of that name.
+func storeNamed(name string) (store, error) {
+	for _, s := range stores {
+		if s.name == name {
+			return s, nil
+		}
+	}
+	return store{}, fmt.Errorf("no store %q", name)
+}
+
+// mustStore is storeNamed for a test.
+func mustStore(t testing.TB, name string) store {
+	t.Helper()
+	s, err := storeNamed(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // sqliteDSN is modernc's data source name for a file database in WAL mode
@@ -82,10 +153,21 @@ func (s store) newDB(t testing.TB) *sql.DB {
 var dollar = regexp.MustCompile(`\$(\d+)`)
 
 // q writes a test's statement, written with PostgreSQL's $1 placeholders,
-// in the store's: ?1 for SQLite.
+// in the store's: ?1 for SQLite, ? for MySQL, whose placeholders have no
+// numbers: there they must come as $1, $2, … in order, each once.
 func (s store) q(query string) string {
-	if s.dialect == sqlfence.SQLite {
+	switch s.name {
+	case "sqlite":
 		return dollar.ReplaceAllString(query, "?$1")
+	case "mariadb":
+		next := 1
+		return dollar.ReplaceAllStringFunc(query, func(p string) string {
+			if p != fmt.Sprintf("$%d", next) {
+				panic(fmt.Sprintf("store.q: %q: MySQL needs $1, $2, … in order", query))
+			}
+			next++
+			return "?"
+		})
 	}
 	return query
 }
@@ -116,8 +198,11 @@ func recorded(t testing.TB, s store, db *sql.DB, table, fence string) uint64 {
 func tables(t testing.TB, s store, db *sql.DB) []string {
 	t.Helper()
 	query := "SELECT table_name FROM information_schema.tables WHERE table_schema NOT IN ('pg_catalog', 'information_schema') ORDER BY 1"
-	if s.dialect == sqlfence.SQLite {
+	switch s.name {
+	case "sqlite":
 		query = "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY 1"
+	case "mariadb":
+		query = "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() ORDER BY 1"
 	}
 	rows, err := db.Query(query)
 	if err != nil {
@@ -143,6 +228,18 @@ func ctxT(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// mysqlError tells whether err is the MySQL server's error number.
+func mysqlError(err error, number uint16) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == number
+}
+
+// The MySQL errors the tests expect.
+const (
+	mysqlDeadlock      = 1213 // ER_LOCK_DEADLOCK: the transaction was rolled back
+	mysqlRecordChanged = 1020 // ER_CHECKREAD: innodb_snapshot_isolation refused a locking read
+)
 
 // sqliteBusy tells whether err is SQLite's SQLITE_BUSY, or one of its
 // extended codes (SQLITE_BUSY_SNAPSHOT, 517).
