@@ -51,3 +51,12 @@ func wrapErr(where string, err error) error {
 // be on one node for one script to check and write them together. Nothing
 // is written.
 var ErrCrossSlot = errors.New("redisdlock: key of a fenced write outside the fence's hash slot")
+
+// ErrReplyLost is returned by a Fence's HSet, Del and Do, wrapped with the
+// fence and the write, when the write is applied, exactly once, but its
+// reply is gone: the connection failed after the server ran it, go-redis
+// sent it again, and the fence recognized the resend by its write id and
+// ran nothing. The data holds the write; what the command answered (HSet's
+// and Del's count, Do's reply) is not known. Set returns nil instead, its
+// reply carrying nothing. docs/fencing-redis.md, "A lost reply".
+var ErrReplyLost = errors.New("redisdlock: fenced write applied once, its reply lost")

@@ -2,6 +2,9 @@ package redisdlock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -37,14 +40,21 @@ const maxFencedArgs = 4096
 //
 // Use one fence for the data one lock key protects, and the tokens of that
 // key's leases: tokens of different keys are not ordered with each other.
-// The same token may write any number of times — so a write that go-redis
-// retries after its reply was lost runs again: harmless for Set, HSet and
-// Del, counted twice for an INCRBY or LPUSH through Do (use a client with
-// MaxRetries -1 for those; docs/fencing-redis.md). The tokens may come from
+// The same token may write any number of times. The tokens may come from
 // any dlock backend (and any uint64 counter that only goes up).
 //
+// Each call is applied at most once, whatever the client's MaxRetries: it
+// carries a random write id, and the record keeps the ids of the last 8
+// writes applied, so that go-redis' retry of a write whose reply was lost
+// (the connection failed after the server ran it) is recognized and runs
+// nothing. Set then returns nil; HSet, Del and Do return ErrReplyLost — the
+// write is applied, exactly once; its reply is gone. A retry that comes
+// after 8 other writes of the fence is judged anew, as a new write
+// (docs/fencing-redis.md, "A lost reply").
+//
 // The record is one key, FenceKeyPrefix+name, in the same database as the
-// data, holding the highest token in decimal; it never expires. On a Redis
+// data, holding the highest token in decimal and then the ids of the last
+// writes applied, newest first ("<token> <id> …"); it never expires. On a Redis
 // Cluster every key of a write must be in the record's hash slot, and on a
 // Ring have its hash tag: name the fence with the hash tag of its keys, as
 // "{orders}" above. docs/fencing-redis.md says what the fence guarantees and
@@ -98,7 +108,9 @@ func (f *Fence) Key() string { return f.key }
 // milliseconds. value is any argument go-redis takes.
 //
 // A refused write returns a *dlock.StaleTokenError, which satisfies
-// errors.Is(err, dlock.ErrStaleToken), and writes nothing. Errors for bad
+// errors.Is(err, dlock.ErrStaleToken), and writes nothing. A write that
+// go-redis sent again after its reply was lost, and that the fence found
+// applied, returns nil: SET's reply says nothing more. Errors for bad
 // arguments satisfy errors.Is with dlock.ErrInvalidFence (or ErrCrossSlot) and
 // send nothing; ErrUnsafeServer is returned for the first write on a server
 // that may evict the record (see AllowFenceEviction); dlock.ErrUnavailable
@@ -114,13 +126,17 @@ func (f *Fence) Set(ctx context.Context, token uint64, key string, value any, tt
 		return f.invalid("SET %q: ttl %v: want 0 (no expiry), redis.KeepTTL or a positive duration", key, ttl)
 	}
 	_, err := f.run(ctx, token, "SET", []string{key}, args)
+	if errors.Is(err, ErrReplyLost) {
+		return nil
+	}
 	return err
 }
 
 // HSet sets fields of the hash at key, as HSET key field value…, if token
 // is not older than the fence's record, and returns the number of fields
 // added. values are field, value pairs, or one map[string]any or
-// map[string]string. Its errors are Set's.
+// map[string]string. Its errors are Set's, but for a write whose reply was
+// lost: it returns 0 and ErrReplyLost, the fields being set.
 func (f *Fence) HSet(ctx context.Context, token uint64, key string, values ...any) (int64, error) {
 	args, err := hsetArgs(values)
 	if err != nil {
@@ -135,7 +151,9 @@ func (f *Fence) HSet(ctx context.Context, token uint64, key string, values ...an
 }
 
 // Del deletes keys, as DEL key…, if token is not older than the fence's
-// record, and returns the number of keys deleted. Its errors are Set's.
+// record, and returns the number of keys deleted. Its errors are Set's,
+// but for a write whose reply was lost: it returns 0 and ErrReplyLost, the
+// keys being deleted.
 func (f *Fence) Del(ctx context.Context, token uint64, keys ...string) (int64, error) {
 	reply, err := f.run(ctx, token, "DEL", keys, nil)
 	if err != nil {
@@ -152,7 +170,8 @@ func (f *Fence) Del(ctx context.Context, token uint64, keys ...string) (int64, e
 // EXPIRE, XADD and the like, listed in docs/fencing-redis.md — or DEL or
 // UNLINK, whose args are further keys (strings), checked as the first is;
 // others (RENAME, EVAL, FLUSHALL, reads) are refused with
-// dlock.ErrInvalidFence. Its errors are Set's.
+// dlock.ErrInvalidFence. Its errors are Set's, but for a write whose reply
+// was lost: it returns nil and ErrReplyLost, the command having run once.
 //
 //	n, err := orders.Do(ctx, lease.Token(), "INCRBY", "{orders}:closed", 1)
 func (f *Fence) Do(ctx context.Context, token uint64, cmd, key string, args ...any) (any, error) {
@@ -185,10 +204,13 @@ func (f *Fence) run(ctx context.Context, token uint64, cmd string, keys []string
 	}
 	skeys := make([]string, 0, 1+len(keys))
 	skeys = append(append(skeys, f.key), keys...)
-	argv := make([]any, 0, 3+len(args))
-	argv = append(append(argv, strconv.FormatUint(token, 10), f.evictArg, cmd), args...)
+	argv := make([]any, 0, 4+len(args))
+	argv = append(append(argv, strconv.FormatUint(token, 10), f.evictArg, writeID(), cmd), args...)
 	// EVALSHA, then EVAL if the server lacks the script; routed by the first
-	// key, the record, on a Cluster or Ring.
+	// key, the record, on a Cluster or Ring. go-redis' retries (after a
+	// network error, on any client; a Cluster's after a failover too) send
+	// this same command, with the same write id: fence.lua runs the write
+	// once. A NOSCRIPT reply ran nothing, so the EVAL after it runs it.
 	res, err := fenceScript.Run(ctx, f.rdb, skeys, argv...).Slice()
 	if err != nil {
 		if redis.HasErrorPrefix(err, "CROSSSLOT") {
@@ -201,6 +223,10 @@ func (f *Fence) run(ctx context.Context, token uint64, cmd string, keys []string
 			}
 		}
 		return nil, wrapErr(fmt.Sprintf("fence %q: %s", f.name, describe(cmd, keys)), err)
+	}
+	if len(res) == 1 && res[0] == int64(3) {
+		return nil, fmt.Errorf("fence %q: %s: %w: the connection failed after the server ran the write; go-redis sent it again, and the fence found it applied and ran nothing: the data holds it once, but what the command answered is not known",
+			f.name, describe(cmd, keys), ErrReplyLost)
 	}
 	if len(res) != 2 {
 		return nil, fmt.Errorf("fence %q: %s: unexpected reply %v", f.name, describe(cmd, keys), res)
@@ -223,6 +249,15 @@ func (f *Fence) run(ctx context.Context, token uint64, cmd string, keys []string
 			f.name, ErrUnsafeServer, scripterAddr(f.rdb), res[1], f.key)
 	}
 	return nil, fmt.Errorf("fence %q: %s: unexpected reply %v", f.name, describe(cmd, keys), res)
+}
+
+// writeID returns a new write id for fence.lua: 128 random bits in hex, so
+// that no two writes of a fence (within the ids its record keeps) share one.
+// crypto/rand does not fail (since Go 1.24 it crashes the program instead).
+func writeID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // check returns an error satisfying dlock.ErrInvalidFence or ErrCrossSlot for a

@@ -73,6 +73,7 @@ func TestFence_cluster(t *testing.T) {
 		t.Fatalf("data %q, want closed", got)
 	}
 	before := clusterKeys(t, ctx, cc) // the record and {orders}:42
+	rec := get(t, ctx, cc, orders.Key())
 
 	for _, c := range []struct {
 		name string
@@ -94,8 +95,8 @@ func TestFence_cluster(t *testing.T) {
 		if n := clusterKeys(t, ctx, cc); n != before {
 			t.Errorf("%s: %d keys after the refusal, want %d", c.name, n, before)
 		}
-		if rec := get(t, ctx, cc, orders.Key()); rec != "5" {
-			t.Errorf("%s: record %s, want 5", c.name, rec)
+		if got := get(t, ctx, cc, orders.Key()); got != rec || recordToken(t, ctx, cc, orders) != "5" {
+			t.Errorf("%s: record %s, want %s (token 5)", c.name, got, rec)
 		}
 	}
 

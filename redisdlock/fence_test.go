@@ -2,6 +2,7 @@ package redisdlock_test
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -41,6 +42,27 @@ func get(t *testing.T, ctx context.Context, rdb redis.Cmdable, key string) strin
 	return v
 }
 
+// recordToken returns the token of f's record, "<none>" if there is none,
+// and checks that the rest of the record is its write ids: "<token>
+// <id> …", each id 32 hex digits, at most 8, all different.
+func recordToken(t *testing.T, ctx context.Context, rdb redis.Cmdable, f *redisdlock.Fence) string {
+	t.Helper()
+	rec := get(t, ctx, rdb, f.Key())
+	fields := strings.Split(rec, " ")
+	ids := fields[1:]
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if _, err := hex.DecodeString(id); err != nil || len(id) != 32 || seen[id] {
+			t.Fatalf("record %q: %q is not a new write id of 32 hex digits", rec, id)
+		}
+		seen[id] = true
+	}
+	if len(ids) > 8 {
+		t.Fatalf("record %q: %d write ids, want at most 8", rec, len(ids))
+	}
+	return fields[0]
+}
+
 // wantStale checks that err is the refusal of token with recorded on record.
 func wantStale(t *testing.T, err error, fence string, token, recorded uint64) {
 	t.Helper()
@@ -55,7 +77,8 @@ func wantStale(t *testing.T, err error, fence string, token, recorded uint64) {
 
 // The first write records its token; the same token writes again; a higher
 // one writes and is recorded; a lower one is refused with the recorded
-// token, and leaves the data and the record as they were.
+// token, and leaves the data and the record as they were. Each accepted
+// write puts a new write id first in the record.
 func TestFence_Set_tokenOrder(t *testing.T) {
 	ctx, rdb := fenceRig(t)
 	orders := redisdlock.NewFence(rdb, "orders")
@@ -74,11 +97,15 @@ func TestFence_Set_tokenOrder(t *testing.T) {
 		{10, "y", true},
 		{12, "d", false},
 	}
-	want, record := "<none>", uint64(0)
+	want, record, before := "<none>", uint64(0), "<none>"
 	for _, s := range steps {
 		err := orders.Set(ctx, s.token, "order:1", s.value, 0)
+		after := get(t, ctx, rdb, orders.Key())
 		if s.stale {
 			wantStale(t, err, "orders", s.token, record)
+			if after != before {
+				t.Errorf("refused token %d changed the record from %q to %q", s.token, before, after)
+			}
 			if !strings.Contains(err.Error(), fmt.Sprintf("%d, and %d is recorded", s.token, record)) {
 				t.Errorf("message %q names neither token", err)
 			}
@@ -87,11 +114,15 @@ func TestFence_Set_tokenOrder(t *testing.T) {
 				t.Fatalf("Set with token %d: %v", s.token, err)
 			}
 			want, record = s.value, max(record, s.token)
+			if ids := strings.Fields(after)[1:]; strings.Contains(before, ids[0]) || len(ids) > 1 && ids[1] != strings.Fields(before)[1] {
+				t.Errorf("token %d: record %q after %q: want a new id first, then the previous ones", s.token, after, before)
+			}
 		}
+		before = after
 		if got := get(t, ctx, rdb, "order:1"); got != want {
 			t.Fatalf("after token %d: data %q, want %q", s.token, got, want)
 		}
-		if got := get(t, ctx, rdb, orders.Key()); got != strconv.FormatUint(record, 10) {
+		if got := recordToken(t, ctx, rdb, orders); got != strconv.FormatUint(record, 10) {
 			t.Fatalf("after token %d: record %s, want %d", s.token, got, record)
 		}
 	}
@@ -254,7 +285,9 @@ func TestFence_tokensAbove2to53(t *testing.T) {
 // A command the server refuses after the compare (HSET on a string) fails
 // with the server's error and leaves the data as it was. The token stays
 // recorded (fence.lua records first): older writers are refused from then
-// on, which is safe.
+// on, which is safe. Its write id does not (the record is "7", no id): it
+// was not applied, so a retry of it is judged anew, not answered
+// ErrReplyLost.
 func TestFence_serverError_keepsData(t *testing.T) {
 	ctx, rdb := fenceRig(t)
 	f := redisdlock.NewFence(rdb, "wrongtype")
@@ -267,20 +300,71 @@ func TestFence_serverError_keepsData(t *testing.T) {
 	if get(t, ctx, rdb, "k") != "a string" || get(t, ctx, rdb, f.Key()) != "7" {
 		t.Fatalf("after WRONGTYPE: data %q, record %q", get(t, ctx, rdb, "k"), get(t, ctx, rdb, f.Key()))
 	}
+
+	// After an applied write, a failed one keeps that write's id, and only it.
+	if err := f.Set(ctx, 7, "other", "v", 0); err != nil {
+		t.Fatal(err)
+	}
+	applied := strings.Fields(get(t, ctx, rdb, f.Key()))[1]
+	if _, err := f.HSet(ctx, 8, "k", "field", "value"); err == nil {
+		t.Fatal("HSet on a string: no error")
+	}
+	if rec := get(t, ctx, rdb, f.Key()); rec != "8 "+applied {
+		t.Fatalf("after an applied write and a WRONGTYPE: record %q, want %q", rec, "8 "+applied)
+	}
 }
 
-// A record that is not a token (written by hand) fails every write, and
-// none writes.
+// A record that is not a token and write ids (written by hand) fails every
+// write, and none writes.
 func TestFence_foreignRecord_refused(t *testing.T) {
 	ctx, rdb := fenceRig(t)
 	f := redisdlock.NewFence(rdb, "odd")
-	rdb.Set(ctx, f.Key(), "hello", 0)
-	err := f.Set(ctx, 5, "k", "v", 0)
-	if err == nil || !strings.Contains(err.Error(), "not a token") {
-		t.Fatalf("err = %v, want the record named as not a token", err)
+	for _, rec := range []string{"hello", "07", "7 ", "7 xyz", "7  ab", "-7", "7 ab\n"} {
+		rdb.Set(ctx, f.Key(), rec, 0)
+		err := f.Set(ctx, 5, "k", "v", 0)
+		if err == nil || !strings.Contains(err.Error(), "not a token") {
+			t.Fatalf("record %q: err = %v, want the record named as not a token", rec, err)
+		}
+		if get(t, ctx, rdb, "k") != "<none>" || get(t, ctx, rdb, f.Key()) != rec {
+			t.Fatalf("record %q: written beside it", rec)
+		}
 	}
-	if get(t, ctx, rdb, "k") != "<none>" {
-		t.Fatal("written beside a foreign record")
+}
+
+// The record holds the highest token, then the ids of the last 8 writes
+// applied, newest first; a record of a token alone (as one set by hand to
+// start a fence at a token) is read as one without ids.
+func TestFence_record_writeIDs(t *testing.T) {
+	ctx, rdb := fenceRig(t)
+	f := redisdlock.NewFence(rdb, "ids")
+	rdb.Set(ctx, f.Key(), "7", 0)
+	wantStale(t, f.Set(ctx, 6, "k", "v", 0), "ids", 6, 7)
+	var records []string
+	for i := range 10 {
+		tok := uint64(7) // the recorded token, then a newer one
+		if i > 0 {
+			tok = 8
+		}
+		if err := f.Set(ctx, tok, "k", strconv.Itoa(i), 0); err != nil {
+			t.Fatal(err)
+		}
+		records = append(records, get(t, ctx, rdb, f.Key()))
+		if got := recordToken(t, ctx, rdb, f); got != strconv.FormatUint(tok, 10) {
+			t.Fatalf("write %d with token %d: record %q", i, tok, records[i])
+		}
+	}
+	// Newest first: each record is a new id before the previous record's
+	// ids, the ninth and later dropping the oldest.
+	for i := 1; i < len(records); i++ {
+		prev, cur := strings.Fields(records[i-1])[1:], strings.Fields(records[i])[1:]
+		want := min(i+1, 8)
+		if len(cur) != want || !slices.Equal(cur[1:], prev[:want-1]) {
+			t.Fatalf("record after write %d: %q after %q: want a new id then the previous %d", i, records[i], records[i-1], want-1)
+		}
+	}
+	wantStale(t, f.Set(ctx, 7, "k", "stale", 0), "ids", 7, 8)
+	if got := get(t, ctx, rdb, f.Key()); got != records[len(records)-1] {
+		t.Fatalf("a refused write changed the record: %q, was %q", got, records[len(records)-1])
 	}
 }
 
@@ -349,7 +433,7 @@ func TestFence_concurrentWriters_logInTokenOrder(t *testing.T) {
 	if !slices.IsSorted(toks) || int64(len(toks)) != accepted.Load() {
 		t.Fatalf("log of %d accepted writes (%d refused) out of token order: %v", accepted.Load(), refused.Load(), toks)
 	}
-	if rec := get(t, ctx, rdb, f.Key()); rec != log[len(log)-1] {
+	if rec := recordToken(t, ctx, rdb, f); rec != log[len(log)-1] {
 		t.Fatalf("record %s, want the last logged token %s", rec, log[len(log)-1])
 	}
 	t.Logf("%d accepted, %d refused", accepted.Load(), refused.Load())
@@ -391,7 +475,7 @@ func TestFence_ring(t *testing.T) {
 	if !errors.Is(err, redisdlock.ErrCrossSlot) || !strings.Contains(err.Error(), `"{orders}:43"`) {
 		t.Fatalf("other tag on a Ring: err = %v, want ErrCrossSlot with a hint", err)
 	}
-	if get(t, ctx, ring, "orders:43") != "<none>" || get(t, ctx, ring, f.Key()) != "1" {
+	if get(t, ctx, ring, "orders:43") != "<none>" || recordToken(t, ctx, ring, f) != "1" {
 		t.Fatal("the refused write wrote")
 	}
 }
@@ -413,6 +497,7 @@ func TestFence_Do_delOfMoreKeys_areKeys(t *testing.T) {
 	if err := other.Set(ctx, 9, "{del}:o", "O", 0); err != nil {
 		t.Fatal(err)
 	}
+	rec, otherRec := get(t, ctx, rdb, f.Key()), get(t, ctx, rdb, other.Key())
 	for _, c := range []struct {
 		cmd  string
 		args []any
@@ -428,11 +513,11 @@ func TestFence_Do_delOfMoreKeys_areKeys(t *testing.T) {
 			t.Errorf("Do(%s {del}:k %v): err = %v, want dlock.ErrInvalidFence saying %q", c.cmd, c.args, err, c.want)
 		}
 	}
-	if rec := get(t, ctx, rdb, f.Key()); rec != "5" {
-		t.Fatalf("record after the refused DELs: %s, want 5", rec)
+	if got := get(t, ctx, rdb, f.Key()); got != rec || recordToken(t, ctx, rdb, f) != "5" {
+		t.Fatalf("record after the refused DELs: %s, want %s (token 5)", got, rec)
 	}
-	if rec := get(t, ctx, rdb, other.Key()); rec != "9" {
-		t.Fatalf("the other fence's record after the refused DELs: %s, want 9", rec)
+	if got := get(t, ctx, rdb, other.Key()); got != otherRec || recordToken(t, ctx, rdb, other) != "9" {
+		t.Fatalf("the other fence's record after the refused DELs: %s, want %s (token 9)", got, otherRec)
 	}
 	wantStale(t, f.Set(ctx, 4, "{del}:k", "stale", 0), "{del}", 4, 5)
 	if got := get(t, ctx, rdb, "{del}:k"); got != "B" {
