@@ -124,6 +124,11 @@
 //     failover to a replica that missed the latest fenced writes loses
 //     their token with them, so a stale holder's next write lands until the
 //     newer holder writes again (docs/fencing.md).
+//   - redisdlock.Fence runs a write that go-redis resends after its reply
+//     was lost only once (ErrReplyLost) by remembering the ids of the last
+//     8 writes of the fence; a resend that comes after 8 other writes of
+//     the fence is judged anew, and a non-idempotent write (INCRBY) then
+//     runs twice (docs/fencing-redis.md, "A lost reply").
 //
 // On ZooKeeper (zkdlock; docs/zookeeper.md):
 //
