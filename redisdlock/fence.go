@@ -43,19 +43,20 @@ const maxFencedArgs = 4096
 // The same token may write any number of times. The tokens may come from
 // any dlock backend (and any uint64 counter that only goes up).
 //
-// Each call is applied at most once, whatever the client's MaxRetries: it
-// carries a random write id, and the record keeps the ids of the last 8
-// writes applied, so that go-redis' retry of a write whose reply was lost
-// (the connection failed after the server ran it) is recognized and runs
-// nothing. Set then returns nil; HSet, Del and Do return ErrReplyLost — the
-// write is applied, exactly once; its reply is gone. A retry that comes
-// after 8 other writes of the fence is judged anew, as a new write
+// A call's write is applied once even when go-redis sends it again after
+// its reply was lost (the connection failed after the server ran it),
+// whatever the client's MaxRetries: each call carries a random write id,
+// and the record keeps the ids of the last 8 writes applied, so the resend
+// is recognized and runs nothing. Set then returns nil; HSet, Del and Do
+// return ErrReplyLost — the write is applied, exactly once; its reply is
+// gone. Only a resend that comes after 8 other writes of the fence is
+// judged anew, like a new write, and may run a second time
 // (docs/fencing-redis.md, "A lost reply").
 //
 // The record is one key, FenceKeyPrefix+name, in the same database as the
 // data, holding the highest token in decimal and then the ids of the last
-// writes applied, newest first ("<token> <id> …"); it never expires. On a Redis
-// Cluster every key of a write must be in the record's hash slot, and on a
+// writes applied, newest first ("<token> <id> …"); it never expires. On a
+// Redis Cluster every key of a write must be in the record's hash slot, and on a
 // Ring have its hash tag: name the fence with the hash tag of its keys, as
 // "{orders}" above. docs/fencing-redis.md says what the fence guarantees and
 // what it does not (eviction, failover, a Ring's re-sharding).
@@ -99,7 +100,9 @@ func NewFence(rdb redis.Scripter, name string, opts ...FenceOption) *Fence {
 // Name returns the fence's name.
 func (f *Fence) Name() string { return f.name }
 
-// Key returns the Redis key of the fence's record, FenceKeyPrefix+Name.
+// Key returns the Redis key of the fence's record, FenceKeyPrefix+Name: a
+// string of the highest token written, in decimal, then the ids of the last
+// writes applied, each after a space ("42 9f1c…e19 04b7…c18").
 func (f *Fence) Key() string { return f.key }
 
 // Set writes value to key, as SET key value [PX ttl], if token is not older
