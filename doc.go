@@ -128,7 +128,7 @@
 //     was lost only once (ErrReplyLost) by remembering the ids of the last
 //     8 writes of the fence; a resend that comes after 8 other writes of
 //     the fence is judged anew, and a non-idempotent write (INCRBY) then
-//     runs twice (docs/fencing-redis.md, "A lost reply").
+//     runs twice (docs/fencing.md, section Redis, "A lost reply").
 //
 // On ZooKeeper (zkdlock; docs/zookeeper.md):
 //

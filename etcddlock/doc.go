@@ -46,7 +46,7 @@
 // FenceResult in a Txn of your own) records the highest fencing token at a
 // fence key and refuses lower ones, for leases of any backend. A refused
 // write returns a *dlock.StaleTokenError and writes nothing.
-// docs/fencing-etcd.md says what each guarantees, and what not.
+// docs/fencing.md, section etcd says what each guarantees, and what not.
 //
 // # Inspect and List
 //

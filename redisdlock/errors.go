@@ -58,5 +58,5 @@ var ErrCrossSlot = errors.New("redisdlock: key of a fenced write outside the fen
 // sent it again, and the fence recognized the resend by its write id and
 // ran nothing. The data holds the write; what the command answered (HSet's
 // and Del's count, Do's reply) is not known. Set returns nil instead, its
-// reply carrying nothing. docs/fencing-redis.md, "A lost reply".
+// reply carrying nothing. docs/fencing.md, section Redis, "A lost reply".
 var ErrReplyLost = errors.New("redisdlock: fenced write applied once, its reply lost")

@@ -51,14 +51,14 @@ const maxFencedArgs = 4096
 // return ErrReplyLost — the write is applied, exactly once; its reply is
 // gone. Only a resend that comes after 8 other writes of the fence is
 // judged anew, like a new write, and may run a second time
-// (docs/fencing-redis.md, "A lost reply").
+// (docs/fencing.md, section Redis, "A lost reply").
 //
 // The record is one key, FenceKeyPrefix+name, in the same database as the
 // data, holding the highest token in decimal and then the ids of the last
 // writes applied, newest first ("<token> <id> …"); it never expires. On a
 // Redis Cluster every key of a write must be in the record's hash slot, and on a
 // Ring have its hash tag: name the fence with the hash tag of its keys, as
-// "{orders}" above. docs/fencing-redis.md says what the fence guarantees and
+// "{orders}" above. docs/fencing.md, section Redis says what the fence guarantees and
 // what it does not (eviction, failover, a Ring's re-sharding).
 //
 // A Fence is safe for concurrent use, and holds nothing but rdb: create one
@@ -170,7 +170,7 @@ func (f *Fence) Del(ctx context.Context, token uint64, keys ...string) (int64, e
 // the fence's record, and returns its reply as go-redis' Cmd.Val would (an
 // int64, a string, a []any, or nil). cmd is one of the commands that write
 // only the key that is their first argument — INCRBY, LPUSH, HDEL, ZADD,
-// EXPIRE, XADD and the like, listed in docs/fencing-redis.md — or DEL or
+// EXPIRE, XADD and the like, listed in docs/fencing.md, section Redis — or DEL or
 // UNLINK, whose args are further keys (strings), checked as the first is;
 // others (RENAME, EVAL, FLUSHALL, reads) are refused with
 // dlock.ErrInvalidFence. Its errors are Set's, but for a write whose reply
@@ -180,7 +180,7 @@ func (f *Fence) Del(ctx context.Context, token uint64, keys ...string) (int64, e
 func (f *Fence) Do(ctx context.Context, token uint64, cmd, key string, args ...any) (any, error) {
 	c, ok := fencedCommand(cmd)
 	if !ok {
-		return nil, f.invalid("%s %q: %q is not a command Fence.Do runs: it runs the commands that write the one key of their first argument (docs/fencing-redis.md)", cmd, key, cmd)
+		return nil, f.invalid("%s %q: %q is not a command Fence.Do runs: it runs the commands that write the one key of their first argument (docs/fencing.md, section Redis)", cmd, key, cmd)
 	}
 	keys := []string{key}
 	if multiKeyCommands[c] {

@@ -282,7 +282,7 @@ func TestFence_lostRequest_retryAfterNewerHolder_stale(t *testing.T) {
 // 7 other writes of the fence; after 8 its id is gone and it is judged
 // anew, as without write ids: here (the others have the same token, as
 // other goroutines of the same holder) it runs a second time. This pins
-// the residual case docs/fencing-redis.md states.
+// the residual case docs/fencing.md, section Redis states.
 func TestFence_lostReply_recentWrites(t *testing.T) {
 	ctx, direct := fenceRig(t)
 	p := newReplyDropper(t, direct.Options().Addr)

@@ -28,7 +28,7 @@
 //
 // When the data the lock protects lives in Redis too, a Fence (NewFence)
 // writes it only under a token not older than the last one written: see
-// docs/fencing-redis.md.
+// docs/fencing.md, section Redis.
 //
 // Or build a Client from a go-redis client the program already has with New;
 // that works unchanged with a plain client, Sentinel (redis.NewFailoverClient)

@@ -60,7 +60,7 @@
 // row does not exist yet and the transaction that inserted it rolls back
 // while two others wait, InnoDB may return a deadlock error (1213) to one
 // of them: an error to retry, never a stale write. Creating the fence rows
-// ahead (token 0) rules it out. See docs/fencing-sql.md.
+// ahead (token 0) rules it out. See docs/fencing.md, section SQL.
 //
 // The tokens of a semaphore's permits and of a read-write lock's readers are
 // granted to holders that run at the same time, so one fence for all of them

@@ -15,7 +15,7 @@ import (
 // its own (see its doc.go); these need none.
 
 // TestCreateStatement_documented pins the statements that doc.go and
-// docs/fencing-sql.md show.
+// docs/fencing.md, section SQL show.
 func TestCreateStatement_documented(t *testing.T) {
 	for _, c := range []struct {
 		g    *sqlfence.Guard

@@ -57,7 +57,7 @@
 // while the lease still holds its key on the server (CheckHeld gives the
 // check op for a Multi of your own): a holder paused past its session
 // timeout gets dlock.ErrStaleToken, and nothing is written.
-// docs/fencing-zookeeper.md says what it guarantees and what it does not.
+// docs/fencing.md, section ZooKeeper says what it guarantees and what it does not.
 package zkdlock
 
 import (

@@ -138,7 +138,7 @@ func TestCheck_mysqlTwoWaiters(t *testing.T) {
 	}
 }
 
-// TestCheck_mysqlRepeatableRead pins what docs/fencing-sql.md says of
+// TestCheck_mysqlRepeatableRead pins what docs/fencing.md, section SQL says of
 // MySQL's default isolation. B (REPEATABLE READ) has read before its
 // Check, so its snapshot predates A's commit of token 7:
 //   - B's Check of token 6 is refused as stale, although B's snapshot

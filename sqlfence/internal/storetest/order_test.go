@@ -199,7 +199,7 @@ func serverOrders(t *testing.T, s store) {
 	}
 }
 
-// TestCheck_postgresRepeatableRead pins what docs/fencing-sql.md says of
+// TestCheck_postgresRepeatableRead pins what docs/fencing.md, section SQL says of
 // REPEATABLE READ: a transaction that waited for the fence row fails with a
 // serialization error (SQLSTATE 40001) when the other one commits, rather
 // than recording its token; retried, it records.
@@ -321,7 +321,7 @@ func TestCheck_sqliteOrdersTransactions(t *testing.T) {
 	}
 }
 
-// TestCheck_sqliteReadBeforeCheckIsBusy pins what docs/fencing-sql.md says
+// TestCheck_sqliteReadBeforeCheckIsBusy pins what docs/fencing.md, section SQL says
 // of SQLite: a transaction that reads before Check holds a snapshot, and
 // when another connection commits meanwhile, Check fails at once with
 // SQLITE_BUSY (a busy timeout cannot help: waiting would not make the

@@ -8,7 +8,7 @@ import (
 	"github.com/dlockdev/dlock/sqlfence"
 )
 
-// closeOrder is the per-row variant of docs/fencing-sql.md, as a user
+// closeOrder is the per-row variant of docs/fencing.md, section SQL, as a user
 // writes it: the protected table has a fence column, and the write itself
 // carries the condition, so a stale holder's UPDATE matches no row. It
 // returns whether the write was applied.
@@ -37,7 +37,7 @@ func closeOrder(ctx context.Context, s store, db *sql.DB, id int, state string, 
 // On MySQL, rows affected counts the rows changed, not matched, unless the
 // connection sets CLIENT_FOUND_ROWS (go-sql-driver/mysql:
 // clientFoundRows=true): the same write twice would read as stale. The
-// test runs with it, as docs/fencing-sql.md says to, and pins the
+// test runs with it, as docs/fencing.md, section SQL says to, and pins the
 // difference without it.
 func TestPerRow_fenceColumn(t *testing.T) {
 	each(t, func(t *testing.T, s store) {
