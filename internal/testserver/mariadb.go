@@ -9,11 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // MariaDB is a MariaDB server (Debian's mariadb-server package: mariadbd and
@@ -37,14 +34,9 @@ import (
 // Like Postgres, it knows nothing of Go drivers: DSN gives the data source
 // name of github.com/go-sql-driver/mysql, which the tests import.
 type MariaDB struct {
-	server  string // mariadbd
-	client  string // mariadb, the command-line client
-	dir     string // data/, tmp/, the socket; removed by Stop
-	port    int
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	stopped sync.Once
-	dbs     atomic.Int64 // databases made by NewDatabase
+	dbServer        // its dir holds data/, tmp/, the socket
+	server   string // mariadbd
+	client   string // mariadb, the command-line client
 }
 
 // MariaDBUser is the server's superuser; it needs no password.
@@ -52,10 +44,7 @@ const MariaDBUser = "root"
 
 const mariadbInstall = "apt-get install -y mariadb-server"
 
-var sharedMariaDB struct {
-	mu sync.Mutex
-	db *MariaDB
-}
+var sharedMariaDB sharedServer[*MariaDB]
 
 // SharedMariaDB returns the MariaDB server of this test binary, starting it
 // on first use (mariadb-install-db takes two or three seconds, too long for
@@ -65,50 +54,22 @@ var sharedMariaDB struct {
 // discarded afterwards.
 func SharedMariaDB(t testing.TB) *MariaDB {
 	t.Helper()
-	SkipIfShort(t)
-	sharedMariaDB.mu.Lock()
-	defer sharedMariaDB.mu.Unlock()
-	if sharedMariaDB.db == nil {
-		server, client, install := MariaDBBinaries(t)
-		log := &detachableLog{t: t, prefix: "mariadb"}
-		m, err := startMariaDB(server, client, install, log)
-		log.detach() // the server outlives this test; keep its log quiet from now on
-		if err != nil {
-			t.Fatalf("testserver: %v", err)
-		}
-		sharedMariaDB.db = m
-	}
-	return sharedMariaDB.db
+	return sharedMariaDB.get(t, "mariadb", func(log io.Writer) (*MariaDB, error) {
+		return startMariaDB(t, log)
+	})
 }
 
 // StopSharedMariaDB stops the server SharedMariaDB started, if any, and
 // removes its data.
-func StopSharedMariaDB() {
-	sharedMariaDB.mu.Lock()
-	defer sharedMariaDB.mu.Unlock()
-	if sharedMariaDB.db != nil {
-		sharedMariaDB.db.Stop()
-		sharedMariaDB.db = nil
-	}
-}
+func StopSharedMariaDB() { sharedMariaDB.stop() }
 
 // StartMariaDB starts a MariaDB server for t alone, logging to t, stopped
 // (and its data removed) when t ends.
 func StartMariaDB(t testing.TB) *MariaDB {
 	t.Helper()
-	SkipIfShort(t)
-	server, client, install := MariaDBBinaries(t)
-	log := &detachableLog{t: t, prefix: "mariadb"}
-	m, err := startMariaDB(server, client, install, log)
-	if err != nil {
-		log.detach()
-		t.Fatalf("testserver: %v", err)
-	}
-	t.Cleanup(func() {
-		m.Stop()
-		log.detach()
+	return startForTest(t, "mariadb", func(log io.Writer) (*MariaDB, error) {
+		return startMariaDB(t, log)
 	})
-	return m
 }
 
 // MariaDBBinaries returns the paths of mariadbd, of the mariadb client and
@@ -155,18 +116,18 @@ var mariadbTuning = []string{
 	"--character-set-server=utf8mb4",
 }
 
-func startMariaDB(server, client, install string, log io.Writer) (*MariaDB, error) {
-	m := &MariaDB{server: server, client: client}
-	var err error
+// startMariaDB starts a server with the binaries MariaDBBinaries finds
+// for t.
+func startMariaDB(t testing.TB, log io.Writer) (*MariaDB, error) {
+	t.Helper()
+	server, client, install := MariaDBBinaries(t)
+	// SIGKILL: nothing needs to survive, and a clean shutdown would flush
+	// the buffer pool for nothing.
+	m := &MariaDB{dbServer: dbServer{name: "mariadb", quit: syscall.SIGKILL}, server: server, client: client}
 	// Not t.TempDir: a long test name would make the socket's path longer
 	// than a Unix socket's 108 bytes.
-	m.dir, err = os.MkdirTemp("", "dlock-mariadb-")
-	if err != nil {
-		return nil, fmt.Errorf("mariadb: temp dir: %w", err)
-	}
-	if err := os.Mkdir(m.tmpDir(), 0o700); err != nil {
-		m.removeDir()
-		return nil, fmt.Errorf("mariadb: %w", err)
+	if err := m.makeDir("tmp"); err != nil {
+		return nil, err
 	}
 	// --no-defaults must come first. root gets an empty password
 	// ("normal" authentication) rather than Debian's unix_socket only, so
@@ -184,16 +145,10 @@ func startMariaDB(server, client, install string, log io.Writer) (*MariaDB, erro
 		m.removeDir()
 		return nil, fmt.Errorf("mariadb: %s in %s: %w (its output is in the test log)", install, m.dataDir(), err)
 	}
-	// A free port may be taken between the check and the server's bind:
-	// try a few.
-	for range 3 {
-		m.port = freePort()
-		if err = m.start(log); err == nil {
-			return m, nil
-		}
+	if err := m.startOnFreePort(func() error { return m.start(log) }); err != nil {
+		return nil, err
 	}
-	m.removeDir()
-	return nil, err
+	return m, nil
 }
 
 // asUser is the option that lets mariadbd run as root, when we are root.
@@ -228,17 +183,7 @@ func (m *MariaDB) start(log io.Writer) error {
 	cmd.Stdout, cmd.Stderr = log, log // no --log-error: the log goes to stderr
 	// Pdeathsig: a test binary that dies does not leave a server behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start mariadbd (%s): %w", cmd.Path, err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	m.cmd, m.exited = cmd, exited
-	if err := m.waitReady(60 * time.Second); err != nil {
-		m.kill()
-		return fmt.Errorf("mariadb on %s: %w", m.Addr(), err)
-	}
-	return nil
+	return m.run(cmd, m.ready)
 }
 
 // query runs statements with the command-line client over TCP, as
@@ -249,55 +194,14 @@ func (m *MariaDB) query(ctx context.Context, sql string) ([]byte, error) {
 		"--batch", "--skip-column-names", "-e", sql).CombinedOutput()
 }
 
-// waitReady runs a query until the server answers it over TCP, the way the
-// tests connect: the port accepts connections a moment before the server
-// serves them.
-func (m *MariaDB) waitReady(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	var last error
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		out, err := m.query(ctx, "SELECT 1")
-		cancel()
-		if err == nil {
-			return nil
-		}
-		last = fmt.Errorf("%v %s", err, strings.TrimSpace(string(out)))
-		select {
-		case <-m.exited:
-			return fmt.Errorf("exited before it was ready (its log is in the test log; last check: %v)", last)
-		case <-time.After(50 * time.Millisecond):
-		}
+// ready runs a query over TCP, the way the tests connect: the port accepts
+// connections a moment before the server serves them.
+func (m *MariaDB) ready(ctx context.Context) error {
+	if out, err := m.query(ctx, "SELECT 1"); err != nil {
+		return fmt.Errorf("%v %s", err, strings.TrimSpace(string(out)))
 	}
-	return fmt.Errorf("not ready after %v: %v", timeout, last)
+	return nil
 }
-
-// kill stops mariadbd with SIGKILL: nothing needs to survive, and a clean
-// shutdown would flush the buffer pool for nothing.
-func (m *MariaDB) kill() {
-	if m.cmd == nil {
-		return
-	}
-	_ = m.cmd.Process.Kill()
-	<-m.exited
-	m.cmd = nil
-}
-
-func (m *MariaDB) removeDir() { _ = os.RemoveAll(m.dir) }
-
-// Stop stops the server and removes its data.
-func (m *MariaDB) Stop() {
-	m.stopped.Do(func() {
-		m.kill()
-		m.removeDir()
-	})
-}
-
-// Addr returns the server's host:port.
-func (m *MariaDB) Addr() string { return Addr(m.port) }
-
-// Port returns the server's port.
-func (m *MariaDB) Port() int { return m.port }
 
 // DSN returns the data source name of database db for
 // github.com/go-sql-driver/mysql, over TCP, e.g.
@@ -311,11 +215,7 @@ func (m *MariaDB) DSN(db string) string {
 // way; the database goes when the server stops.
 func (m *MariaDB) NewDatabase(t testing.TB) string {
 	t.Helper()
-	name := fmt.Sprintf("test_%d", m.dbs.Add(1))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if out, err := m.query(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("testserver: create database %s on %s: %v\n%s", name, m.Addr(), err, out)
-	}
-	return m.DSN(name)
+	return m.DSN(m.newDatabase(t, "create database", func(ctx context.Context, name string) ([]byte, error) {
+		return m.query(ctx, "CREATE DATABASE "+name)
+	}))
 }

@@ -1,7 +1,6 @@
 package testserver
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -13,11 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // Postgres is a PostgreSQL server (the Debian package's binaries: initdb and
@@ -37,14 +33,9 @@ import (
 // uses, through DSN or URL. The package stays free of a driver so that the
 // root module does not require one.
 type Postgres struct {
-	bin     string // the directory of initdb, postgres, pg_isready, createdb
-	dir     string // the cluster's parent: data/, sock/, removed by Stop
-	port    int
-	cred    *syscall.Credential // nil: run as ourselves
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	stopped sync.Once
-	dbs     atomic.Int64 // databases made by NewDatabase
+	dbServer                     // its dir is the cluster's parent: data/, sock/
+	bin      string              // the directory of initdb, postgres, pg_isready, createdb
+	cred     *syscall.Credential // nil: run as ourselves
 }
 
 // PostgresUser is the cluster's superuser; it needs no password.
@@ -52,10 +43,7 @@ const PostgresUser = "dlock"
 
 const postgresInstall = "apt-get install -y postgresql"
 
-var sharedPG struct {
-	mu sync.Mutex
-	pg *Postgres
-}
+var sharedPG sharedServer[*Postgres]
 
 // SharedPostgres returns the PostgreSQL server of this test binary, starting
 // it on first use (initdb takes a second or two, too long for every test).
@@ -65,49 +53,22 @@ var sharedPG struct {
 // that test runs it goes to its log.
 func SharedPostgres(t testing.TB) *Postgres {
 	t.Helper()
-	SkipIfShort(t)
-	sharedPG.mu.Lock()
-	defer sharedPG.mu.Unlock()
-	if sharedPG.pg == nil {
-		bin := PostgresBinDir(t)
-		log := &detachableLog{t: t, prefix: "postgres"}
-		pg, err := startPostgres(bin, log)
-		log.detach() // the server outlives this test; keep its log quiet from now on
-		if err != nil {
-			t.Fatalf("testserver: %v", err)
-		}
-		sharedPG.pg = pg
-	}
-	return sharedPG.pg
+	return sharedPG.get(t, "postgres", func(log io.Writer) (*Postgres, error) {
+		return startPostgres(PostgresBinDir(t), log)
+	})
 }
 
 // StopSharedPostgres stops the server SharedPostgres started, if any, and
 // removes its cluster.
-func StopSharedPostgres() {
-	sharedPG.mu.Lock()
-	defer sharedPG.mu.Unlock()
-	if sharedPG.pg != nil {
-		sharedPG.pg.Stop()
-		sharedPG.pg = nil
-	}
-}
+func StopSharedPostgres() { sharedPG.stop() }
 
 // StartPostgres starts a PostgreSQL server for t alone, logging to t,
 // stopped (and its cluster removed) when t ends.
 func StartPostgres(t testing.TB) *Postgres {
 	t.Helper()
-	SkipIfShort(t)
-	log := &detachableLog{t: t, prefix: "postgres"}
-	pg, err := startPostgres(PostgresBinDir(t), log)
-	if err != nil {
-		log.detach()
-		t.Fatalf("testserver: %v", err)
-	}
-	t.Cleanup(func() {
-		pg.Stop()
-		log.detach()
+	return startForTest(t, "postgres", func(log io.Writer) (*Postgres, error) {
+		return startPostgres(PostgresBinDir(t), log)
 	})
-	return pg
 }
 
 // PostgresBinDir returns the directory of PostgreSQL's server binaries:
@@ -161,22 +122,18 @@ func newestPostgres(root string) string {
 }
 
 func startPostgres(bin string, log io.Writer) (*Postgres, error) {
-	pg := &Postgres{bin: bin}
 	cred, err := postgresCredential()
 	if err != nil {
 		return nil, err
 	}
-	pg.cred = cred
+	// SIGQUIT is immediate shutdown: the postmaster tells its backends to
+	// quit and exits; nothing needs to survive.
+	pg := &Postgres{dbServer: dbServer{name: "postgres", quit: syscall.SIGQUIT}, bin: bin, cred: cred}
 	// Not t.TempDir: its parents are private to the user running the test,
 	// and the server may run as another user, who must reach the socket
 	// and data directories.
-	pg.dir, err = os.MkdirTemp("", "dlock-postgres-")
-	if err != nil {
-		return nil, fmt.Errorf("postgres: temp dir: %w", err)
-	}
-	if err := os.Mkdir(pg.sockDir(), 0o700); err != nil {
-		pg.removeDir()
-		return nil, fmt.Errorf("postgres: %w", err)
+	if err := pg.makeDir("sock"); err != nil {
+		return nil, err
 	}
 	if cred != nil {
 		for _, d := range []string{pg.dir, pg.sockDir()} {
@@ -193,16 +150,10 @@ func startPostgres(bin string, log io.Writer) (*Postgres, error) {
 		pg.removeDir()
 		return nil, fmt.Errorf("postgres: initdb in %s: %w (its output is in the test log)", pg.dataDir(), err)
 	}
-	// A free port may be taken between the check and the server's bind:
-	// try a few.
-	for range 3 {
-		pg.port = freePort()
-		if err = pg.start(log); err == nil {
-			return pg, nil
-		}
+	if err := pg.startOnFreePort(func() error { return pg.start(log) }); err != nil {
+		return nil, err
 	}
-	pg.removeDir()
-	return nil, err
+	return pg, nil
 }
 
 // postgresCredential returns the postgres system user's credential when we
@@ -256,75 +207,19 @@ func (pg *Postgres) start(log io.Writer) error {
 		// test's timeout.
 		"-c", "deadlock_timeout=1s",
 	)
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start postgres (%s): %w", cmd.Path, err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	pg.cmd, pg.exited = cmd, exited
-	if err := pg.waitReady(60 * time.Second); err != nil {
-		pg.kill()
-		return fmt.Errorf("postgres on %s: %w", pg.Addr(), err)
+	return pg.run(cmd, pg.ready)
+}
+
+// ready runs pg_isready: a TCP connect alone succeeds while the server
+// still answers "the database system is starting up".
+func (pg *Postgres) ready(ctx context.Context) error {
+	out, err := exec.CommandContext(ctx, filepath.Join(pg.bin, "pg_isready"),
+		"-q", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.port), "-U", PostgresUser, "-d", "postgres").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pg_isready: %v %s", err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
-
-// waitReady runs pg_isready until the server accepts connections: a TCP
-// connect alone succeeds while it still answers "the database system is
-// starting up".
-func (pg *Postgres) waitReady(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	var last error
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		out, err := exec.CommandContext(ctx, filepath.Join(pg.bin, "pg_isready"),
-			"-q", "-h", "127.0.0.1", "-p", strconv.Itoa(pg.port), "-U", PostgresUser, "-d", "postgres").CombinedOutput()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		last = fmt.Errorf("pg_isready: %v %s", err, strings.TrimSpace(string(out)))
-		select {
-		case <-pg.exited:
-			return fmt.Errorf("exited before it was ready (its log is in the test log; last check: %v)", last)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("not ready after %v: %v", timeout, last)
-}
-
-// kill stops the postmaster with SIGQUIT (immediate shutdown: it tells its
-// backends to quit and exits; nothing needs to survive), then SIGKILL if it
-// has not exited within ten seconds.
-func (pg *Postgres) kill() {
-	if pg.cmd == nil {
-		return
-	}
-	_ = pg.cmd.Process.Signal(syscall.SIGQUIT)
-	select {
-	case <-pg.exited:
-	case <-time.After(10 * time.Second):
-		_ = pg.cmd.Process.Kill()
-		<-pg.exited
-	}
-	pg.cmd = nil
-}
-
-func (pg *Postgres) removeDir() { _ = os.RemoveAll(pg.dir) }
-
-// Stop stops the server and removes its cluster.
-func (pg *Postgres) Stop() {
-	pg.stopped.Do(func() {
-		pg.kill()
-		pg.removeDir()
-	})
-}
-
-// Addr returns the server's host:port.
-func (pg *Postgres) Addr() string { return Addr(pg.port) }
-
-// Port returns the server's port.
-func (pg *Postgres) Port() int { return pg.port }
 
 // SocketDir returns the directory of the server's Unix socket.
 func (pg *Postgres) SocketDir() string { return pg.sockDir() }
@@ -342,45 +237,8 @@ func (pg *Postgres) URL(db string) string {
 // apart this way; the database goes when the server stops.
 func (pg *Postgres) NewDatabase(t testing.TB) string {
 	t.Helper()
-	name := fmt.Sprintf("test_%d", pg.dbs.Add(1))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, filepath.Join(pg.bin, "createdb"),
-		"-h", "127.0.0.1", "-p", strconv.Itoa(pg.port), "-U", PostgresUser, name).CombinedOutput()
-	if err != nil {
-		t.Fatalf("testserver: createdb %s on %s: %v\n%s", name, pg.Addr(), err, out)
-	}
-	return pg.URL(name)
-}
-
-// detachableLog writes a server's output to a test's log, a line at a time,
-// until detach, and discards it afterwards.
-type detachableLog struct {
-	mu     sync.Mutex
-	t      testing.TB // nil once detached
-	prefix string
-	part   []byte // a line not yet ended
-}
-
-func (w *detachableLog) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.part = append(w.part, p...)
-	for {
-		i := bytes.IndexByte(w.part, '\n')
-		if i < 0 {
-			break
-		}
-		if w.t != nil {
-			w.t.Logf("%s: %s", w.prefix, w.part[:i])
-		}
-		w.part = w.part[i+1:]
-	}
-	return len(p), nil
-}
-
-func (w *detachableLog) detach() {
-	w.mu.Lock()
-	w.t = nil
-	w.mu.Unlock()
+	return pg.URL(pg.newDatabase(t, "createdb", func(ctx context.Context, name string) ([]byte, error) {
+		return exec.CommandContext(ctx, filepath.Join(pg.bin, "createdb"),
+			"-h", "127.0.0.1", "-p", strconv.Itoa(pg.port), "-U", PostgresUser, name).CombinedOutput()
+	}))
 }
