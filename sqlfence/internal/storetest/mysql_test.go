@@ -26,14 +26,7 @@ import (
 // rolled back) — never another error, and never an older token committed
 // after a newer one. The same under READ COMMITTED and SERIALIZABLE.
 func TestCheck_mysqlTwoWaiters(t *testing.T) {
-	s := mustStore(t, "mariadb")
-	ctx := ctxT(t)
-	db := s.newDB(t)
-	g := sqlfence.New(s.dialect)
-	if err := g.CreateTable(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	x := txs{t: t, ctx: ctx, s: s, db: db, g: g}
+	x := newTxs(t, mustStore(t, "mariadb"))
 	n := 0
 	type twoWaiters struct {
 		row, end string
@@ -64,7 +57,7 @@ func TestCheck_mysqlTwoWaiters(t *testing.T) {
 			n++
 			f := fmt.Sprintf("f%d", n)
 			if row == "existing row" {
-				if err := check(t, g, db, f, 1); err != nil {
+				if err := check(t, x.g, x.db, f, 1); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -131,7 +124,7 @@ func TestCheck_mysqlTwoWaiters(t *testing.T) {
 			if deadlocks > 0 && (row == "existing row" || c.end == "commits") {
 				t.Fatalf("%d deadlocks on an %s that A %s", deadlocks, row, c.end)
 			}
-			if got := recorded(t, s, db, sqlfence.DefaultTable, f); got != last {
+			if got := recorded(t, x.s, x.db, sqlfence.DefaultTable, f); got != last {
 				t.Fatalf("recorded %d, want %d, the last committed", got, last)
 			}
 		})

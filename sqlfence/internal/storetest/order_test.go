@@ -54,6 +54,19 @@ type txs struct {
 	opt *sql.TxOptions // nil: the server's default isolation
 }
 
+// newTxs gives t a database of its own on s, with the fence table, and
+// txs on it at the server's default isolation.
+func newTxs(t *testing.T, s store) txs {
+	t.Helper()
+	ctx := ctxT(t)
+	db := s.newDB(t)
+	g := sqlfence.New(s.dialect)
+	if err := g.CreateTable(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	return txs{t: t, ctx: ctx, s: s, db: db, g: g}
+}
+
 // hold begins a transaction that checks token and stays open.
 func (x txs) hold(fence string, token uint64) *sql.Tx {
 	x.t.Helper()
@@ -69,8 +82,9 @@ func (x txs) hold(fence string, token uint64) *sql.Tx {
 }
 
 // waiter begins a transaction, then Checks token in a goroutine, once its
-// session is known; it returns when the server shows the Check waiting
-// for a lock.
+// session is known (on PostgreSQL, asking for it takes a REPEATABLE READ
+// transaction's snapshot, before the Check); it returns when the server
+// shows the Check waiting for a lock.
 func (x txs) waiter(fence string, token uint64) (*sql.Tx, chan error) {
 	x.t.Helper()
 	tx, err := x.db.BeginTx(x.ctx, x.opt)
@@ -83,6 +97,29 @@ func (x txs) waiter(fence string, token uint64) (*sql.Tx, chan error) {
 	go func() { done <- x.g.Check(x.ctx, tx, fence, token) }()
 	waitForLockWait(x.t, x.s, x.db, session, done)
 	return tx, done
+}
+
+// order runs the two transactions of an ordering case on fence: one
+// checks first and stays open (hold), the other checks second and waits
+// for it (waiter); then end ((*sql.Tx).Commit or Rollback) ends the first.
+// It returns the second transaction, still open, and what its Check
+// returned.
+func (x txs) order(fence string, first, second uint64, end func(*sql.Tx) error) (*sql.Tx, error) {
+	x.t.Helper()
+	tx := x.hold(fence, first)
+	waiter, done := x.waiter(fence, second)
+	if err := end(tx); err != nil {
+		x.t.Fatal(err)
+	}
+	return waiter, <-done
+}
+
+// wantRecorded fails the test unless fence is recorded at token.
+func (x txs) wantRecorded(fence string, token uint64) {
+	x.t.Helper()
+	if got := recorded(x.t, x.s, x.db, sqlfence.DefaultTable, fence); got != token {
+		x.t.Fatalf("recorded %d, want %d", got, token)
+	}
 }
 
 // TestCheck_serverOrdersTransactions, on PostgreSQL and MariaDB: while
@@ -103,12 +140,7 @@ func TestCheck_serverOrdersTransactions(t *testing.T) {
 }
 
 func serverOrders(t *testing.T, s store) {
-	ctx := ctxT(t)
-	db := s.newDB(t)
-	g := sqlfence.New(s.dialect)
-	if err := g.CreateTable(ctx, db); err != nil {
-		t.Fatal(err)
-	}
+	x := newTxs(t, s)
 	for _, row := range []string{"existing row", "missing row"} {
 		// fence is a new fence name; on "existing row" it is recorded at
 		// token 1 first.
@@ -117,60 +149,43 @@ func serverOrders(t *testing.T, s store) {
 			n++
 			f := fmt.Sprintf("%s %d", row, n)
 			if row == "existing row" {
-				if err := check(t, g, db, f, 1); err != nil {
+				if err := check(t, x.g, x.db, f, 1); err != nil {
 					t.Fatal(err)
 				}
 			}
 			return f
 		}
 		t.Run(row, func(t *testing.T) {
-			x := txs{t: t, ctx: ctx, s: s, db: db, g: g}
 			t.Run("newer waits, then records", func(t *testing.T) {
 				x.t = t
 				f := fence()
-				a := x.hold(f, 5)
-				b, done := x.waiter(f, 6)
-				if err := a.Commit(); err != nil {
-					t.Fatal(err)
-				}
-				if err := <-done; err != nil {
+				b, err := x.order(f, 5, 6, (*sql.Tx).Commit)
+				if err != nil {
 					t.Fatalf("B's Check after A committed: %v", err)
 				}
 				if err := b.Commit(); err != nil {
 					t.Fatal(err)
 				}
-				if got := recorded(t, s, db, sqlfence.DefaultTable, f); got != 6 {
-					t.Fatalf("recorded %d, want 6", got)
-				}
+				x.wantRecorded(f, 6)
 			})
 			t.Run("older waits, then is stale", func(t *testing.T) {
 				x.t = t
 				f := fence()
-				b := x.hold(f, 6)
-				a, done := x.waiter(f, 5)
-				if err := b.Commit(); err != nil {
-					t.Fatal(err)
-				}
-				wantStale(t, <-done, f, 5, 6)
+				a, err := x.order(f, 6, 5, (*sql.Tx).Commit)
+				wantStale(t, err, f, 5, 6)
 				_ = a.Rollback()
-				if got := recorded(t, s, db, sqlfence.DefaultTable, f); got != 6 {
-					t.Fatalf("recorded %d, want 6", got)
-				}
+				x.wantRecorded(f, 6)
 			})
 			t.Run("the same token waits too", func(t *testing.T) {
 				// A Check that records nothing new (MySQL: no UPDATE)
 				// holds the row all the same.
 				x.t = t
 				f := fence()
-				if err := check(t, g, db, f, 5); err != nil {
+				if err := check(t, x.g, x.db, f, 5); err != nil {
 					t.Fatal(err)
 				}
-				a := x.hold(f, 5)
-				b, done := x.waiter(f, 5)
-				if err := a.Commit(); err != nil {
-					t.Fatal(err)
-				}
-				if err := <-done; err != nil {
+				b, err := x.order(f, 5, 5, (*sql.Tx).Commit)
+				if err != nil {
 					t.Fatalf("B's Check after A committed: %v", err)
 				}
 				if err := b.Commit(); err != nil {
@@ -180,20 +195,14 @@ func serverOrders(t *testing.T, s store) {
 			t.Run("waiter after a rollback sees the old record", func(t *testing.T) {
 				x.t = t
 				f := fence()
-				b := x.hold(f, 6)
-				a, done := x.waiter(f, 5)
-				if err := b.Rollback(); err != nil {
-					t.Fatal(err)
-				}
-				if err := <-done; err != nil {
+				a, err := x.order(f, 6, 5, (*sql.Tx).Rollback)
+				if err != nil {
 					t.Fatalf("A's Check after B rolled back: %v", err)
 				}
 				if err := a.Commit(); err != nil {
 					t.Fatal(err)
 				}
-				if got := recorded(t, s, db, sqlfence.DefaultTable, f); got != 5 {
-					t.Fatalf("recorded %d, want 5", got)
-				}
+				x.wantRecorded(f, 5)
 			})
 		})
 	}
@@ -204,49 +213,23 @@ func serverOrders(t *testing.T, s store) {
 // serialization error (SQLSTATE 40001) when the other one commits, rather
 // than recording its token; retried, it records.
 func TestCheck_postgresRepeatableRead(t *testing.T) {
-	s := mustStore(t, "postgres")
-	ctx := ctxT(t)
-	db := s.newDB(t)
-	g := sqlfence.New(s.dialect)
-	if err := g.CreateTable(ctx, db); err != nil {
+	x := newTxs(t, mustStore(t, "postgres"))
+	if err := check(t, x.g, x.db, "rr", 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := check(t, g, db, "rr", 1); err != nil {
-		t.Fatal(err)
-	}
-	a, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Rollback()
-	if err := g.Check(ctx, a, "rr", 5); err != nil {
-		t.Fatal(err)
-	}
-	b, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Rollback()
-	pid := s.session(t, b) // takes B's snapshot
-	done := make(chan error, 1)
-	go func() { done <- g.Check(ctx, b, "rr", 6) }()
-	waitForLockWait(t, s, db, pid, done)
+	a := x.hold("rr", 5)
+	rr := x
+	rr.opt = &sql.TxOptions{Isolation: sql.LevelRepeatableRead}
+	b, done := rr.waiter("rr", 6)
 	if err := a.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	err = <-done
+	err := <-done
 	if err == nil || !strings.Contains(err.Error(), "40001") {
 		t.Fatalf("REPEATABLE READ Check after the other committed: %v, want a serialization failure (40001)", err)
 	}
 	_ = b.Rollback()
-	retry, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer retry.Rollback()
-	if err := g.Check(ctx, retry, "rr", 6); err != nil {
-		t.Fatalf("retry: %v", err)
-	}
+	retry := rr.hold("rr", 6)
 	if err := retry.Commit(); err != nil {
 		t.Fatal(err)
 	}
