@@ -180,31 +180,51 @@ func (l *Ledger) noteLocked(rec *Record) {
 	l.records = append(l.records, *rec)
 }
 
-func (l *Ledger) read(req request) response {
+// add makes a record with build, which runs under l.mu and may read and
+// change the ledger's state, stores it (noteLocked), and reports it once
+// l.mu is released.
+func (l *Ledger) add(build func() Record) Record {
 	l.mu.Lock()
-	rec := Record{Worker: req.Worker, Token: req.Token, Op: OpRead, Accepted: true}
-	for o := 1; o <= l.orders; o++ {
-		if len(l.closedBy[o]) == 0 {
-			rec.Order = o
-			break
-		}
-	}
-	if rec.Order != 0 {
-		l.jobs++
-		rec.Job = l.jobs
-	}
+	rec := build()
 	l.noteLocked(&rec)
 	l.mu.Unlock()
 	l.report(rec)
+	return rec
+}
+
+// newJobLocked numbers a new job, the read of an order. l.mu must be held.
+func (l *Ledger) newJobLocked() int {
+	l.jobs++
+	return l.jobs
+}
+
+// closedLocked notes that the record about to be stored closes order.
+// l.mu must be held.
+func (l *Ledger) closedLocked(order int) {
+	l.closedBy[order] = append(l.closedBy[order], len(l.records))
+}
+
+func (l *Ledger) read(req request) response {
+	rec := l.add(func() Record {
+		rec := Record{Worker: req.Worker, Token: req.Token, Op: OpRead, Accepted: true}
+		for o := 1; o <= l.orders; o++ {
+			if len(l.closedBy[o]) == 0 {
+				rec.Order = o
+				break
+			}
+		}
+		if rec.Order != 0 {
+			rec.Job = l.newJobLocked()
+		}
+		return rec
+	})
 	return response{Accepted: true, Order: rec.Order, Job: rec.Job}
 }
 
 func (l *Ledger) step(req request) response {
-	l.mu.Lock()
-	rec := Record{Worker: req.Worker, Token: req.Token, Op: OpStep, Order: req.Order, Accepted: true, Job: l.jobOfLocked(req.Token)}
-	l.noteLocked(&rec)
-	l.mu.Unlock()
-	l.report(rec)
+	rec := l.add(func() Record {
+		return Record{Worker: req.Worker, Token: req.Token, Op: OpStep, Order: req.Order, Accepted: true, Job: l.jobOfLocked(req.Token)}
+	})
 	if l.onStep != nil {
 		l.onStep(rec)
 	}
@@ -212,20 +232,19 @@ func (l *Ledger) step(req request) response {
 }
 
 func (l *Ledger) close(req request) response {
-	l.mu.Lock()
-	rec := Record{Worker: req.Worker, Token: req.Token, Op: OpClose, Order: req.Order, Job: l.jobOfLocked(req.Token)}
-	switch {
-	case req.Order < 1 || req.Order > l.orders:
-		rec.Reason = fmt.Sprintf("no order %d", req.Order)
-	default:
-		// A stale token never gets here with fencing on: the Guard
-		// refused it (refused records it).
-		rec.Accepted = true
-		l.closedBy[req.Order] = append(l.closedBy[req.Order], len(l.records))
-	}
-	l.noteLocked(&rec)
-	l.mu.Unlock()
-	l.report(rec)
+	rec := l.add(func() Record {
+		rec := Record{Worker: req.Worker, Token: req.Token, Op: OpClose, Order: req.Order, Job: l.jobOfLocked(req.Token)}
+		switch {
+		case req.Order < 1 || req.Order > l.orders:
+			rec.Reason = fmt.Sprintf("no order %d", req.Order)
+		default:
+			// A stale token never gets here with fencing on: the Guard
+			// refused it (refused records it).
+			rec.Accepted = true
+			l.closedLocked(req.Order)
+		}
+		return rec
+	})
 	return response{Accepted: rec.Accepted, Reason: rec.Reason}
 }
 
@@ -240,39 +259,34 @@ func (l *Ledger) refused(r *http.Request, stale *dlock.StaleTokenError) {
 	if op == "" {
 		return
 	}
-	l.mu.Lock()
-	rec := Record{Worker: req.Worker, Token: stale.Token, Op: op, Order: req.Order, Job: l.jobOfLocked(stale.Token),
-		Reason: fmt.Sprintf("stale token %d: its httpfence.Guard has recorded token %d, 409 Conflict", stale.Token, stale.Recorded)}
-	l.noteLocked(&rec)
-	l.mu.Unlock()
-	l.report(rec)
+	l.add(func() Record {
+		return Record{Worker: req.Worker, Token: stale.Token, Op: op, Order: req.Order, Job: l.jobOfLocked(stale.Token),
+			Reason: fmt.Sprintf("stale token %d: its httpfence.Guard has recorded token %d, 409 Conflict", stale.Token, stale.Recorded)}
+	})
 }
 
 // readReport records a worker's read of the next order in the database.
 func (l *Ledger) readReport(req request) response {
-	l.mu.Lock()
-	rec := Record{Worker: req.Worker, Token: req.Token, Op: OpRead, Order: req.Order, Accepted: req.Accepted, Reason: req.Reason}
-	if rec.Order != 0 && rec.Accepted {
-		l.jobs++
-		rec.Job = l.jobs
-	}
-	l.noteLocked(&rec)
-	l.mu.Unlock()
-	l.report(rec)
+	rec := l.add(func() Record {
+		rec := Record{Worker: req.Worker, Token: req.Token, Op: OpRead, Order: req.Order, Accepted: req.Accepted, Reason: req.Reason}
+		if rec.Order != 0 && rec.Accepted {
+			rec.Job = l.newJobLocked()
+		}
+		return rec
+	})
 	return response{Accepted: true, Order: rec.Order, Job: rec.Job}
 }
 
 // closeReport records a worker's close of an order in the database.
 func (l *Ledger) closeReport(req request) response {
-	l.mu.Lock()
-	rec := Record{Worker: req.Worker, Token: req.Token, Op: OpClose, Order: req.Order, Job: l.jobOfLocked(req.Token),
-		Accepted: req.Accepted, Reason: req.Reason}
-	if rec.Accepted && rec.Order >= 1 && rec.Order <= l.orders {
-		l.closedBy[rec.Order] = append(l.closedBy[rec.Order], len(l.records))
-	}
-	l.noteLocked(&rec)
-	l.mu.Unlock()
-	l.report(rec)
+	l.add(func() Record {
+		rec := Record{Worker: req.Worker, Token: req.Token, Op: OpClose, Order: req.Order, Job: l.jobOfLocked(req.Token),
+			Accepted: req.Accepted, Reason: req.Reason}
+		if rec.Accepted && rec.Order >= 1 && rec.Order <= l.orders {
+			l.closedLocked(rec.Order)
+		}
+		return rec
+	})
 	return response{Accepted: true}
 }
 

@@ -250,11 +250,7 @@ func inTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
 // RefundsIn returns, from the database db, how many times each order was
 // closed: the number of refunds paid for it.
 func RefundsIn(ctx context.Context, db string) (map[int]int, error) {
-	s, err := storeOf(db)
-	if err != nil {
-		return nil, err
-	}
-	conn, err := s.open()
+	s, conn, err := openStore(db)
 	if err != nil {
 		return nil, err
 	}
@@ -290,11 +286,7 @@ type orderDB struct {
 // openOrderDB opens the database db (a SQLite path or a postgres:// URL)
 // for a worker.
 func openOrderDB(db string, fencing bool) (*orderDB, error) {
-	s, err := storeOf(db)
-	if err != nil {
-		return nil, err
-	}
-	conn, err := s.open()
+	s, conn, err := openStore(db)
 	if err != nil {
 		return nil, err
 	}

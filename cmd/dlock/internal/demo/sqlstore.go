@@ -50,6 +50,17 @@ func storeOf(db string) (sqlStore, error) {
 	return sqlStore{dialect: sqlfence.SQLite, driver: "sqlite", source: db}, nil
 }
 
+// openStore opens the database db: its store (storeOf) and a connection
+// pool (sqlStore.open).
+func openStore(db string) (sqlStore, *sql.DB, error) {
+	s, err := storeOf(db)
+	if err != nil {
+		return sqlStore{}, nil, err
+	}
+	conn, err := s.open()
+	return s, conn, err
+}
+
 // StoreName is the verdict's name of the store of db: "postgres" or
 // "sqlite".
 func StoreName(db string) string {

@@ -155,18 +155,10 @@ func (w *workerConn) read(ctx context.Context, fenced *http.Client, token uint64
 		return read.Order, err
 	}
 	order, err := w.db.next(ctx, token)
-	report := request{Worker: w.cfg.Name, Order: order, Accepted: err == nil}
-	var stale *dlock.StaleTokenError
-	switch {
-	case errors.As(err, &stale):
-		report.Reason = staleReason(stale)
-	case err != nil:
-		return 0, fmt.Errorf("%s: read the next order: %w", w.db, err)
+	if err := w.reportDB(ctx, fenced, "/read", order, err, "read the next order"); err != nil {
+		return 0, err
 	}
-	if rerr := w.call(ctx, fenced, "/read", report, nil); rerr != nil {
-		return 0, rerr
-	}
-	return order, err
+	return order, nil
 }
 
 // close closes the order: at the ledger, or in the database, reported to
@@ -183,15 +175,24 @@ func (w *workerConn) close(ctx context.Context, fenced *http.Client, token uint6
 		return nil
 	}
 	err := w.db.close(ctx, token, order, w.cfg.Name)
+	return w.reportDB(ctx, fenced, "/close", order, err, fmt.Sprintf("close order %d", order))
+}
+
+// reportDB reports to the ledger, at path, the outcome err of the
+// database's op on order: done (nil) or refused as stale (a
+// *dlock.StaleTokenError, which reportDB returns after the report, as the
+// op's outcome). Any other error is the worker's, returned as the failure
+// to do what without a report.
+func (w *workerConn) reportDB(ctx context.Context, fenced *http.Client, path string, order int, err error, what string) error {
 	report := request{Worker: w.cfg.Name, Order: order, Accepted: err == nil}
 	var stale *dlock.StaleTokenError
 	switch {
 	case errors.As(err, &stale):
 		report.Reason = staleReason(stale)
 	case err != nil:
-		return fmt.Errorf("%s: close order %d: %w", w.db, order, err)
+		return fmt.Errorf("%s: %s: %w", w.db, what, err)
 	}
-	if rerr := w.call(ctx, fenced, "/close", report, nil); rerr != nil {
+	if rerr := w.call(ctx, fenced, path, report, nil); rerr != nil {
 		return rerr
 	}
 	return err
