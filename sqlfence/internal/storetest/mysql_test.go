@@ -54,6 +54,7 @@ func TestCheck_mysqlTwoWaiters(t *testing.T) {
 		row, order := c.row, c.order
 		t.Run(fmt.Sprintf("%s, A %s, %d then %d, %v", row, c.end, order[0], order[1], c.iso), func(t *testing.T) {
 			x.t = t
+			x.opt = &sql.TxOptions{Isolation: c.iso} // LevelDefault: the server's
 			n++
 			f := fmt.Sprintf("f%d", n)
 			if row == "existing row" {
