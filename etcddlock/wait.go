@@ -203,16 +203,27 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 				case key == a.pred && (a.semaphore() || ev.Kv.CreateRevision != a.predRev):
 					// Put again: a semaphore's waiter granted (touch),
 					// or a new entry of the same name (its lease used
-					// again by its client's next call: the entry we
-					// waited for went, in a delete this watch started
-					// too late to see). Only a semaphore's waiter waits
-					// for a waiter's grant; for another kind a put of
-					// the same entry (same create revision) is its
-					// holder's Publish (an election's Proclaim), which
-					// grants nobody. Ignoring the re-created entry too
-					// left waiters to their next check of the queue: a
-					// queue of 10,000 drained a few hundred in 30 s
-					// (bench, section queue).
+					// again by its client's next call). Only a
+					// semaphore's waiter waits for a waiter's grant; for
+					// another kind a put of the same entry (same create
+					// revision) is its holder's Publish (an election's
+					// Proclaim), which grants nobody.
+					//
+					// The new entry is defence in depth (103512b), not
+					// a path that runs: the entry we waited for was
+					// deleted before it came back, and either this watch
+					// saw that delete, or the delete came before the
+					// watch's start and so did the put (it follows the
+					// delete), which the read at the start then finds
+					// (predChanged; TestWait_predecessorRecreatedBeforeWatch).
+					// Counted in 10,000-waiter bench drains, before and
+					// after 103512b: 0. Nor did 103512b fix the bench
+					// stall it names (a few hundred of 10,000 drained in
+					// 30 s): main stalls the same on a busy machine, and
+					// 103512b^ drains all on an idle one. That stall is
+					// watch creations queued one at a time on a
+					// client's stream, waiters' leases lapsing meanwhile
+					// (see the renewal above, docs/etcd.md).
 					gone = ev.Kv.ModRevision
 				case key == marker && ev.Type == mvccpb.PUT:
 					marked = ev.Kv.ModRevision
