@@ -39,9 +39,35 @@ func (d *etcdDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (d
 	g, err := a.run(ctx)
 	if err != nil {
 		a.abandon(ctx)
-		return nil, err
+		return nil, cancelledErr(ctx, err)
 	}
 	return g, nil
+}
+
+// cancelledErr returns the error of a call that failed with err: ctx's own
+// error if ctx was cancelled (by the caller, or by Client.Close) and err is
+// only that cancellation, wrapped on its way up. A call cancelled while it
+// waits for a watch event returns context.Canceled; one cancelled during a
+// read of the queue got it wrapped as "etcd at ADDR: read the queue:
+// context canceled". Which of the two a user saw depended on where the
+// call was when the cancellation landed, and the step names a request
+// that failed because it was cancelled, not because of etcd: the user
+// sees one error for one cause. An error that carries an etcd failure
+// (retry's "last etcd error", a refused request) is kept whole, and so is
+// a deadline's: the step in flight when it expired says what was slow.
+func cancelledErr(ctx context.Context, err error) error {
+	cerr := ctx.Err()
+	if !errors.Is(cerr, context.Canceled) {
+		return err
+	}
+	// The chain of single wraps (errors.Unwrap) ends at the cancellation
+	// itself only if nothing else was joined in.
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if e == cerr {
+			return cerr
+		}
+	}
+	return err
 }
 
 // attempt is one Acquire call.

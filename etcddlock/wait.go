@@ -93,47 +93,19 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 	if h := a.d.beforeWatch; h != nil && a.pred != "" {
 		h(ctx, a.pred) // tests only: the window between our read and the watch
 	}
-	// Watch create: the keys that start with the entry's key — the entry
-	// and its release marker, no other — or, for a semaphore's first
-	// waiter, the directory's deletes; starting now. Not from a.seen+1:
-	// etcd serves a watch that starts in the past ("unsynced") from a
-	// catch-up loop that runs every 100 ms, so a delete would reach us up
-	// to 100 ms late. A watch that starts at the current revision is
-	// synced: etcd hands it each event as the event is applied.
-	var wch clientv3.WatchChan
-	if a.ahead != nil {
-		wch = a.d.w.Watch(wctx, a.dir, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	} else {
-		wch = a.d.w.Watch(wctx, a.pred, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
-	}
-	created, ok := <-wch
-	if !ok || created.Err() != nil || !created.Created {
-		if ctx.Err() != nil {
-			return 0, false, ctx.Err()
-		}
-		if ok && isAuthErr(created.Err()) {
-			return 0, false, a.d.wrapErr("watch", created.Err())
-		}
-		return 0, false, errWatch
-	}
-	if start := created.Header.Revision; start > a.seen {
-		// The watch sees what happens after its start only: the change
-		// may have happened in between.
-		check := a.predGone
-		if a.ahead != nil {
-			check = a.aheadGone
-		}
-		if rev, gone, err := check(ctx, start); err != nil || gone {
-			return rev, false, err
-		}
-	}
-	marker := ""
-	if a.pred != "" {
-		marker = markerKey(a.pred)
-	}
 	// Renewals run beside the wait, so that a release is acted on at once
 	// even while a renewal waits for a busy etcd (under a burst of
-	// thousands of waiters, keep-alives can take seconds).
+	// thousands of waiters, keep-alives can take seconds); and they start
+	// before the watch does. etcd's client sends a gRPC stream's watch
+	// creations one at a time, each waiting for its reply, and all of a
+	// Client's watches share one stream: a waiter's watch can take
+	// seconds to start behind those of the waiters that queued just
+	// before it. Renewing only once it had started let the lease of a
+	// waiter deep in that line lapse; its entry went, the waiter behind
+	// it woke, read the queue, and watched again at the back of the line,
+	// where its own lease lapsed too: a queue of 10,000 (bench, section
+	// queue) drained a few hundred in 30 s, thousands of leases lapsing
+	// and re-queueing (TestWait_renewsWhileWatchStarts).
 	renew := time.NewTimer(a.renewIn())
 	defer renew.Stop()
 	renewals := 0
@@ -153,9 +125,63 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 		return nil
 	}
 	defer stop()
+	// What we wait for and the revision at which it existed, as known
+	// before the watch: a renewal's queue check updates a.seen meanwhile.
+	seen := a.seen
+	// Watch create: the keys that start with the entry's key — the entry
+	// and its release marker, no other — or, for a semaphore's first
+	// waiter, the directory's deletes; starting now. Not from a.seen+1:
+	// etcd serves a watch that starts in the past ("unsynced") from a
+	// catch-up loop that runs every 100 ms, so a delete would reach us up
+	// to 100 ms late. A watch that starts at the current revision is
+	// synced: etcd hands it each event as the event is applied.
+	var wch clientv3.WatchChan
+	if a.ahead != nil {
+		wch = a.d.w.Watch(wctx, a.dir, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	} else {
+		wch = a.d.w.Watch(wctx, a.pred, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	}
+	marker := ""
+	if a.pred != "" {
+		marker = markerKey(a.pred)
+	}
+	started := false // the watch's created response has come
 	for {
 		select {
 		case wr, ok := <-wch:
+			if !started {
+				// The first response: the watch's creation.
+				if !ok || wr.Err() != nil || !wr.Created {
+					if ctx.Err() != nil {
+						return 0, false, ctx.Err()
+					}
+					if ok && isAuthErr(wr.Err()) {
+						return 0, false, a.d.wrapErr("watch", wr.Err())
+					}
+					return 0, false, errWatch
+				}
+				started = true
+				start := wr.Header.Revision
+				if start <= seen {
+					continue
+				}
+				// The watch sees what happens after its start only: the
+				// change may have happened in between. (a.pred, a.ahead
+				// and a.dir, which the read uses, are not touched by a
+				// renewal.)
+				check := a.predGone
+				if a.ahead != nil {
+					check = a.aheadGone
+				}
+				rev, gone, err := check(ctx, start)
+				if err == nil && gone {
+					err = stop()
+				}
+				if err != nil || gone {
+					return rev, false, err
+				}
+				continue
+			}
 			if !ok || wr.Canceled || wr.Err() != nil {
 				if ctx.Err() != nil {
 					return 0, false, ctx.Err()
@@ -177,16 +203,27 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 				case key == a.pred && (a.semaphore() || ev.Kv.CreateRevision != a.predRev):
 					// Put again: a semaphore's waiter granted (touch),
 					// or a new entry of the same name (its lease used
-					// again by its client's next call: the entry we
-					// waited for went, in a delete this watch started
-					// too late to see). Only a semaphore's waiter waits
-					// for a waiter's grant; for another kind a put of
-					// the same entry (same create revision) is its
-					// holder's Publish (an election's Proclaim), which
-					// grants nobody. Ignoring the re-created entry too
-					// left waiters to their next check of the queue: a
-					// queue of 10,000 drained a few hundred in 30 s
-					// (bench, section queue).
+					// again by its client's next call). Only a
+					// semaphore's waiter waits for a waiter's grant; for
+					// another kind a put of the same entry (same create
+					// revision) is its holder's Publish (an election's
+					// Proclaim), which grants nobody.
+					//
+					// The new entry is defence in depth (103512b), not
+					// a path that runs: the entry we waited for was
+					// deleted before it came back, and either this watch
+					// saw that delete, or the delete came before the
+					// watch's start and so did the put (it follows the
+					// delete), which the read at the start then finds
+					// (predChanged; TestWait_predecessorRecreatedBeforeWatch).
+					// Counted in 10,000-waiter bench drains, before and
+					// after 103512b: 0. Nor did 103512b fix the bench
+					// stall it names (a few hundred of 10,000 drained in
+					// 30 s): main stalls the same on a busy machine, and
+					// 103512b^ drains all on an idle one. That stall is
+					// watch creations queued one at a time on a
+					// client's stream, waiters' leases lapsing meanwhile
+					// (see the renewal above, docs/etcd.md).
 					gone = ev.Kv.ModRevision
 				case key == marker && ev.Type == mvccpb.PUT:
 					marked = ev.Kv.ModRevision
@@ -231,7 +268,8 @@ type renewal struct {
 }
 
 // renewal renews our lease, and checks the queue if check is set. It runs
-// beside waitGone, which does not touch the attempt meanwhile.
+// beside waitChange, which meanwhile only reads what the renewal does not
+// write (a.pred, a.ahead, a.dir; not a.seen nor a.l).
 func (a *attempt) renewal(ctx context.Context, check bool) renewal {
 	if err := a.renewWhileWaiting(ctx); err != nil || !check {
 		return renewal{err: err}
