@@ -123,18 +123,21 @@ func runRedisRestarts(t *testing.T, persist bool) (analysis, int) {
 func runZKEnsemble(t *testing.T) {
 	e := startZKEnsemble(t, 3)
 	const ttl = 2 * time.Second
-	newEnsembleRig := func() *rig {
+	// The rig belongs to the subtest that uses it: its holders fail that
+	// test, not this one (a Fatalf on the parent from a subtest ends in
+	// "test executed panic(nil) or runtime.Goexit").
+	newEnsembleRig := func(t *testing.T) *rig {
 		r := newRig(t, "zk", "dlock", ttl)
 		r.addrs, r.proto = e.clients, faultinject.ZooKeeper
 		r.zkc = dialZK(t, e.clients, 10*time.Second)
 		return r
 	}
 	t.Run("leader and follower killed", func(t *testing.T) {
-		runLeaderFollowerKills(t, newEnsembleRig(), "zk-ensemble", "ZooKeeper",
+		runLeaderFollowerKills(t, newEnsembleRig(t), "zk-ensemble", "ZooKeeper",
 			cluster{leader: e.leader, kill: e.kill, start: e.start, waitUp: e.waitQuorum})
 	})
 	t.Run("lease longer than the session", func(t *testing.T) {
-		r := newEnsembleRig()
+		r := newEnsembleRig(t)
 		var proxies []*faultinject.Proxy
 		var addrs []string
 		for _, a := range e.clients {

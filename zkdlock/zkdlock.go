@@ -285,8 +285,19 @@ func (d *zkDriver) goJanitor(f func(ctx context.Context)) bool {
 // Lock. Last, so that its proof is as fresh as can be, it makes the first
 // standalone check (see Detect).
 func (d *zkDriver) init(ctx context.Context, identities []string) error {
-	if err := d.ensurePath(ctx, d.root); err != nil {
-		return d.wrapErr("create root "+d.root, err)
+	// A connection broken for a moment (an ensemble electing a leader, a
+	// server going away just after the dial) is retried here as in every
+	// lock call, for up to one session timeout; ensurePath may be run again
+	// after a lost answer, as a lost create comes back as NodeExists.
+	deadline := time.Now().Add(d.timeout())
+	for i := 0; ; i++ {
+		err := d.ensurePath(ctx, d.root)
+		if err == nil {
+			break
+		}
+		if !transient(err) || time.Now().After(deadline) || backoff(ctx, i, d.timeout()/10) != nil {
+			return d.wrapErr("create root "+d.root, err)
+		}
 	}
 	if identities != nil {
 		if err := d.checkRootACL(ctx, identities); err != nil {
