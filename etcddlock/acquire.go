@@ -92,6 +92,10 @@ type attempt struct {
 	lastPred string          // the last entry we waited for: its release marker is ours to delete
 	lostJoin bool            // our join's reply was lost: we may not know what we waited for
 	waited   bool            // the grant rule refused us at least once
+	// byRead: the wait ended with a read of the queue, not a release
+	// marker. A marker may then have been written for us unseen (see
+	// grant.strays).
+	byRead bool
 }
 
 // admitted reports whether the grant rule grants our entry, as last
@@ -129,7 +133,7 @@ func (a *attempt) run(ctx context.Context) (*grant, error) {
 		if !errors.Is(err, errRequeue) {
 			return nil, err
 		}
-		a.rev, a.pred, a.ahead, a.lastPred, a.lostJoin, a.waited = 0, "", nil, "", false, false
+		a.rev, a.pred, a.ahead, a.lastPred, a.lostJoin, a.waited, a.byRead = 0, "", nil, "", false, false, false
 		if err := b.wait(ctx); err != nil {
 			return nil, err
 		}
@@ -615,40 +619,54 @@ func (a *attempt) grant(ctx context.Context) *grant {
 		// Its entries are all Shared: no markers.
 	case a.lastPred != "":
 		g.markers = []string{markerKey(a.lastPred)}
+		g.strays = a.byRead && a.waited
 	case a.lostJoin && a.req.Wait && a.req.Mode == driver.Exclusive:
-		g.markers = a.strayMarkers(ctx)
+		g.markers = a.d.strayMarkers(ctx, a.dir, a.key)
 	}
 	a.l = nil
 	return g
 }
 
-// strayMarkers returns the release markers in our queue, for a call whose
-// join reply was lost and that holds the key without having waited for
-// anybody: the entry ahead of it when it joined may have been released for
-// it before the retry that found its entry, and that release's marker is
-// ours to delete (it would stay until the releaser's lease is used again
-// or ends). Now that our entry is the oldest, every marker of the queue has
-// served or was left by a waiter that gave up or died: nobody waits for an
-// entry older than ours. Best effort: it reads a few and gives up on error.
-func (a *attempt) strayMarkers(ctx context.Context) []string {
-	var resp *clientv3.GetResponse
-	err := retry(ctx, func(ctx context.Context) (err error) {
-		// Range over the queue, keys only, sorted by value: markers (the
-		// empty values) first.
-		resp, err = a.d.kv.Get(ctx, a.dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-			clientv3.WithSort(clientv3.SortByValue, clientv3.SortAscend), clientv3.WithLimit(queueReadLimit))
-		return err
-	})
-	if err != nil {
-		return nil
-	}
+// strayMarkers returns the release markers in the queue dir, for a holder
+// of it whose entry is key: a call whose join reply was lost and that holds
+// the key without having waited for anybody (the entry ahead of it when it
+// joined may have been released for it before the retry that found its
+// entry), or one granted by a read of the queue after a wait (see
+// grant.strays). Such a marker is ours to delete: it would stay until the
+// releaser's lease is used again or ends. While we hold the key, every
+// marker of the queue is of an entry ahead of ours, gone, and has served or
+// was left by a waiter that gave up or died: nobody waits for an entry
+// older than ours, a watch that saw the release received the marker with
+// it, and one that starts later reads the queue instead. Nor can a new one
+// come while we hold (only an Exclusive holder's release writes one). Our
+// own entry's marker is left out: our release writes it. Best effort: it
+// gives up on error, and the markers then go with their leases.
+func (d *etcdDriver) strayMarkers(ctx context.Context, dir, key string) []string {
 	var markers []string
-	for _, kv := range resp.Kvs {
-		if k := string(kv.Key); !isEntry(a.dir, k) && k != markerKey(a.key) {
-			markers = append(markers, k)
+	for limit := int64(queueReadLimit); ; limit *= 8 {
+		var resp *clientv3.GetResponse
+		err := retry(ctx, func(ctx context.Context) (err error) {
+			// Range over the queue, keys only, sorted by value: markers
+			// (the empty values) first.
+			resp, err = d.kv.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+				clientv3.WithSort(clientv3.SortByValue, clientv3.SortAscend), clientv3.WithLimit(limit))
+			return err
+		})
+		if err != nil {
+			return markers
+		}
+		markers = markers[:0]
+		for _, kv := range resp.Kvs {
+			if k := string(kv.Key); !isEntry(dir, k) && k != markerKey(key) {
+				markers = append(markers, k)
+			}
+		}
+		// Done unless every key read was a marker and more may follow
+		// (at most one marker per live lease: the loop ends).
+		if !resp.More || countEntries(dir, resp.Kvs) > 0 {
+			return markers
 		}
 	}
-	return markers
 }
 
 // abandon removes every trace of a failed or cancelled call from etcd.

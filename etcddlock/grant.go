@@ -3,6 +3,7 @@ package etcddlock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,7 +23,24 @@ type grant struct {
 	// markers are release markers that our release deletes: that of the
 	// entry we waited for last, written for us, which has served (or
 	// those strayMarkers found).
-	markers   []string
+	markers []string
+	// strays: the release also deletes every other marker of the queue
+	// (strayMarkers). Set for a waiter granted by a read of the queue,
+	// not by a marker: a marker may have been written for it unseen. The
+	// waiter ahead of it gave up just as the holder ahead of that one
+	// released; the one that gave up deleted that holder's marker before
+	// the release wrote it, and this waiter, woken by the give-up (no
+	// marker), read the queue after the release and was granted without
+	// ever watching the holder's entry. Nobody else would delete that
+	// marker; its lease, the releaser's, lives on in its client's idle
+	// pool (TestHandOff_waiterAheadGivesUpBeforeRelease_noMarkerLeft). A
+	// marker is written in the same revision as the delete of its entry,
+	// so the read that granted us, after that delete, came after it: the
+	// read at our release, later still, finds it unless it has gone. Read
+	// at the release rather than at the grant: with the release's
+	// context, which must hold for the release anyway, and not adding to
+	// the wait of the Lock.
+	strays    bool
 	seen      int64 // a revision at which it existed
 	validFrom time.Time
 	reusable  bool // the lease may serve another call after a clean release
@@ -152,6 +170,14 @@ func (g *grant) Release(ctx context.Context) error {
 	g.stopWatch()
 	tail, marker := tailKey(g.dir), markerKey(g.key)
 	then := []clientv3.Op{clientv3.OpDelete(g.key)}
+	if g.strays {
+		for _, m := range g.d.strayMarkers(ctx, g.dir, g.key) {
+			if !slices.Contains(g.markers, m) { // a Txn may not name a key twice
+				g.markers = append(g.markers, m)
+			}
+		}
+		g.strays = false
+	}
 	for _, m := range g.markers {
 		then = append(then, clientv3.OpDelete(m))
 	}

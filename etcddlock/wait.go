@@ -34,7 +34,7 @@ func (a *attempt) wait(ctx context.Context) error {
 			// entry deleted by hand while its lease lives goes unseen
 			// here (docs/etcd.md); one whose lease expired is caught by
 			// freshen, as its last renewal is then older than the TTL.
-			a.pred, a.ahead = "", nil
+			a.pred, a.ahead, a.byRead = "", nil, false
 		case err == nil:
 			// It went otherwise (a waiter that gave up or died, a
 			// holder whose lease expired, a Shared holder's release), or
@@ -42,8 +42,10 @@ func (a *attempt) wait(ctx context.Context) error {
 			// started: read the queue to find what is ahead of us now,
 			// and check that our entry still exists.
 			b = backoff{}
+			a.byRead = true
 			err = a.evaluate(ctx, rev, false, false)
 		case errors.Is(err, errWatch):
+			a.byRead = true
 			if err = b.wait(ctx); err == nil {
 				err = a.evaluate(ctx, a.seen, false, false)
 			}
