@@ -2,7 +2,8 @@
 # What a library user downloads: for each backend, a fresh module that
 # imports dlock and that backend (the working tree, through replace
 # directives), and a second one that imports only the backend's client
-# library; and for sqlfence, which has no client, a module that imports it.
+# library; and for sqlfence and httpfence, which have no client, a module
+# that imports each.
 # It prints the user's go.sum lines and `go list -m all` count.
 #
 #   scripts/deps.sh             print the figures
@@ -94,11 +95,12 @@ for b in "${backends[@]}"; do
   fi
 done
 # Packages that need no client: a user of one gets dlock's modules and
-# nothing else (sqlfence works with the user's own database/sql driver; its
-# tests against real databases, and their drivers, are a module of their
-# own, sqlfence/internal/storetest, since go mod tidy loads the tests of
-# the packages a user imports).
-for pkg in sqlfence; do
+# nothing else (sqlfence works with the user's own database/sql driver,
+# httpfence with net/http). Their tests against real servers, and those
+# servers' clients, are modules of their own (sqlfence/internal/storetest,
+# httpfence/internal/redisproof), since go mod tidy loads the tests of the
+# packages a user imports.
+for pkg in sqlfence httpfence; do
   user=$work/user-$pkg
   module "$user" example.com/user github.com/dlockdev/dlock "github.com/dlockdev/dlock/$pkg"
   (cd "$user" &&
