@@ -78,11 +78,7 @@ func TestHandOff_waiterAheadGivesUp_noGrant(t *testing.T) {
 	for _, fakeMarker := range []bool{false, true} {
 		t.Run(fmt.Sprintf("marker put by hand=%v", fakeMarker), func(t *testing.T) {
 			key := "gives-up/" + t.Name()
-			holder := newCounter().client(t, ctx, srv.Addr(), longTTL)
-			lh, err := holder.Lock(ctx, key)
-			if err != nil {
-				t.Fatal(err)
-			}
+			holder, lh := lockedHolder(t, ctx, srv.Addr(), key, longTTL)
 			c1 := newCounter()
 			w1 := c1.client(t, ctx, srv.Addr(), longTTL)
 			ctx1, cancel1 := context.WithCancel(ctx)
@@ -178,11 +174,7 @@ func TestMarkers_doNotAccumulate(t *testing.T) {
 	t.Run("waiter crashes holding", func(t *testing.T) {
 		key := "markers-crash/" + t.Name()
 		ttl := dlock.WithTTL(time.Second)
-		holder := newCounter().client(t, ctx, srv.Addr(), ttl)
-		lh, err := holder.Lock(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
+		holder, lh := lockedHolder(t, ctx, srv.Addr(), key, ttl)
 		holderKey, _, _ := oldestEntry(t, ctx, admin, key)
 		wc := newCounter()
 		waiter := wc.client(t, ctx, srv.Addr(), longTTL)
@@ -244,11 +236,7 @@ func TestHandOff_waiterAheadGivesUpBeforeRelease_noMarkerLeft(t *testing.T) {
 	ctx := testCtx(t)
 	admin := adminClient(t, srv.Addr())
 	key := "gives-up-before-release/" + t.Name()
-	holder := newCounter().client(t, ctx, srv.Addr(), longTTL)
-	lh, err := holder.Lock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder, lh := lockedHolder(t, ctx, srv.Addr(), key, longTTL)
 	holderKey, _, _ := oldestEntry(t, ctx, admin, key)
 
 	c1 := newCounter()
@@ -310,11 +298,7 @@ func TestLock_lostJoinReply_releasedBeforeRetry(t *testing.T) {
 	ctx := testCtx(t)
 	admin := adminClient(t, srv.Addr())
 	key := "lost-join-released/" + t.Name()
-	holder := newCounter().client(t, ctx, srv.Addr(), longTTL)
-	lh, err := holder.Lock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, lh := lockedHolder(t, ctx, srv.Addr(), key, longTTL)
 	holderKey, _, _ := oldestEntry(t, ctx, admin, key)
 	c := newCounter()
 	waiter := c.client(t, ctx, srv.Addr(), longTTL)
@@ -380,4 +364,17 @@ func runContenders(t *testing.T, ctx context.Context, clients []*dlock.Client, k
 		})
 	}
 	waitContenders(t, &wg, errs)
+}
+
+// lockedHolder returns a client of its own, with a counter, and its lease
+// on key, taken before anybody else queues: the holder the hand-off tests
+// release to their waiters.
+func lockedHolder(t *testing.T, ctx context.Context, addr, key string, opts ...dlock.Option) (*dlock.Client, *dlock.Lease) {
+	t.Helper()
+	holder := newCounter().client(t, ctx, addr, opts...)
+	lh, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return holder, lh
 }
