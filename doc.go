@@ -33,7 +33,7 @@
 //	...
 //	read, err := client.RWMutex("prices").RLock(ctx)
 //
-// All three are one fair queue per key whose entries carry a Mode,
+// Both, and the lock, are one fair queue per key whose entries carry a Mode,
 // Exclusive (a lock, a writer) or Shared (a reader, a permit), under one
 // grant rule: an entry is granted when every entry ahead of it is
 // compatible with it (Shared with Shared) and fewer than the limit (a
@@ -73,7 +73,7 @@
 //     that reject a token lower than the highest it has seen: that is what
 //     makes a stale holder harmless. The guards do it in the store, in the
 //     write's own atomic step, and refuse with ErrStaleToken: package
-//     sqlfence (PostgreSQL, SQLite), redisdlock.NewFence, etcddlock.IsOwner
+//     sqlfence (PostgreSQL, SQLite, MySQL/MariaDB), redisdlock.NewFence, etcddlock.IsOwner
 //     and its token fence, zkdlock.CheckHeld, package httpfence
 //     (docs/fencing.md). Shared leases overlap by design, so a resource
 //     fenced by a semaphore or a read-write lock must not reject a token

@@ -3,11 +3,11 @@ package dlock
 import "github.com/dlockdev/dlock/driver"
 
 // Kind is the primitive a key serves: a lock (Client.Lock), a semaphore
-// (Client.Semaphore) or a read-write lock (Client.RWMutex). All three share
-// one fair queue per key, whose entries carry a Mode; see the package
-// documentation, section Primitives. A key serves one kind, with one limit,
-// while anybody holds or waits for it: a call of another kind fails with
-// ErrKindMismatch.
+// (Client.Semaphore), a read-write lock (Client.RWMutex) or an election
+// (Client.Election). All four share one fair queue per key, whose entries
+// carry a Mode; see the package documentation, section Primitives. A key
+// serves one kind, with one limit, while anybody holds or waits for it: a
+// call of another kind fails with ErrKindMismatch.
 type Kind = driver.Kind
 
 // The kinds of keys.
