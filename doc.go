@@ -162,8 +162,9 @@
 // Errors are values to test with errors.Is: ErrLocked, ErrNotHeld,
 // ErrLeaseLost, ErrReleased, ErrClosed, ErrReentrant, ErrKindMismatch,
 // ErrNoLeader, ErrInvalidKey, ErrInvalidOption, ErrInvalidURL, ErrUnavailable
-// and ErrAuth. Their messages name the key or
-// address concerned.
+// and ErrAuth; and, from the fenced writes, ErrStaleToken (a
+// *StaleTokenError where the store knows the recorded token) and
+// ErrInvalidFence. Their messages name the key or address concerned.
 //
 // # Backends
 //
@@ -174,11 +175,11 @@
 //   - redisdlock: redis://[user:password@]host:port[/db],
 //     rediss:// for TLS, redis+sentinel://, redis+cluster://.
 //     See docs/redis.md.
-//   - zkdlock: zk://[user:password@]host:port[,host:port…][/root][?session_timeout=10s&tick_time=2s|standalone=true|false].
+//   - zkdlock: zk://[user:password@]host:port[,host:port…][/root][?session_timeout=10s&connect_timeout=5s&tick_time=2s|standalone=true|false].
 //     The lease length is the ZooKeeper session timeout: WithTTL of any
 //     other length is refused with ErrInvalidOption. See docs/zookeeper.md.
-//   - etcddlock: etcd://[user:password@]host:port[,host:port…][/prefix],
-//     etcds:// for TLS. See docs/etcd.md.
+//   - etcddlock: etcd://[user:password@]host[:port][,host[:port]…][/prefix][?dial_timeout=5s],
+//     etcds:// for TLS (cacert, cert, key, server_name). See docs/etcd.md.
 //
 // Keys are UTF-8 strings of 1 to MaxKeyLen bytes without control characters;
 // "/" has no special meaning.
