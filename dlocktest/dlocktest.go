@@ -15,11 +15,14 @@
 // and read-write locks (Client.Semaphore, Client.RWMutex), with what they
 // add: never more than the limit of permits, a writer alone, permits and
 // consecutive readers granted together, a reader behind a waiting writer
-// waiting behind it, kinds that refuse each other. Scenarios that need a fault
-// (cutting a client off, deleting a key behind its holder's back, restarting
-// the server) run when the harness offers the matching optional interface:
-// FaultyClientMaker, KeyDeleter, ServerRestarter, LeftoverChecker. They are
-// reported with t.Skip when it does not.
+// waiting behind it, kinds that refuse each other; leader election
+// (Client.Election: one leader, hand-over in arrival order, Proclaim and
+// Observe); and locks of several keys (Client.LockAll: all or none, no
+// deadlock between callers asking in different orders). Scenarios that need
+// a fault (cutting a client off, deleting a key behind its holder's back,
+// restarting the server) run when the harness offers the matching optional
+// interface: FaultyClientMaker, KeyDeleter, ServerRestarter,
+// LeftoverChecker. They are reported with t.Skip when it does not.
 //
 // The scenarios of semaphores and read-write locks check the queue with
 // Inspect right after each step, so they need of a backend that its Inspect
