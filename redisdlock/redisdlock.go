@@ -10,11 +10,12 @@
 //	redis+sentinel://[user:password@]host:port[,host:port…]/master[/db][?options]
 //	redis+cluster://[user:password@]host:port[,host:port…][?options]
 //
-// Options are go-redis' own URL options (dial_timeout, read_timeout,
-// pool_size, …) plus prefix (default "dlock:"), waiter_timeout (default 3s),
+// Options are prefix (default "dlock:"), waiter_timeout (default 3s),
 // poll_interval (default waiter_timeout/3) and allow_eviction (default
-// false: see Options.AllowEviction); sentinel URLs also take
-// sentinel_username and sentinel_password. See docs/redis.md.
+// false: see Options.AllowEviction), plus go-redis' own URL options
+// (dial_timeout, read_timeout, pool_size, …) on redis, rediss and
+// redis+cluster URLs; sentinel URLs take sentinel_username and
+// sentinel_password instead. See docs/redis.md.
 //
 // The server must run with maxmemory-policy noeviction, and its clock must
 // not step: see the exceptions for Redis in the Safety section of package
