@@ -14,7 +14,7 @@ import (
 // held" keep working on every kind. New consumers read holders.
 type jsonLock struct {
 	Key     string      `json:"key"`
-	Kind    string      `json:"kind"`    // "lock", "semaphore", "rwmutex"
+	Kind    string      `json:"kind"`    // "lock", "semaphore", "rwmutex", "election"
 	Limit   int         `json:"limit"`   // permits; 1 for a lock, 0 (no limit) for a read-write lock
 	Holder  *jsonEntry  `json:"holder"`  // holders[0]; null when nobody holds the key
 	Holders []jsonEntry `json:"holders"` // in the order they were granted

@@ -108,8 +108,8 @@ Examples:
 const usageStatus = `Usage:
     dlock status [flags] KEY
 
-Shows what KEY is (a lock, a semaphore of N permits, a read-write lock),
-who holds it (each holder's mode, host, pid, the command it runs, fencing
+Shows what KEY is (a lock, a semaphore of N permits, a read-write lock,
+a leader election), who holds it (each holder's mode, host, pid, the command it runs, fencing
 token, since when, TTL left) and who waits for it, in the order they will
 be served.
 
