@@ -19,8 +19,9 @@ import (
 	"github.com/dlockdev/dlock"
 )
 
-// multiSeed seeds the key sets of MultiLock_randomSubsets: the same sets,
-// in the same orders, on every run (the interleaving still varies).
+// multiSeed seeds the key sets of MultiLock_randomSubsets_noOverlapNoDeadlock:
+// the same sets, in the same orders, on every run (the interleaving still
+// varies).
 const multiSeed = 13
 
 // holdAll enters the critical section of every key of m, checks it, and
