@@ -92,21 +92,28 @@ func TestOnlySections(t *testing.T) {
 		return strings.Join(s, ",")
 	}
 	for _, tc := range []struct {
-		only, modes string
-		election    bool
-		ok          bool
+		only, modes      string
+		election, memory bool
+		sections         string
+		ok               bool
 	}{
-		{"election", "", true, true},
-		{"modes,election", "lock,semaphore,rwmutex", true, true},
-		{" election , rwmutex", "lock,rwmutex", true, true},
-		{"semaphore", "lock,semaphore", false, true},
-		{"dlock", "", false, false},
-		{"election,dlock", "", false, false},
-		{"", "", false, false},
+		{"election", "", true, false, "rtt,election", true},
+		{"modes,election", "lock,semaphore,rwmutex", true, false, "rtt,modes,election", true},
+		{" election , rwmutex", "lock,rwmutex", true, false, "rtt,modes,election", true},
+		{"semaphore", "lock,semaphore", false, false, "rtt,modes", true},
+		// The memory section has no table in RTTs: no round-trip floor.
+		{"memory", "", false, true, "memory", true},
+		{"election,memory", "", true, true, "rtt,election,memory", true},
+		{"dlock", "", false, false, "", false},
+		{"election,dlock", "", false, false, "", false},
+		{"memory,redis", "", false, false, "", false},
+		{"", "", false, false, "", false},
 	} {
-		modes, election, ok := onlySections(tc.only)
-		if names(modes) != tc.modes || election != tc.election || ok != tc.ok {
-			t.Errorf("onlySections(%q) = %q, %v, %v; want %q, %v, %v", tc.only, names(modes), election, ok, tc.modes, tc.election, tc.ok)
+		sel, ok := onlySections(tc.only)
+		secs := strings.Join(sel.sections(), ",")
+		if names(sel.modes) != tc.modes || sel.election != tc.election || sel.memory != tc.memory || secs != tc.sections || ok != tc.ok {
+			t.Errorf("onlySections(%q) = modes %q, election %v, memory %v, sections %q, %v; want %q, %v, %v, %q, %v",
+				tc.only, names(sel.modes), sel.election, sel.memory, secs, ok, tc.modes, tc.election, tc.memory, tc.sections, tc.ok)
 		}
 	}
 }

@@ -2,10 +2,11 @@
 // on the same servers, in one run, and writes docs/benchmarks.md and
 // docs/benchmarks.png.
 //
-//	cd bench && ./run.sh            # everything, under 10 minutes on 2 cores
+//	cd bench && ./run.sh            # everything, 9–13 minutes on 2 cores
 //	cd bench && go run . -quick     # a smoke test: short windows, small scale
 //	cd bench && ./run.sh -only modes  # only the semaphore and RWMutex (issue 12)
 //	cd bench && ./run.sh -only election  # only leader election (issue 13)
+//	cd bench && ./run.sh -only memory    # only server memory per lock, and what released keys leave
 //
 // It starts its own redis-server, ZooKeeper (the Debian package's jars) and
 // an embedded etcd (in a child process) on free loopback ports, and stops
@@ -43,9 +44,9 @@ type config struct {
 	// modesHold is how long each holder of the modes section holds its
 	// lease (-modes-hold; default modeHold).
 	modesHold time.Duration
-	// partial: -only chose sections (modes workloads, election) rather
-	// than libraries; like -quick, the report is then written only where
-	// -out says.
+	// partial: -only chose sections (modes workloads, election, memory)
+	// rather than libraries, or -sections chose sections; like -quick, the
+	// report is then written only where -out says.
 	partial bool
 }
 
@@ -62,6 +63,7 @@ type results struct {
 	ClientCost  []clientCostResult
 	Queue       []queueResult
 	Keys        []keysResult
+	Memory      []memoryResult
 	Modes       []modeResult
 	Election    []electionResult
 	Notes       []string
@@ -87,25 +89,21 @@ func main() {
 	flag.BoolVar(&cfg.quick, "quick", false, "smoke test: short windows and small scale tests (does not write the report unless -out is given)")
 	flag.DurationVar(&cfg.window, "window", 2*time.Second, "measuring window of each contended run")
 	flag.DurationVar(&cfg.warmup, "warmup", 300*time.Millisecond, "warm-up before each contended window")
-	flag.StringVar(&only, "only", "", "run only the libraries whose name matches this regexp; or, with \"modes\", \"semaphore\", \"rwmutex\" or \"election\" (comma-separated), only those workloads of the modes section (with the lock as the reference), or the election section, and the round-trip floor")
+	flag.StringVar(&only, "only", "", "run only the libraries whose name matches this regexp; or, with \"modes\", \"semaphore\", \"rwmutex\", \"election\" or \"memory\" (comma-separated), only those workloads of the modes section (with the lock as the reference) or the election section, and the round-trip floor; or the memory section")
 	flag.DurationVar(&cfg.modesHold, "modes-hold", modeHold, "how long each holder of the modes section holds its lease (the work a permit guards)")
 	flag.IntVar(&cfg.queueN, "queue-waiters", 0, "override the number of waiters of the queue test (0: per library, see queueSize)")
 	flag.StringVar(&cfg.from, "from", "", "do not measure: write the report and chart from this results.json of an earlier run")
-	flag.StringVar(&sections, "sections", "rtt,uncontended,contended,modes,election,cost,queue,keys", "sections to run")
+	flag.StringVar(&sections, "sections", "rtt,uncontended,contended,modes,election,cost,queue,keys,memory", "sections to run; when given, the report is written only where -out says")
 	flag.Parse()
 	cfg.modes = modeWorkloads
-	if modes, election, ok := onlySections(only); ok {
+	cfg.partial = flagGiven("sections")
+	if sel, ok := onlySections(only); ok {
 		cfg.partial = true
-		secs := []string{"rtt"}
-		if modes != nil {
-			cfg.modes = modes
-			secs = append(secs, "modes")
-		}
-		if election {
-			secs = append(secs, "election")
+		if sel.modes != nil {
+			cfg.modes = sel.modes
 		}
 		if !flagGiven("sections") {
-			sections = strings.Join(secs, ",")
+			sections = strings.Join(sel.sections(), ",")
 		}
 	} else if only != "" {
 		cfg.only = regexp.MustCompile(only)
@@ -162,7 +160,7 @@ func run(cfg config) error {
 	wg.Go(func() { s.zk, zerr = startZooKeeper() })
 	wg.Go(func() { s.etcd, eerr = startEtcd() })
 	wg.Wait()
-	defer func() { s.redis.stop(); s.zk.stop(); s.etcd.stop() }()
+	defer s.stop()
 	for _, err := range []error{rerr, zerr, eerr} {
 		if err != nil {
 			return err
@@ -292,6 +290,9 @@ func run(cfg config) error {
 			log.Printf("keys %-18s keys %d held %d acquire %v release %v mem/key %.0f B (%s) %s", l.Name, r.Keys, r.Held, r.Acquire, r.Release, r.MemPerKey, r.MemWhat, r.Err)
 			res.Keys = append(res.Keys, r)
 		}
+	}
+	if cfg.sections["memory"] {
+		res.Memory = runMemorySection(libs, cfg.quick)
 	}
 	res.End = time.Now()
 	res.Machine.LoadAfter = loadavg()

@@ -124,6 +124,15 @@ func (s *servers) redisCounters() (counters, error) {
 }
 
 func (s *servers) redisMemory() (int64, error) {
+	used, clients, err := s.redisUsedMemory()
+	// Leave out the client connections' buffers, which grow and shrink
+	// with the connection pools, not with the locks.
+	return used - clients, err
+}
+
+// redisUsedMemory returns Redis' used_memory and, within it, the normal
+// clients' buffers (mem_clients_normal).
+func (s *servers) redisUsedMemory() (used, clients int64, err error) {
 	// Redis refreshes its count of client memory (mem_clients_normal) in
 	// clientsCron, which visits every client about once a second: wait for
 	// it, so that the connections that the pools opened during a test are
@@ -131,16 +140,29 @@ func (s *servers) redisMemory() (int64, error) {
 	time.Sleep(1100 * time.Millisecond)
 	info, err := s.redisInfo("memory")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	// Leave out the client connections' buffers, which grow and shrink
-	// with the connection pools, not with the locks.
-	used, err := strconv.ParseInt(info["used_memory"], 10, 64)
+	used, err = strconv.ParseInt(info["used_memory"], 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("used_memory: %w", err)
+	}
+	clients, _ = strconv.ParseInt(info["mem_clients_normal"], 10, 64)
+	return used, clients, nil
+}
+
+// redisDBSize returns the number of keys in Redis' database (DBSIZE).
+func (s *servers) redisDBSize() (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := rawCommand(ctx, s.redis.addr, "DBSIZE\r\n", "\r\n")
 	if err != nil {
 		return 0, err
 	}
-	clients, _ := strconv.ParseInt(info["mem_clients_normal"], 10, 64)
-	return used - clients, nil
+	n, err := strconv.ParseInt(strings.TrimPrefix(strings.TrimSpace(out), ":"), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("DBSIZE said %q", out)
+	}
+	return n, nil
 }
 
 func (s *servers) mntr() (map[string]string, error) {

@@ -2,28 +2,57 @@ package main
 
 import "strings"
 
+// onlySelection is what -only selects when its value names sections.
+type onlySelection struct {
+	// modes are the workloads of the modes section, nil when none was named.
+	modes []modeWorkload
+	// election and memory select those sections.
+	election, memory bool
+}
+
+// sections are the sections the selection runs: the round-trip floor with
+// the modes and election sections, whose tables are in RTTs.
+func (sel onlySelection) sections() []string {
+	var secs []string
+	if sel.modes != nil || sel.election {
+		secs = append(secs, "rtt")
+	}
+	if sel.modes != nil {
+		secs = append(secs, "modes")
+	}
+	if sel.election {
+		secs = append(secs, "election")
+	}
+	if sel.memory {
+		secs = append(secs, "memory")
+	}
+	return secs
+}
+
 // onlySections is what -only selects when its value names sections rather
 // than libraries: workloads of the modes section (issue 12: "modes",
-// "semaphore", "rwmutex", see modeSelection) and the election section
-// (issue 13: "election"), comma-separated. ok is false when the value is a
-// library regexp; modes is nil when no modes workload was named.
-func onlySections(only string) (modes []modeWorkload, election, ok bool) {
+// "semaphore", "rwmutex", see modeSelection), the election section (issue
+// 13: "election") and the memory section ("memory"), comma-separated. ok is
+// false when the value is a library regexp.
+func onlySections(only string) (sel onlySelection, ok bool) {
 	if only == "" {
-		return nil, false, false
+		return sel, false
 	}
 	var names []string
 	for _, name := range strings.Split(only, ",") {
 		switch name = strings.TrimSpace(name); name {
 		case "election":
-			election = true
+			sel.election = true
+		case "memory":
+			sel.memory = true
 		case "modes", "semaphore", "rwmutex":
 			names = append(names, name)
 		default:
-			return nil, false, false
+			return onlySelection{}, false
 		}
 	}
 	if len(names) > 0 {
-		modes = modeSelection(strings.Join(names, ","))
+		sel.modes = modeSelection(strings.Join(names, ","))
 	}
-	return modes, election, true
+	return sel, true
 }

@@ -370,6 +370,8 @@ func report(res *results) string {
 	}
 	m.table([]string{"library", "keys", "held", "acquired in", "locks/s", "released in", "server memory per held lock", "memory measured as", "error"}, rows)
 
+	memoryReport(&m, res)
+
 	m.p("## Notes on the method")
 	m.p("")
 	for _, n := range append(staticNotes, res.Notes...) {

@@ -2,9 +2,10 @@
 # Runs every benchmark of issue 5 — dlock and its peers on the same servers,
 # in one run — those of issue 12 (a semaphore and an RWMutex on dlock's
 # backends) and of issue 13 (leader election: hand-over and Observe latency
-# on dlock's backends beside etcd's concurrency.Election), and writes
-# ../docs/benchmarks.md and ../docs/benchmarks.png (and results.json here).
-# Takes 8–12 minutes on a 2-core machine.
+# on dlock's backends beside etcd's concurrency.Election) and the memory
+# section (server memory per held lock, and what a released key leaves), and
+# writes ../docs/benchmarks.md and ../docs/benchmarks.png (and results.json
+# here). Takes 9–13 minutes on a 2-core machine.
 #
 #   ./run.sh                 the full run
 #   ./run.sh -quick          a smoke test (short windows, small scale; writes nothing)
@@ -20,6 +21,15 @@
 #                            writes nothing unless -out DIR is given; add
 #                            -quick for short runs; combines with the modes
 #                            names: -only modes,election
+#   ./run.sh -only memory    only the memory section: server memory and keys per
+#                            held lock and left per released key, 100,000 keys on
+#                            Redis and 20,000 on ZooKeeper and etcd, each library on
+#                            a server of its own (about 1 minute); writes nothing
+#                            unless -out DIR is given; add -quick for 2,000 keys
+#   ./run.sh -sections memory -only '^dlock \(redis\)$'
+#                            the memory section for the matching libraries only
+#                            (about 10 s); -sections always writes nothing unless
+#                            -out DIR is given
 #
 # Needs redis-server and ZooKeeper with Java (apt-get install -y redis-server
 # zookeeper); etcd is embedded. Servers run on free loopback ports and are

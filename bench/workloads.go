@@ -696,12 +696,36 @@ func runKeys(s *servers, lib *library, keys, clients, workers int, limit time.Du
 	defer closeMultis(ms)
 	mem0, what := s.memory(lib.Backend)
 	r.MemWhat = what
+	t0 := time.Now()
+	releases, held, err := lockKeys(ctx, ms, keys, workers)
+	if err != nil {
+		r.Err = err.Error()
+	}
+	r.Acquire = time.Since(t0)
+	r.Held = held
+	memK, _ := s.memory(lib.Backend)
+	if r.Held > 0 {
+		r.MemPerKey = float64(memK-mem0) / float64(r.Held)
+	}
+	t1 := time.Now()
+	releaseKeys(releases, workers, limit)
+	r.Release = time.Since(t1)
+	if r.Held < keys && r.Err == "" {
+		r.Err = fmt.Sprintf("only %d of %d keys taken within the time limit", r.Held, keys)
+	}
+	return r
+}
+
+// lockKeys takes the keys k0 … k(keys-1), each once, with workers
+// goroutines spread over the clients ms, until all are held or ctx ends.
+// It returns the release of each key (nil for a key not taken), how many
+// were taken, and the first error.
+func lockKeys(ctx context.Context, ms []multi, keys, workers int) ([]func(context.Context) error, int, error) {
 	releases := make([]func(context.Context) error, keys)
-	var next atomic.Int64
-	var held atomic.Int64
+	var next, held atomic.Int64
+	var firstErr error
 	var errOnce sync.Once
 	var wg sync.WaitGroup
-	t0 := time.Now()
 	for w := range workers {
 		wg.Go(func() {
 			for ctx.Err() == nil {
@@ -711,9 +735,9 @@ func runKeys(s *servers, lib *library, keys, clients, workers int, limit time.Du
 				}
 				// Lock, not TryLock: every key is free, so it is granted
 				// at once; the same call for every library.
-				rel, err := ms[w%clients].Lock(ctx, fmt.Sprintf("k%d", i))
+				rel, err := ms[w%len(ms)].Lock(ctx, fmt.Sprintf("k%d", i))
 				if err != nil {
-					errOnce.Do(func() { r.Err = err.Error() })
+					errOnce.Do(func() { firstErr = err })
 					return
 				}
 				releases[i] = rel
@@ -722,33 +746,28 @@ func runKeys(s *servers, lib *library, keys, clients, workers int, limit time.Du
 		})
 	}
 	wg.Wait()
-	r.Acquire = time.Since(t0)
-	r.Held = int(held.Load())
-	memK, _ := s.memory(lib.Backend)
-	if r.Held > 0 {
-		r.MemPerKey = float64(memK-mem0) / float64(r.Held)
-	}
-	next.Store(0)
-	t1 := time.Now()
-	rctx, rcancel := context.WithTimeout(context.Background(), limit)
-	defer rcancel()
+	return releases, int(held.Load()), firstErr
+}
+
+// releaseKeys calls every release of lockKeys, with workers goroutines,
+// within limit.
+func releaseKeys(releases []func(context.Context) error, workers int, limit time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	var next atomic.Int64
+	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			for rctx.Err() == nil {
+			for ctx.Err() == nil {
 				i := int(next.Add(1) - 1)
-				if i >= keys {
+				if i >= len(releases) {
 					return
 				}
 				if rel := releases[i]; rel != nil {
-					_ = rel(rctx)
+					_ = rel(ctx)
 				}
 			}
 		})
 	}
 	wg.Wait()
-	r.Release = time.Since(t1)
-	if r.Held < keys && r.Err == "" {
-		r.Err = fmt.Sprintf("only %d of %d keys taken within the time limit", r.Held, keys)
-	}
-	return r
 }
