@@ -148,6 +148,14 @@
 //
 // On etcd (etcddlock; docs/etcd.md):
 //
+//   - Before etcd 3.4.31, 3.5.13 and 3.6.0, a leader that pauses (a stalled
+//     disk, CPU starvation, a frozen VM) and resumes revokes leases that a
+//     new leader renewed in the meantime, and the key goes to the next
+//     waiter while its holder's lease is valid: the second guarantee above
+//     fails. etcddlock refuses a cluster with such a member
+//     (etcddlock.ErrUnsafeServer) unless told to accept it
+//     (AllowUnsafeVersion); it checks the members at Open and New, so a
+//     member added later is not checked until the next one.
 //   - A waiter's entry deleted by hand (or its lease revoked by hand) just
 //     before the release ahead of it lets that waiter take the key beside
 //     the next holder; it finds out at its first renewal, and the tokens

@@ -58,10 +58,9 @@ func Schemes() []string {
 // Open returns errors satisfying errors.Is with ErrInvalidURL, ErrUnavailable
 // or ErrAuth, ErrInvalidOption for a bad option (including a WithTTL that the
 // backend cannot honour), or a backend's own sentinel (such as
-// redisdlock.ErrUnsafeServer); their text names the address and what to
-// check. An invalid URL
-// is shown with its password, and the values of parameters named like one,
-// hidden.
+// redisdlock.ErrUnsafeServer, etcddlock.ErrUnsafeServer); their text names
+// the address and what to check. An invalid URL is shown with its password,
+// and the values of parameters named like one, hidden.
 func Open(ctx context.Context, rawURL string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of dlock, in every module of the repository, against real
 # servers. Installs what is missing (redis-server, ZooKeeper, Java,
-# PostgreSQL, MariaDB) with apt;
+# PostgreSQL, MariaDB, Debian's etcd 3.4) with apt;
 # etcd is built from the Go module proxy (internal/tools pins its version).
 # Usage: ./test.sh [extra go test flags]
 set -euo pipefail
@@ -29,6 +29,9 @@ compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || need+=(postgresql)
 # ... and a MariaDB server (internal/testserver/mariadb.go: mariadbd, which
 # Debian puts in /usr/sbin, and mariadb-install-db).
 { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; } || need+=(mariadb-server)
+# etcddlock's tests check that Debian's etcd (3.4.23, which revokes live
+# leases) is refused (internal/testserver/etcd.go: EtcdDebianBinary).
+[ -x /usr/bin/etcd ] || need+=(etcd-server)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test.sh: installing ${need[*]}"
   SUDO=""

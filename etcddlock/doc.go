@@ -27,8 +27,21 @@
 //	                    require one (--client-cert-auth)
 //	server_name=NAME    etcds: the name to verify in the server's
 //	                    certificate (default: the host in the URL)
+//	allow_unsafe_version=true
+//	                    accept etcd versions that revoke live leases (see
+//	                    Options.AllowUnsafeVersion; default false)
 //
 // Or build a Client from an etcd client the program already has with New.
+//
+// # etcd versions
+//
+// Open and New ask every member of the cluster for its version and refuse
+// (ErrUnsafeServer) one before 3.4.31, 3.5.13 or 3.6.0 on its release line:
+// a leader of those versions that pauses and resumes revokes leases that a
+// new leader renewed, and so grants a held lock to a second owner. A member
+// added to the cluster later is checked by the next Open or New, not by
+// running Clients. docs/etcd.md, "etcd versions", says what is checked and
+// how.
 //
 // # TTL
 //

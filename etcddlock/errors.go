@@ -13,6 +13,12 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// ErrUnsafeServer is returned by New and Open (wrapped, naming the etcd
+// members and their versions) when a member of the cluster runs an etcd
+// version that can revoke a lease while its holder is renewing it, which
+// can grant a held lock to a second owner. See Options.AllowUnsafeVersion.
+var ErrUnsafeServer = errors.New("etcddlock: unsafe etcd server version")
+
 // code returns the gRPC code of an error from the etcd client, which comes
 // either as a gRPC status or as an rpctypes.EtcdError.
 func code(err error) codes.Code {

@@ -23,15 +23,18 @@ import (
 // Options.Prefix places instead. (Writes through a namespaced KV and watches
 // through a plain Watcher would never meet.)
 //
-// New checks that etcd answers and lets cli read the prefix; it returns
-// errors satisfying errors.Is with dlock.ErrUnavailable or dlock.ErrAuth when
-// that fails, and with dlock.ErrInvalidOption for a nil cli or a bad option
-// in ClientOptions.
+// New checks that etcd answers and lets cli read the prefix, and that no
+// member of the cluster runs an etcd version that revokes live leases (see
+// Options.AllowUnsafeVersion); it returns errors satisfying errors.Is with
+// dlock.ErrUnavailable or dlock.ErrAuth when that fails (a member that
+// answers at no address counts as unavailable), with ErrUnsafeServer for
+// such a version, and with dlock.ErrInvalidOption for a nil cli or a bad
+// option in ClientOptions.
 func New(ctx context.Context, cli *clientv3.Client, opts *Options) (*dlock.Client, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("%w: etcddlock.New: nil etcd client", dlock.ErrInvalidOption)
 	}
-	d, err := newDriver(ctx, clientv3.NewKV(cli), clientv3.NewLease(cli), clientv3.NewWatcher(cli), opts, nil, strings.Join(cli.Endpoints(), ","))
+	d, err := newDriver(ctx, cli, clientv3.NewKV(cli), clientv3.NewLease(cli), clientv3.NewWatcher(cli), opts, nil, strings.Join(cli.Endpoints(), ","))
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +74,9 @@ type etcdDriver struct {
 	closed bool                   // guarded by mu
 }
 
-func newDriver(ctx context.Context, kv clientv3.KV, lc clientv3.Lease, w clientv3.Watcher, opts *Options, owned io.Closer, addr string) (*etcdDriver, error) {
+// newDriver checks the server through cli, whose own KV, Lease and Watcher
+// are not used: kv, lc and w serve the driver.
+func newDriver(ctx context.Context, cli *clientv3.Client, kv clientv3.KV, lc clientv3.Lease, w clientv3.Watcher, opts *Options, owned io.Closer, addr string) (*etcdDriver, error) {
 	o := opts.withDefaults()
 	dctx, cancel := context.WithCancel(context.Background())
 	d := &etcdDriver{
@@ -84,6 +89,13 @@ func newDriver(ctx context.Context, kv clientv3.KV, lc clientv3.Lease, w clientv
 	if _, err := kv.Get(ctx, d.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1)); err != nil {
 		_ = d.closeClients()
 		return nil, d.checkErr(ctx, err, time.Since(start))
+	}
+	// Before the first watch, so that a refused cluster is left as it was.
+	if !o.AllowUnsafeVersion {
+		if err := d.checkVersions(ctx, cli); err != nil {
+			_ = d.closeClients()
+			return nil, err
+		}
 	}
 	d.anchorDone = make(chan struct{})
 	go d.keepWatchStream()

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/coreos/go-semver/semver"
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/driver"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -30,7 +31,7 @@ func OpenDriverForTest(ctx context.Context, rawURL string) (driver.Driver, error
 // its watch of that entry (pred, its etcd key): the window in which the
 // entry may go, or go and come back, unseen by the watch.
 func NewWithBeforeWatchForTest(ctx context.Context, cli *clientv3.Client, opts *Options, hook func(ctx context.Context, pred string)) (*dlock.Client, error) {
-	d, err := newDriver(ctx, cli.KV, clientv3.NewLease(cli), clientv3.NewWatcher(cli), opts, nil, strings.Join(cli.Endpoints(), ","))
+	d, err := newDriver(ctx, cli, cli.KV, clientv3.NewLease(cli), clientv3.NewWatcher(cli), opts, nil, strings.Join(cli.Endpoints(), ","))
 	if err != nil {
 		return nil, err
 	}
@@ -41,4 +42,13 @@ func NewWithBeforeWatchForTest(ctx context.Context, cli *clientv3.Client, opts *
 		return nil, err
 	}
 	return c, nil
+}
+
+// RevokesLiveLeasesForTest reports whether New and Open refuse etcd version v.
+func RevokesLiveLeasesForTest(v string) (bool, error) {
+	sv, err := semver.NewVersion(v)
+	if err != nil {
+		return false, err
+	}
+	return revokesLiveLeases(sv), nil
 }

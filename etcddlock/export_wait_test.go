@@ -18,7 +18,7 @@ func NewWrappedForTest(ctx context.Context, cli *clientv3.Client, kv clientv3.KV
 	if w == nil {
 		w = clientv3.NewWatcher(cli)
 	}
-	d, err := newDriver(ctx, kv, clientv3.NewLease(cli), w, nil, nil, strings.Join(cli.Endpoints(), ","))
+	d, err := newDriver(ctx, cli, kv, clientv3.NewLease(cli), w, nil, nil, strings.Join(cli.Endpoints(), ","))
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ go 1.26.0
 replace github.com/dlockdev/dlock => ..
 
 require (
+	github.com/coreos/go-semver v0.3.1
 	github.com/dlockdev/dlock v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
@@ -13,7 +14,6 @@ require (
 )
 
 require (
-	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect

@@ -27,6 +27,19 @@ type Options struct {
 	// locks must use the same prefix.
 	Prefix string
 
+	// AllowUnsafeVersion lets New and Open accept a cluster with a member
+	// whose etcd version can revoke a live lease: by default they refuse one
+	// with ErrUnsafeServer. Before 3.4.31, 3.5.13 and 3.6.0, a leader that
+	// pauses (a stalled disk, CPU starvation, a frozen VM) and resumes
+	// revokes the leases that expired by its own clock, after a new leader
+	// renewed them: the server deletes a held lock's entry and grants the
+	// key to the next waiter while the holder's Lease is valid. Set it only
+	// if such a double grant is acceptable, or while upgrading. It also
+	// skips the check itself, which fails Open and New with
+	// dlock.ErrUnavailable when a member cannot be reached. URL parameter:
+	// allow_unsafe_version=true.
+	AllowUnsafeVersion bool
+
 	// ClientOptions are passed to dlock.NewClient (WithTTL, WithMetadata,
 	// WithLogger defaults for every lock).
 	ClientOptions []dlock.Option

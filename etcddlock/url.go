@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,7 +32,7 @@ func Open(ctx context.Context, rawURL string, opts ...dlock.Option) (*dlock.Clie
 }
 
 // urlParams are the query parameters an etcd URL may carry.
-var urlParams = []string{"cacert", "cert", "dial_timeout", "key", "server_name"}
+var urlParams = []string{"allow_unsafe_version", "cacert", "cert", "dial_timeout", "key", "server_name"}
 
 // config is what an etcd URL says.
 type config struct {
@@ -40,6 +41,7 @@ type config struct {
 	user, pass  string
 	tls         *tls.Config // nil for etcd://
 	dialTimeout time.Duration
+	allowUnsafe bool // allow_unsafe_version
 }
 
 // parseURL reads etcd://[user:password@]host[:port][,host[:port]…][/prefix][?params]
@@ -88,6 +90,13 @@ func parseURL(u *url.URL) (*config, error) {
 			return nil, fmt.Errorf("dial_timeout=%q: want a positive duration such as 5s", s)
 		}
 		c.dialTimeout = d
+	}
+	if s := q.Get("allow_unsafe_version"); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return nil, fmt.Errorf("allow_unsafe_version=%q: want true or false", s)
+		}
+		c.allowUnsafe = b
 	}
 	var err error
 	c.tls, err = tlsConfig(u.Scheme, q)
@@ -167,7 +176,7 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		d := &etcdDriver{addr: addr, prefix: c.prefix}
 		return nil, d.checkErr(ctx, err, time.Since(start))
 	}
-	d, err := newDriver(ctx, cli.KV, clientv3.NewLease(cli), clientv3.NewWatcher(cli), &Options{Prefix: c.prefix}, cli, addr)
+	d, err := newDriver(ctx, cli, cli.KV, clientv3.NewLease(cli), clientv3.NewWatcher(cli), &Options{Prefix: c.prefix, AllowUnsafeVersion: c.allowUnsafe}, cli, addr)
 	if err != nil {
 		return nil, err
 	}

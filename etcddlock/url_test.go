@@ -26,16 +26,17 @@ import (
 func TestOpen_badURL(t *testing.T) {
 	ctx := testCtx(t)
 	for raw, want := range map[string]string{
-		"etcd://":                             "no host",
-		"etcd://h1,,h2":                       "empty host",
-		"etcd://host?ttl=3s":                  `unknown parameter "ttl"`,
-		"etcd://host?dial_timeout=soon":       "dial_timeout",
-		"etcd://host?dial_timeout=-1s":        "dial_timeout",
-		"etcd://host?dial_timeout=":           "non-empty",
-		"etcd://user@host":                    "needs a password",
-		"etcd://host?cacert=/tmp/ca.pem":      "use etcds://",
-		"etcds://host?cacert=/does/not/exist": "cacert",
-		"etcds://host?cert=/tmp/c.pem":        "both cert= and key=",
+		"etcd://":                                "no host",
+		"etcd://h1,,h2":                          "empty host",
+		"etcd://host?ttl=3s":                     `unknown parameter "ttl"`,
+		"etcd://host?dial_timeout=soon":          "dial_timeout",
+		"etcd://host?dial_timeout=-1s":           "dial_timeout",
+		"etcd://host?dial_timeout=":              "non-empty",
+		"etcd://user@host":                       "needs a password",
+		"etcd://host?cacert=/tmp/ca.pem":         "use etcds://",
+		"etcds://host?cacert=/does/not/exist":    "cacert",
+		"etcds://host?cert=/tmp/c.pem":           "both cert= and key=",
+		"etcd://host?allow_unsafe_version=maybe": "allow_unsafe_version",
 	} {
 		_, err := dlock.Open(ctx, raw)
 		if !errors.Is(err, dlock.ErrInvalidURL) || !strings.Contains(err.Error(), want) {

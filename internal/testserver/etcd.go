@@ -17,10 +17,10 @@ import (
 	"time"
 )
 
-// Etcd is a single-member etcd server process: the etcd binary of the
-// version etcddlock's client is built against (see EtcdBinary). It listens
-// for clients on a free loopback port and keeps its data in a temporary
-// directory.
+// Etcd is a single-member etcd server process: by default the etcd binary
+// of the version etcddlock's client is built against (see EtcdBinary; EtcdBin
+// picks another). It listens for clients on a free loopback port and keeps
+// its data in a temporary directory.
 //
 // It runs as a process of its own rather than embedded in the test binary
 // so that the etcddlock module needs only etcd's client: a library user
@@ -47,8 +47,15 @@ type Etcd struct {
 type EtcdOption func(*etcdConfig)
 
 type etcdConfig struct {
+	bin               string // "": EtcdBinary
 	certFile, keyFile string
 	flags             []string
+}
+
+// EtcdBin runs the etcd binary at path (another version, such as
+// EtcdDebianBinary's) instead of EtcdBinary's.
+func EtcdBin(path string) EtcdOption {
+	return func(c *etcdConfig) { c.bin = path }
 }
 
 // EtcdTLS makes the client listener speak TLS with the given certificate.
@@ -106,7 +113,15 @@ func StopSharedEtcd() {
 func StartEtcd(t testing.TB, opts ...EtcdOption) *Etcd {
 	t.Helper()
 	SkipIfShort(t)
-	e, err := startEtcd(EtcdBinary(t), t.TempDir(), false, &testWriter{t: t}, opts)
+	var c etcdConfig
+	for _, o := range opts {
+		o(&c)
+	}
+	bin := c.bin
+	if bin == "" {
+		bin = EtcdBinary(t)
+	}
+	e, err := startEtcd(bin, t.TempDir(), false, &testWriter{t: t}, opts)
 	if err != nil {
 		t.Fatalf("testserver: %v", err)
 	}
@@ -263,6 +278,23 @@ func (e *Etcd) Stop() {
 	if e.ownsDir {
 		_ = os.RemoveAll(e.dir)
 	}
+}
+
+// EtcdDebianBinary returns the path of Debian's etcd server,
+// $DLOCK_ETCD_DEBIAN_BIN when set, or else /usr/bin/etcd from the package
+// etcd-server (3.4.23 on Debian 12): a version that revokes leases a new
+// leader renewed, which etcddlock refuses. Its flags are those StartEtcd
+// passes. A missing binary fails the test.
+func EtcdDebianBinary(t testing.TB) string {
+	t.Helper()
+	p := os.Getenv("DLOCK_ETCD_DEBIAN_BIN")
+	if p == "" {
+		p = "/usr/bin/etcd"
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("testserver: Debian's etcd: %v. Install it: apt-get install etcd-server — or run ./test.sh, which does.", err)
+	}
+	return p
 }
 
 var (
