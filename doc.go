@@ -117,7 +117,14 @@
 //     and grant it twice. redisdlock refuses such a server
 //     (redisdlock.ErrUnsafeServer) unless told to accept it; a server that
 //     will not report its policy is accepted, and must be configured with
-//     noeviction.
+//     noeviction. An allkeys-* policy may also evict the record that keeps
+//     the tokens of a hash slot's free keys: their next tokens then go up
+//     only as after a restart.
+//   - A release resent after a lost reply may report a false ErrNotHeld
+//     when the slot-wide traces it reads changed before it arrived; never a
+//     false success. Clients of versions that kept a fence per key, beside
+//     newer ones, keep tokens increasing only as after a restart for the
+//     grants they make (docs/redis.md, "Keys").
 //   - redisdlock.Fence keeps a fence's highest token in one key without
 //     expiry: an allkeys-* maxmemory-policy may evict it (Fence refuses such
 //     a server when it creates the key, unless AllowFenceEviction), and a

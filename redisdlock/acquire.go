@@ -24,7 +24,7 @@ type acquireReply struct {
 	serverUs int64         // granted: the server's TIME in µs
 	pttl     time.Duration // holder's time left; negative when unknown
 	head     bool          // first in the queue
-	holder   uint64        // queued: the latest grant's token (the fence's)
+	holder   uint64        // queued: the latest grant's token (the hash's 't')
 	label    string        // mismatch: the key's kind label
 }
 
@@ -118,7 +118,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 	// server had not yet granted us the key: a grant delivered by a notice
 	// happened after it, so it is a safe ValidFrom for that grant — provided
 	// the notice is not older than that request. staleUpTo tells: it is the
-	// latest grant's token that request found (the fence's value; with
+	// latest grant's token that request found (the hash's 't'; with
 	// several holders, the newest one's). Tokens increase with every grant,
 	// so a notice announces a grant made after that request if and only if
 	// its token is above it; one with a token up to it announces a grant
@@ -214,7 +214,7 @@ func waitTurn(ctx context.Context, w waiter, d time.Duration, staleUpTo uint64) 
 }
 
 // noToken is release.lua's token argument for an attempt that was never
-// granted: no fence holds it.
+// granted: no grant has token 0.
 var noToken any = "0"
 
 // abandon removes every trace of an attempt that will not be returned to the

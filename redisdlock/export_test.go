@@ -13,3 +13,14 @@ func ReleaseScriptHashForTest() string { return releaseScript.Hash() }
 
 // RenewScriptHashForTest is the SHA1 that EVALSHA sends for renew.lua.
 func RenewScriptHashForTest() string { return renewScript.Hash() }
+
+// LockKeysForTest returns the Redis keys the scripts take for a lock, as
+// names: its hash, queue, waiters and old fence, then its slot's token
+// record and release trace.
+func LockKeysForTest(prefix, key string) []string {
+	var out []string
+	for _, k := range buildLockKeys(prefix, key) {
+		out = append(out, k.(string))
+	}
+	return out
+}

@@ -2,9 +2,6 @@ package redisdlock_test
 
 import (
 	"context"
-	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -61,8 +58,9 @@ func (h *harness) clientVia(ctx context.Context, t *testing.T, addr string) (*dl
 
 func (h *harness) redisKeys(ctx context.Context, key string) ([]string, error) {
 	var all []string
-	for _, suffix := range []string{"", ":q", ":w", ":f"} {
-		k := redisdlock.RedisKeyForTest(redisdlock.DefaultPrefix, key) + suffix
+	// The key's own: its hash, queue, waiters and (from earlier versions)
+	// fence. Its slot's record and trace are the slot's, not the key's.
+	for _, k := range redisdlock.LockKeysForTest(redisdlock.DefaultPrefix, key)[:4] {
 		n, err := h.admin.Exists(ctx, k).Result()
 		if err != nil {
 			return nil, err
@@ -83,39 +81,10 @@ func (h *harness) DeleteKey(ctx context.Context, key string) error {
 	return h.admin.Del(ctx, keys...).Err()
 }
 
-// Leftovers lists the Redis keys still stored for key, but for the fence
-// (":f"), which keeps the last token of every key ever locked for good, by
-// design (docs/redis.md); withoutFence checks it is nothing more.
+// Leftovers lists the Redis keys still stored for key: none may stay once it
+// is free, not even its last token, which its slot's record keeps.
 func (h *harness) Leftovers(ctx context.Context, key string) ([]string, error) {
-	keys, err := h.redisKeys(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	return withoutFence(ctx, h.admin, keys)
-}
-
-// withoutFence drops the fence key from keys, after checking that it is
-// what the fence must be: a token, with no expiry.
-func withoutFence(ctx context.Context, rdb redis.Cmdable, keys []string) ([]string, error) {
-	var out []string
-	for _, k := range keys {
-		if !strings.HasSuffix(k, "}:f") {
-			out = append(out, k)
-			continue
-		}
-		v, err := rdb.Get(ctx, k).Result()
-		if err != nil {
-			return nil, err
-		}
-		ttl, err := rdb.PTTL(ctx, k).Result()
-		if err != nil {
-			return nil, err
-		}
-		if _, perr := strconv.ParseUint(v, 10, 64); perr != nil || ttl != -1 {
-			return nil, fmt.Errorf("fence %s is %q with expiry %v, want a token and no expiry", k, v, ttl)
-		}
-	}
-	return out, nil
+	return h.redisKeys(ctx, key)
 }
 
 // RestartServer kills redis-server (which keeps nothing on disk) and starts

@@ -3,10 +3,12 @@ package redisdlock
 import "strings"
 
 // lockKeys are the Redis keys of one lock, in the order the scripts take them
-// (lock, queue, waiters, fence), boxed for script.run. All share the hash tag
-// {<escaped key>}, so they live in one Redis Cluster slot and every script
-// touches one slot only. They are cut from one string, and never change: the
-// scripts' callers share them.
+// (lock, queue, waiters, legacy fence, token record, release trace), boxed
+// for script.run. The first four share the hash tag {<escaped key>}; the
+// last two are shared by every key of the same Redis Cluster slot, and carry
+// a hash tag that maps to it (slotTags). So every script touches one slot
+// only. They are cut from one string, and never change: the scripts'
+// callers share them.
 func (d *redisDriver) lockKeys(key string) []any {
 	if v, ok := d.keyCache.Load(key); ok {
 		return v.([]any)
@@ -29,9 +31,11 @@ const maxCachedKeys = 1024
 
 func buildLockKeys(prefix, key string) []any {
 	k, p := escapeKey(key), prefix
-	n := len(p) + len(k) + 2 // the lock key, p{k}
-	s := p + "{" + k + "}:q" + p + "{" + k + "}:w" + p + "{" + k + "}:f"
-	return []any{s[:n], s[:n+2], s[n+2 : 2*n+4], s[2*n+4:]}
+	lock := p + "{" + k + "}"
+	tag := slotTag(lock)
+	n, r := len(lock), len(p)+len("tokens:{}")+len(tag) // the lock key, the record
+	s := lock + ":q" + lock + ":w" + lock + ":f" + p + "tokens:{" + tag + "}" + p + "released:{" + tag + "}"
+	return []any{s[:n], s[:n+2], s[n+2 : 2*n+4], s[2*n+4 : 3*n+6], s[3*n+6 : 3*n+6+r], s[3*n+6+r:]}
 }
 
 // escapeKey makes a user key safe inside a hash tag, reversibly: a '}' would

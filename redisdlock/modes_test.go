@@ -353,17 +353,17 @@ func TestSemaphore_crashedHolderPermitReturns(t *testing.T) {
 	_ = kept.Unlock(ctx)
 }
 
-// dumpKeys returns DUMP of each of the key's Redis keys ("" when absent).
+// dumpKeys returns DUMP of each of the Redis keys the scripts take for key,
+// its slot's record and trace included ("" when absent).
 func dumpKeys(t *testing.T, ctx context.Context, admin *redis.Client, key string) []string {
 	t.Helper()
-	base := redisdlock.RedisKeyForTest(redisdlock.DefaultPrefix, key)
 	var out []string
-	for _, suffix := range []string{"", ":q", ":w", ":f"} {
-		v, err := admin.Dump(ctx, base+suffix).Result()
+	for _, k := range redisdlock.LockKeysForTest(redisdlock.DefaultPrefix, key) {
+		v, err := admin.Dump(ctx, k).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			t.Fatal(err)
 		}
-		out = append(out, suffix+"="+v)
+		out = append(out, k+"="+v)
 	}
 	return out
 }

@@ -131,9 +131,10 @@ func TestHandOff_costDoesNotGrowWithWaiters(t *testing.T) {
 			t.Errorf("%d waiters: %d script calls and %d PUBLISH for %d hand-offs, want %d and %d (one release each, one waiter woken each)",
 				n, scripts, stats["publish"], n, n+1, n)
 		}
-		// The server work inside the scripts: a hand-off runs HMGET, LPOP,
-		// HGET, TIME, HDEL, HSET, PEXPIRE, SET (the fence), PUBLISH; the
-		// last release, with nobody waiting, HMGET, LPOP, DEL.
+		// The server work inside the scripts: a hand-off runs HGETALL, LPOP,
+		// HGET, HDEL, TIME, HSET, PEXPIRE, GETSET (the slot's record),
+		// PUBLISH; the last release, with nobody waiting, HGETALL, LPOP,
+		// RENAME (to the slot's trace).
 		if inner, want := innerCommands(stats), handOffCommands*n+releaseCommands; inner > want {
 			t.Errorf("%d waiters: %d commands inside the scripts, want at most %d (%d per hand-off, %d for the last release): %v",
 				n, inner, want, handOffCommands, releaseCommands, stats)
@@ -177,7 +178,7 @@ func TestScripts_commandsPerPath(t *testing.T) {
 			t.Errorf("%s: %d commands inside the scripts, want at most %d: %v", what, got, want, stats)
 		}
 	}
-	// HMGET GET LPOP TIME HSET PEXPIRE SET, then HMGET LPOP DEL.
+	// HGETALL LINDEX MGET TIME HSET PEXPIRE SET, then HGETALL LPOP RENAME.
 	measure("uncontended Lock and Unlock", 10, func() {
 		l, err := holder.Lock(ctx, "cycle")
 		if err != nil {

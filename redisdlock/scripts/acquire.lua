@@ -8,7 +8,7 @@
 -- client's watch on the server's clock); {0, pttl} not granted (not
 -- waiting); {2, pttl, head, token} queued (head = 1 when first in line, and
 -- pttl -1 unless head: only the first in line uses it; token is the latest
--- grant's, the fence's value: a notice with a token up to it announces a
+-- grant's, the hash's 't': a notice with a token up to it announces a
 -- grant made before this call, which the caller has lost since);
 -- {3, label} the key is another kind (nothing was written).
 -- pttl is the time left to the earliest deadline among the holders: every

@@ -8,7 +8,7 @@
 --                       'o', so that a lock's hand-off overwrites one field
 --                       instead of deleting one and writing another;
 --                     'k' the kind label (driver.KindLabel), absent for a lock;
---                     't' the token of the latest grant (as the fence);
+--                     't' the token of the latest grant;
 --                     'p' the owner of the latest release (lost replies).
 --                   Its expiry is at least the latest deadline of its live
 --                   holders: every grant and renewal that would pass it
@@ -16,11 +16,21 @@
 --   KEYS[2] queue   list of waiting owner ids, arrival order.
 --   KEYS[3] waiters hash: owner id ->
 --                     "deadline_ms|ttl_ms|since_ms|mode|kind label|channel|meta"
---   KEYS[4] fence   string: the token of the key's latest grant, written
---                   by every grant and kept for good (no expiry): the next
---                   token is above it whatever the server's clock does, and
---                   a release resent after a lost reply finds in it whether
---                   anybody was granted the key since (release.lua).
+--   KEYS[4] fence   string: the token of the key's latest grant, written by
+--                   earlier versions for every key ever locked (no expiry).
+--                   Read with the record below and deleted by the next grant
+--                   that finds the hash gone, so old fences drain.
+--   KEYS[5] record  string: a token at least as high as every token granted
+--                   to any key of this Redis Cluster slot (no expiry): its
+--                   name's hash tag maps to the slot (keys.go), so it is one
+--                   key per slot used, whatever the number of keys ever
+--                   locked. The next grant of a key whose hash is gone takes
+--                   a token above it, whatever the server's clock does.
+--   KEYS[6] trace   hash: the holders hash of the slot's latest release that
+--                   left its key free, renamed (release.lua), with the
+--                   releaser's record alone and the hash's expiry: a
+--                   release resent after a lost reply finds its own record
+--                   in it.
 -- renew.lua is sent KEYS[1] only, and runs without this file: it touches
 -- nothing else.
 -- Modes are 'x' (exclusive) and 's' (shared). Every holder and waiter of a
@@ -39,7 +49,7 @@
 -- deadline is renewed + ttl, added when read, never formatted), and parse
 -- a record only when its content matters: a lock's release finds its own
 -- record by its prefix and parses nothing.
-local lock, queue, waiters, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lock, queue, waiters, fence, record, trace = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 
 -- now returns the server time in µs and ms, reading it on first use only:
 -- the retried-request paths and a lock's release with nobody waiting never
@@ -76,12 +86,14 @@ end
 --   field of the caller's released record; fresh: the hash holds only dead
 --   records, replace it whole. hset, pubs: HSET's and the notices'
 --   arguments; granted: grants of this run; pexp: PEXPIRE's argument when
---   a grant's deadline is the latest.
+--   a grant's deadline is the latest. fenced: the record was read by this
+--   run (S.last is then above it); legacy: the key has an old fence.
 -- Every field is set here (false for none) so that the table is sized once.
 local S = {exists = false, label_s = false, last = false, prev = false, slots = false,
   recs = false, nrec = 0, mine = false, shared = 0, excl = 0, live = 0, mindl = false,
   maxdl = 0, o_free = true, o_taken = false, o_dead = false, dead = false, drop = false,
-  fresh = false, hset = false, pubs = false, granted = 0, pexp = false, fenced = false}
+  fresh = false, hset = false, pubs = false, granted = 0, pexp = false, fenced = false,
+  legacy = false}
 
 -- parse_waiter splits a waiter record: deadline (a number), ttl, since,
 -- mode, label, channel, meta. A record that does not parse (written by
@@ -181,13 +193,19 @@ end
 -- grant makes owner a holder with a fresh fencing token and returns it (as a
 -- string); flush writes it. The token is max(latest token + 1, server clock
 -- in µs): above every earlier grant's while the server keeps its data (the
--- latest is the hash's 't', or the fence when the hash is gone), however its
--- clock steps, and increasing by the clock alone after a restart that lost
--- every key.
+-- latest is the hash's 't' or, when the hash is gone, the slot's record,
+-- which is at least every token of the slot, or an old fence above it),
+-- however its clock steps, and increasing by the clock alone after a
+-- restart that lost every key.
 local function grant(owner, ttl, mode, meta)
   local us, ms = now()
   if not S.last and not S.fenced then
-    S.last, S.fenced = redis.call('GET', fence), true -- false when there is none
+    -- One MGET reads both: the old fence is false once drained.
+    local r = redis.call('MGET', record, fence)
+    S.last, S.legacy, S.fenced = r[1], r[2], true
+    if r[2] and (not r[1] or tonumber(r[2]) > tonumber(r[1])) then
+      S.last = r[2]
+    end
   end
   local token = now_us_s
   if S.last and tonumber(S.last) >= us then
@@ -309,7 +327,7 @@ end
 
 -- flush writes the run's changes to the holders hash: the records removed
 -- (released, or dead), the grants with the latest token and, for a new
--- hash, the kind label; its expiry; the fence; the notices. label is the
+-- hash, the kind label; its expiry; the slot's record; the notices. label is the
 -- key's kind label; releaser the releasing owner, if any.
 local function flush(label, releaser)
   if S.fresh then
@@ -348,10 +366,26 @@ local function flush(label, releaser)
   end
   if S.granted > 0 then
     -- The token outlives the hash, which goes with the last release or
-    -- its expiry (holders that crashed): the fence keeps it for the next
-    -- grant, since the clock may step back behind it at any time. No
-    -- expiry: an integer string, a few dozen bytes per key ever locked.
-    redis.call('SET', fence, S.last)
+    -- its expiry (holders that crashed): the slot's record keeps it for
+    -- the next grant, since the clock may step back behind it at any time.
+    -- The record only goes up: it also covers the other keys of the slot,
+    -- whose tokens may be higher (a key's tokens run ahead of the clock
+    -- after a step back, or when granted faster than once per µs).
+    if S.fenced then
+      -- Read by this run, and below S.last.
+      redis.call('SET', record, S.last)
+      if S.legacy then
+        redis.call('DEL', fence) -- its token is below S.last, now recorded
+      end
+    else
+      -- Not read: write, and put back what was there if it was higher
+      -- (rare: the write usually raises it). GETSET rather than SET GET
+      -- or ZADD GT, which need Redis 6.2.
+      local was = redis.call('GETSET', record, S.last)
+      if was and tonumber(was) > tonumber(S.last) then
+        redis.call('SET', record, was)
+      end
+    end
   end
   if S.pubs then
     for i = 1, #S.pubs, 2 do
