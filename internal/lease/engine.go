@@ -312,7 +312,8 @@ func (e *Engine) Release(ctx context.Context) error { return e.ReleaseWith(ctx, 
 func (e *Engine) ReleaseWith(ctx context.Context, reason error) error {
 	e.mu.Lock()
 	if e.released {
-		releasing, limited := e.releasing, e.limitReason != nil && e.reason == e.limitReason
+		releasing, limit := e.releasing, e.limitReason
+		limited := limit != nil && e.reason == limit
 		e.mu.Unlock()
 		if releasing != nil {
 			select {
@@ -322,7 +323,7 @@ func (e *Engine) ReleaseWith(ctx context.Context, reason error) error {
 		}
 		if limited {
 			// "dlock: lock not held: maximum hold reached: …".
-			return nest(driver.ErrNotHeld, e.limitReason, "dlock: ")
+			return nest(driver.ErrNotHeld, limit, "dlock: ")
 		}
 		return fmt.Errorf("%w: already unlocked", driver.ErrNotHeld)
 	}
@@ -419,6 +420,9 @@ func (e *Engine) Abandon(ctx context.Context, reason error) error {
 func (e *Engine) LimitAt(at time.Time, reason error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.err != nil || e.released {
+		return // ended already: no timer to stop later
+	}
 	e.limitReason = reason
 	e.limitTimer = time.AfterFunc(time.Until(at), e.onLimit)
 }
