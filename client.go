@@ -123,6 +123,9 @@ func (c *Client) acquire(ctx context.Context, op, key string, sh shape, wait boo
 	if err := checkFixedTTL(c.drv, &cfg); err != nil {
 		return nil, opErr(op, key, err)
 	}
+	if err := cfg.checkHolds(); err != nil {
+		return nil, opErr(op, key, err)
+	}
 	wait = wait && !cfg.noWait
 	if c.holdsInContext(ctx, key) {
 		// Inside Do of this key: waiting would wait for ourselves.
@@ -158,8 +161,12 @@ func (c *Client) acquire(ctx context.Context, op, key string, sh shape, wait boo
 		return nil, opErr(op, key, err)
 	}
 	l := &Lease{client: c, key: key, token: g.Token(), ttl: g.Validity(), mode: sh.mode, grant: g, metadata: cfg.metadata, eng: lease.Start(key, g, c.log)}
+	granted := time.Now()
 	if cfg.hold > 0 {
-		l.hold = &minHold{until: time.Now().Add(cfg.hold)}
+		l.hold = &minHold{until: granted.Add(cfg.hold)}
+	}
+	if cfg.holdMax > 0 {
+		l.eng.LimitAt(granted.Add(cfg.holdMax), fmt.Errorf("%w: released %v after it was granted (HoldAtMost)", ErrHoldLimit, cfg.holdMax))
 	}
 
 	c.mu.Lock()
@@ -302,7 +309,8 @@ func convertInfo(in *driver.LockInfo) *LockInfo {
 //
 // A lease still within its minimum hold (HoldAtLeast) is not released but
 // left to expire: Close stops renewing it and the server frees the key when
-// its TTL runs out, as if the process had died.
+// its TTL runs out, as if the process had died. (On ZooKeeper, the key is
+// freed by Close: see HoldAtLeast.)
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -324,8 +332,14 @@ func (c *Client) Close() error {
 	errs := make([]error, len(held))
 	var wg sync.WaitGroup
 	for i, l := range held {
-		if l.abandonInHold() {
-			continue // left to the server's TTL: see HoldAtLeast
+		if l.takeInHold() {
+			// Left to the server's TTL: see HoldAtLeast.
+			wg.Go(func() {
+				if err := l.abandonWithin(ctx); err != nil {
+					errs[i] = opErr("close: abandon", l.key, err)
+				}
+			})
+			continue
 		}
 		wg.Go(func() {
 			if err := l.closeWithin(ctx); err != nil && !errors.Is(err, ErrNotHeld) {

@@ -14,14 +14,17 @@ import (
 // if the lease was lost while fn ran, the error also satisfies
 // errors.Is(err, ErrLeaseLost), even when fn returned nil, because the work
 // may have overlapped with another holder's; if Client.Close ended the lease
-// while fn ran, it satisfies errors.Is(err, ErrClosed). The lease's fencing token is
-// available to fn through LeaseFromContext.
+// while fn ran, it satisfies errors.Is(err, ErrClosed); if HoldAtMost
+// released it while fn ran, errors.Is(err, ErrHoldLimit). fn's context is
+// then cancelled with the same error as its cause (context.Cause). The
+// lease's fencing token is available to fn through LeaseFromContext.
 //
 // For a job fired on every instance of a service, NoWait makes Do skip it
 // (returning an error satisfying errors.Is(err, ErrLocked), without calling
 // fn) when another instance holds the key, and HoldAtLeast keeps the key
 // held for a while after fn returns, in the background, so that an instance
-// that fires a little later skips it too: see HoldAtLeast.
+// that fires a little later skips it too: see HoldAtLeast. HoldAtMost
+// releases the key of a job that hangs.
 func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...LockOption) error {
 	l, err := c.Lock(ctx, key, opts...)
 	if err != nil {

@@ -142,9 +142,11 @@
 //   - A lease lives as long as the Client's session: one expired session (a
 //     pause or a network cut longer than the session timeout) loses every
 //     lease of that Client at once.
-//   - Client.Close ends the session, so a lease in its minimum hold
-//     (HoldAtLeast) ends with Close there, instead of lasting until its
-//     TTL as on the other backends.
+//   - A lease in its minimum hold (HoldAtLeast) ends with Client.Close
+//     there, instead of lasting until its TTL as on the other backends:
+//     Close ends the session of a Client of Open, and deletes the lease's
+//     node on the caller's connection for a Client of zkdlock.New, whose
+//     session would otherwise keep it for as long as it lives.
 //   - On an ensemble, the rule above rests on ZooKeeper answering its own
 //     pings in time; a server JVM stalled past half a tick while it still
 //     follows, a tick_time smaller than the ensemble's, or standalone=true
@@ -175,7 +177,7 @@
 // # Errors
 //
 // Errors are values to test with errors.Is: ErrLocked, ErrNotHeld,
-// ErrLeaseLost, ErrReleased, ErrClosed, ErrReentrant, ErrKindMismatch,
+// ErrLeaseLost, ErrReleased, ErrHoldLimit, ErrClosed, ErrReentrant, ErrKindMismatch,
 // ErrNoLeader, ErrInvalidKey, ErrInvalidOption, ErrInvalidURL, ErrUnavailable
 // and ErrAuth; and, from the fenced writes, ErrStaleToken (a
 // *StaleTokenError where the store knows the recorded token) and

@@ -42,6 +42,12 @@ var (
 	// ErrReleased is the Err of a lease after Unlock.
 	ErrReleased = lease.ErrReleased
 
+	// ErrHoldLimit is the Err of a lease that HoldAtMost released at its
+	// maximum hold, wrapped with the limit. Do returns it (joined with
+	// the function's error) when the limit came while the function ran,
+	// whose context it cancelled.
+	ErrHoldLimit = errors.New("dlock: maximum hold reached")
+
 	// ErrClosed is returned by calls on a closed Client, and is the Err of
 	// leases that Close released.
 	ErrClosed = errors.New("dlock: client closed")

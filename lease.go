@@ -62,8 +62,8 @@ func (l *Lease) Done() <-chan struct{} { return l.eng.Done() }
 
 // Err returns nil while the lease is held. After Done is closed it returns an
 // error satisfying errors.Is with ErrLeaseLost (renewal failed or the server
-// dropped the grant), ErrReleased (after Unlock) or ErrClosed (after
-// Client.Close).
+// dropped the grant), ErrReleased (after Unlock), ErrHoldLimit (released at
+// its HoldAtMost) or ErrClosed (after Client.Close).
 func (l *Lease) Err() error { return l.eng.Err() }
 
 // Deadline returns the local time until which the lease is known to be held
@@ -79,7 +79,9 @@ func (l *Lease) Deadline() time.Time { return l.eng.Deadline() }
 //
 // With HoldAtLeast, an Unlock before the minimum hold has passed returns nil
 // at once and the release happens in the background when it has passed (see
-// HoldAtLeast); a second Unlock then returns ErrNotHeld.
+// HoldAtLeast); a second Unlock then returns ErrNotHeld. After the maximum
+// hold (HoldAtMost) released the lease, Unlock returns an error satisfying
+// both ErrNotHeld and ErrHoldLimit.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if deferred, err := l.unlockAfterHold(); deferred {
 		return err

@@ -64,6 +64,7 @@ type lockConfig struct {
 	value    string        // an election candidate's value (Campaign)
 	noWait   bool          // NoWait: give up at once instead of queueing
 	hold     time.Duration // HoldAtLeast: the minimum hold, 0 for none
+	holdMax  time.Duration // HoldAtMost: the maximum hold, 0 for none
 }
 
 type ttlOption time.Duration

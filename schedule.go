@@ -21,6 +21,10 @@ import (
 // while one of them runs the job skip it instead of running it after that
 // one; HoldAtLeast keeps the key held after a short job, so that an
 // instance whose clock or scheduler fires a little late also skips.
+// HoldAtMost (ShedLock's lockAtMostFor) releases the key of a job that
+// hangs, so that a later firing can run it again:
+//
+//	dlock.NoWait(), dlock.HoldAtLeast(30*time.Second), dlock.HoldAtMost(10*time.Minute)
 
 type noWaitOption struct{}
 
@@ -67,16 +71,66 @@ func (o holdOption) applyLock(c *lockConfig) error {
 // Client.Close, for the same reason, does not release a lease in its
 // minimum hold (that would let an instance that fires a little later run
 // the job again at once) but stops renewing it, so that the server frees
-// the key when the TTL runs out. (On ZooKeeper, whose leases belong to the
-// session, Close ends the session and the server deletes its nodes at
-// once: there the minimum hold ends with Close; a killed process keeps it
-// for the session timeout.) With a TTL shorter than d, the key of a
-// dead or closed holder may thus be free before d. Election's Resign
+// the key when the TTL runs out. (On ZooKeeper, whose lock nodes live as
+// long as the session, Close deletes them, whether it ends the session, for
+// a Client of Open, or leaves the caller's connection open, for one of
+// zkdlock.New: there the minimum hold ends with Close; a killed process
+// keeps it for the session timeout.) With a TTL shorter than d, the key of
+// a dead or closed holder may thus be free before d. Election's Resign
 // gives leadership up at once, minimum hold or not.
+//
+// With HoldAtMost, the lease is released at the maximum hold even within
+// the minimum one: a maximum shorter than the minimum is refused.
 //
 // d = 0 means no minimum hold; d must lie within [0, MaxTTL]: a longer
 // hold outlives anything a process can be trusted to keep renewing.
 func HoldAtLeast(d time.Duration) LockOption { return holdOption(d) }
+
+type holdMaxOption time.Duration
+
+func (o holdMaxOption) applyLock(c *lockConfig) error {
+	d := time.Duration(o)
+	if d < 0 || (d > 0 && d < MinTTL) {
+		return fmt.Errorf("%w: maximum hold %v is neither 0 nor at least %v", ErrInvalidOption, d, MinTTL)
+	}
+	c.holdMax = d
+	return nil
+}
+
+// HoldAtMost releases the lease d after it was granted (for Do: after the
+// job started) if it is still held then: ShedLock's lockAtMostFor. A job
+// that hangs in a live process would otherwise keep its lease renewed for
+// ever, and the job would never run again anywhere.
+//
+// At the limit the Client stops renewing, closes Done, and releases the key
+// on the server, which may grant it at once to another instance: Err then
+// returns an error satisfying errors.Is(err, ErrHoldLimit) that names d,
+// Do's function finds its context cancelled with that error as the cause
+// (context.Cause) and Do returns it, joined with the function's own error,
+// and a later Unlock returns an error satisfying both ErrNotHeld and
+// ErrHoldLimit. The job is not stopped: it must stop when its context ends,
+// or check Done, as after a lost lease, since the next holder may already
+// run (use Token to fence its writes).
+//
+// With HoldAtLeast, the minimum hold ends no later than the maximum: a
+// maximum shorter than the minimum is refused with ErrInvalidOption, and
+// a lease kept by the minimum hold after an early Unlock is released at
+// the minimum, as released (ErrReleased). Close releases (or, in its
+// minimum hold, abandons) a lease before its maximum hold as before.
+//
+// d = 0 means no maximum hold. Otherwise d must be at least MinTTL; it may
+// be shorter or longer than the TTL (or MaxTTL): it bounds how long the
+// holder keeps the key, not how long the server waits for a dead one.
+func HoldAtMost(d time.Duration) LockOption { return holdMaxOption(d) }
+
+// checkHolds checks the holds against each other, once every option has
+// been applied, whatever their order.
+func (c *lockConfig) checkHolds() error {
+	if c.holdMax > 0 && c.holdMax < c.hold {
+		return fmt.Errorf("%w: maximum hold %v is shorter than the minimum hold %v", ErrInvalidOption, c.holdMax, c.hold)
+	}
+	return nil
+}
 
 // holdState is where a lease stands in its minimum hold.
 type holdState int
@@ -116,7 +170,10 @@ func (l *Lease) unlockAfterHold() (deferred bool, err error) {
 		return false, nil // the engine says it is not held any more
 	}
 	left := time.Until(h.until)
-	if left <= 0 || c.closed || l.eng.Err() != nil {
+	// The release at the end of the hold comes no later than a maximum
+	// hold (HoldAtMost), which StopLimit cancels: the lease then ends as
+	// released, not at its limit. If the limit has come, it is released.
+	if left <= 0 || c.closed || l.eng.Err() != nil || !l.eng.StopLimit() {
 		h.state = holdReleasing
 		return false, nil
 	}
@@ -152,26 +209,34 @@ func (l *Lease) releaseAfterHold() {
 	}
 }
 
-// abandonInHold is Close's part for a lease with a minimum hold that has
-// not passed: it stops renewing it without releasing it, and reports true.
-// It reports false for every other lease, which Close releases.
-func (l *Lease) abandonInHold() bool {
+// takeInHold is Close's part for a lease with a minimum hold that has not
+// passed: it takes the lease from Unlock and the release timer, and
+// reports true; Close then abandons it (abandonWithin). It reports false
+// for every other lease, which Close releases.
+func (l *Lease) takeInHold() bool {
 	h := l.hold
 	if h == nil {
 		return false
 	}
 	c := l.client
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if h.state == holdReleasing || h.state == holdAbandoned || !time.Now().Before(h.until) {
-		c.mu.Unlock()
 		return false
 	}
 	if h.timer != nil {
 		h.timer.Stop()
 	}
 	h.state = holdAbandoned
-	c.mu.Unlock()
-	l.eng.Abandon(fmt.Errorf("lease %s: %w: left to expire by Close in its minimum hold", keys.Quote(l.key), ErrClosed))
-	c.forget(l)
 	return true
+}
+
+// abandonWithin stops renewing a lease taken by takeInHold without
+// releasing it, waiting at most its TTL within ctx for what the backend
+// does about it (see driver.Abandoner).
+func (l *Lease) abandonWithin(ctx context.Context) error {
+	defer l.client.forget(l)
+	ctx, cancel := context.WithTimeout(ctx, l.ttl)
+	defer cancel()
+	return l.eng.Abandon(ctx, fmt.Errorf("lease %s: %w: left to expire by Close in its minimum hold", keys.Quote(l.key), ErrClosed))
 }

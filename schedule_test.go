@@ -27,3 +27,27 @@ func TestHoldAtLeast_outOfRange(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldAtMost_invalid: a negative maximum hold, one shorter than MinTTL,
+// or one shorter than the minimum hold (in either order of the options) is
+// refused before the driver is asked anything.
+func TestHoldAtMost_invalid(t *testing.T) {
+	c, err := dlock.NewClient(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, opts := range map[string][]dlock.LockOption{
+		"negative":           {dlock.HoldAtMost(-time.Nanosecond)},
+		"below MinTTL":       {dlock.HoldAtMost(dlock.MinTTL - time.Nanosecond)},
+		"below the minimum":  {dlock.HoldAtLeast(2 * time.Second), dlock.HoldAtMost(time.Second)},
+		"minimum given last": {dlock.HoldAtMost(time.Second), dlock.HoldAtLeast(2 * time.Second)},
+	} {
+		err := c.Do(context.Background(), "k", func(context.Context) error { return nil }, opts...)
+		if !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Errorf("%s: Do = %v, want ErrInvalidOption", name, err)
+		}
+		if _, err := c.Lock(context.Background(), "k", opts...); !errors.Is(err, dlock.ErrInvalidOption) {
+			t.Errorf("%s: Lock = %v, want ErrInvalidOption", name, err)
+		}
+	}
+}

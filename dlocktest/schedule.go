@@ -3,6 +3,7 @@ package dlocktest
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/dlockdev/dlock"
@@ -130,3 +131,82 @@ func doKeepingLease(ctx context.Context, c *dlock.Client, key string, opts ...dl
 	}, opts...)
 	return lease, err
 }
+
+// A maximum hold (HoldAtMost) releases the key of a job that hangs in a
+// live process, whose lease would otherwise be renewed for ever.
+
+// Do_holdAtMost_releasesHungJob: at the limit the key is released while the
+// job still runs: another client takes it (before HoldAtMost, it waited
+// here for the job, which waited for it, until the watchdog); the job's
+// context is cancelled with a cause that names the limit, and Do and
+// Lease.Err report ErrHoldLimit.
+var _ = register("Do_holdAtMost_releasesHungJob", func(s *suite) {
+	c1, c2 := s.client(), s.client()
+	key := s.key()
+	const limit = 300 * time.Millisecond
+	var lease, next *dlock.Lease
+	var cause error
+	err := c1.Do(s.ctx, key, func(ctx context.Context) error {
+		lease, _ = dlock.LeaseFromContext(ctx)
+		select {
+		case <-ctx.Done():
+		case <-s.ctx.Done():
+			s.t.Fatal("the job's context was not cancelled at its maximum hold (watchdog)")
+		}
+		cause = context.Cause(ctx)
+		// The job hangs on; the key must be free for others already.
+		l, err := c2.Lock(s.ctx, key)
+		next = l
+		return err
+	}, dlock.HoldAtMost(limit))
+	if !errors.Is(err, dlock.ErrHoldLimit) || !strings.Contains(err.Error(), limit.String()) {
+		s.t.Fatalf("Do of a job that outlived HoldAtMost(%v) = %v, want ErrHoldLimit naming the limit", limit, err)
+	}
+	if !errors.Is(cause, dlock.ErrHoldLimit) {
+		s.t.Fatalf("cause of the job's cancelled context = %v, want ErrHoldLimit", cause)
+	}
+	if err := lease.Err(); !errors.Is(err, dlock.ErrHoldLimit) || errors.Is(err, dlock.ErrLeaseLost) {
+		s.t.Fatalf("lease Err after its maximum hold = %v, want ErrHoldLimit (not a loss)", err)
+	}
+	if next.Token() <= lease.Token() {
+		s.t.Fatalf("next holder's token %d is not above the first's %d", next.Token(), lease.Token())
+	}
+	s.unlock(next)
+	s.checkNothingLeft(key)
+})
+
+// Lock_holdAtMost_unlockAfterLimit: a Lock's lease ends at its maximum
+// hold, and the Unlock that comes later says so: not held, at the limit.
+var _ = register("Lock_holdAtMost_unlockAfterLimit", func(s *suite) {
+	c1, c2 := s.client(), s.client()
+	key := s.key()
+	l := s.lock(c1, key, dlock.HoldAtMost(200*time.Millisecond))
+	s.waitDone(l, "its maximum hold")
+	if err := l.Err(); !errors.Is(err, dlock.ErrHoldLimit) || strings.Count(err.Error(), key) != 1 {
+		s.t.Fatalf("lease Err = %v, want ErrHoldLimit naming the key once", err)
+	}
+	err := l.Unlock(s.ctx)
+	if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrHoldLimit) || strings.Count(err.Error(), "maximum hold reached") != 1 {
+		s.t.Fatalf("Unlock after the maximum hold = %v, want ErrNotHeld and ErrHoldLimit, said once", err)
+	}
+	s.unlock(s.tryLock(c2, key)) // Unlock returned once the release was done
+	s.checkNothingLeft(key)
+})
+
+// Lock_holdAtLeastAndMost_unlockReleasesAtMinimum: with both holds equal,
+// an early Unlock leaves the release to the minimum hold, and the lease
+// ends released, never at its maximum (which would say the job hung).
+var _ = register("Lock_holdAtLeastAndMost_unlockReleasesAtMinimum", func(s *suite) {
+	c1, c2 := s.client(), s.client()
+	key := s.key()
+	const d = 300 * time.Millisecond
+	l := s.lock(c1, key, dlock.HoldAtLeast(d), dlock.HoldAtMost(d))
+	s.unlock(l) // deferred to the end of the minimum hold
+	l2 := s.lock(c2, key)
+	s.waitDone(l, "its minimum hold")
+	if err := l.Err(); !errors.Is(err, dlock.ErrReleased) {
+		s.t.Fatalf("lease Err after an Unlock in its minimum hold = %v, want ErrReleased", err)
+	}
+	s.unlock(l2)
+	s.checkNothingLeft(key)
+})

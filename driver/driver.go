@@ -130,6 +130,22 @@ type LaggingGrant interface {
 	HeardFrom() time.Time
 }
 
+// Abandoner is implemented by a Grant that the server would not free by
+// itself once nobody renews it: a ZooKeeper lock node lives as long as its
+// session, and a session that outlives the Client (zkdlock.New on the
+// caller's connection) may live for ever. dlock leaves a grant to expire
+// instead of releasing it only in Client.Close, for a lease in its minimum
+// hold (dlock.HoldAtLeast); it then calls Abandon, after the last Renew,
+// and never Release.
+type Abandoner interface {
+	Grant
+
+	// Abandon settles a grant left to expire, within ctx: it does what
+	// the server will not do by itself (deleting a node that would outlive
+	// the Client), and stops what the grant runs in the background.
+	Abandon(ctx context.Context) error
+}
+
 // FixedTTL is implemented by drivers whose leases all have one length, set
 // by the connection rather than by each request, such as ZooKeeper's
 // session timeout. dlock then refuses a requested TTL that differs from it

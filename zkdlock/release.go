@@ -77,3 +77,23 @@ func (g *grant) remove(ctx context.Context) error {
 	}
 	return err
 }
+
+// Abandon implements driver.Abandoner: dlock's Client.Close leaves a lease
+// in its minimum hold to expire instead of releasing it. A ZooKeeper node
+// expires only with its session. When the driver closes the connection,
+// for a Client of Open, that ends the session and the server deletes the
+// node; on a connection given to New, the caller's session may live for
+// ever, so the node is removed here, as Release does, and the minimum hold
+// ends with Close on both (see dlock.HoldAtLeast).
+func (g *grant) Abandon(ctx context.Context) error {
+	if g.d.closeConn != nil {
+		g.cancel() // stop watching; closing the connection deletes the node
+		return nil
+	}
+	if err := g.Release(ctx); err != nil && !errors.Is(err, driver.ErrNotHeld) {
+		return err
+	}
+	return nil
+}
+
+var _ driver.Abandoner = (*grant)(nil)

@@ -96,7 +96,9 @@ var _ Conn = (*zk.Conn)(nil)
 
 // New returns a Client that takes locks through conn, sharing its session
 // between all leases. opts.SessionTimeout is required: see Options.
-// Client.Close leaves conn open; grants are released first.
+// Client.Close leaves conn open; grants are released first, and so is a
+// lease in its minimum hold (dlock.HoldAtLeast), which the server would
+// otherwise keep for as long as conn's session lives.
 //
 // New creates the root node if it is missing, and returns errors satisfying
 // errors.Is with dlock.ErrInvalidOption (Options out of range, or a WithTTL

@@ -194,11 +194,13 @@ func (f *flags) source(name string) string {
 	return "--" + name
 }
 
-// isSet reports whether a flag was given on the command line or through
-// its environment variable.
+// isSet reports whether a flag was given on the command line, by its name
+// or an alias (-n for --no-wait, which shares its Value), or through its
+// environment variable.
 func (f *flags) isSet(name string) bool {
+	want := f.Lookup(name)
 	set := false
-	f.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	f.Visit(func(fl *flag.Flag) { set = set || fl.Name == name || (want != nil && fl.Value == want.Value) })
 	return set
 }
 

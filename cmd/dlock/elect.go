@@ -191,7 +191,7 @@ func (e *elector) term(ctx context.Context, pause time.Duration) (status int, ag
 	}
 	// supervise releases the lease (resigns) once PROGRAM's group is
 	// gone, and stops the group if leadership is lost first.
-	status = c.supervise(lease, electionShape, e.program, e.relay.out, grace, e.verbose)
+	status = c.supervise(lease, electionShape, e.program, e.relay.out, grace, 0, e.verbose)
 	if e.relay.ending() {
 		// The signal went to PROGRAM's group: dlock was told to stop,
 		// and exits with PROGRAM's status, as dlock run does.

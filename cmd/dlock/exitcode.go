@@ -27,6 +27,10 @@ const (
 	// --limit, --shared and --exclusive ask for. Nothing changed on the
 	// server; PROGRAM was not started.
 	exitKindMismatch = 80
+	// exitHoldLimit: --hold-at-most passed while PROGRAM ran: dlock
+	// released the lock and stopped PROGRAM as on a lost lease; PROGRAM's
+	// own status is then not reported. (81 is dlock leader's.)
+	exitHoldLimit = 82
 	// exitTimeout: --wait passed before the lock was granted.
 	exitTimeout = 124 // as timeout(1)
 	// exitCannotExec: PROGRAM was found but could not be started.

@@ -37,8 +37,12 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	ttl := f.Duration("ttl", dlock.DefaultTTL, "")
 	wait := f.Duration("wait", 0, "")
 	noWait := f.Bool("no-wait", false, "")
+	f.BoolVar(noWait, "n", false, "") // flock's -n
+	conflictCode := f.Int("conflict-exit-code", exitLocked, "")
+	f.IntVar(conflictCode, "E", exitLocked, "") // flock's -E
 	grace := f.Duration("grace", 0, "")
 	holdAtLeast := f.Duration("hold-at-least", 0, "")
+	holdAtMost := f.Duration("hold-at-most", 0, "")
 	verbose := f.Bool("verbose", false, "")
 	f.BoolVar(verbose, "v", false, "")
 	limit := f.Int("limit", 0, "")
@@ -88,6 +92,21 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	if *holdAtLeast < 0 || *holdAtLeast > dlock.MaxTTL {
 		return c.usageError("run", "%s %v: the minimum hold must lie within [0, %v]", f.source("hold-at-least"), *holdAtLeast, dlock.MaxTTL)
 	}
+	if *holdAtMost < 0 || (*holdAtMost > 0 && *holdAtMost < dlock.MinTTL) {
+		return c.usageError("run", "%s %v: the maximum hold must be 0 (none) or at least %v", f.source("hold-at-most"), *holdAtMost, dlock.MinTTL)
+	}
+	if *holdAtMost > 0 && *holdAtMost < *holdAtLeast {
+		return c.usageError("run", "%s %v is shorter than %s %v: the lock is released at the maximum hold", f.source("hold-at-most"), *holdAtMost, f.source("hold-at-least"), *holdAtLeast)
+	}
+	// A quiet skip (-E) is what --no-wait's conflict is for: given alone,
+	// it would be a waiting run that never skips.
+	quietSkip := f.isSet("conflict-exit-code")
+	if quietSkip && !*noWait {
+		return c.usageError("run", "%s applies only with --no-wait (-n): dlock run -n -E 0 KEY -- PROGRAM is cron's quiet skip", f.source("conflict-exit-code"))
+	}
+	if *conflictCode < 0 || *conflictCode > 255 {
+		return c.usageError("run", "%s %d: an exit status lies within [0, 255]", f.source("conflict-exit-code"), *conflictCode)
+	}
 
 	// Signals are caught from the start: an interrupted wait must leave the
 	// queue, not die in it. Until PROGRAM runs, the first one cancels ctx.
@@ -105,7 +124,9 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	}
 	defer client.Close()
 
-	lease, code, ok := c.acquire(ctx, client, key, shape, *wait, *noWait, *holdAtLeast, *backend.url, *verbose)
+	skip := conflictExit{code: *conflictCode, quiet: quietSkip}
+	holds := []dlock.LockOption{dlock.HoldAtLeast(*holdAtLeast), dlock.HoldAtMost(*holdAtMost)}
+	lease, code, ok := c.acquire(ctx, client, key, shape, *wait, *noWait, skip, holds, *backend.url, *verbose)
 	if s := stopWatch(); s != nil {
 		// A signal came: do not start PROGRAM even if the lock was granted.
 		if lease != nil {
@@ -131,7 +152,7 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	if *verbose {
 		fmt.Fprintf(c.stderr, "dlock: acquired %s (token %d, TTL %v)\n", shape.acquired(key), lease.Token(), lease.TTL())
 	}
-	return c.supervise(lease, shape, program, sigs, *grace, *verbose)
+	return c.supervise(lease, shape, program, sigs, *grace, *holdAtMost, *verbose)
 }
 
 // graceHint says how to fix a --grace that is not shorter than the TTL.
@@ -190,7 +211,7 @@ func defaultGrace(ttl time.Duration) time.Duration {
 
 // acquire takes the lock. On failure it reports the error (unless ctx was
 // cancelled) and returns ok=false with the exit status.
-func (c *cli) acquire(ctx context.Context, client *dlock.Client, key string, shape runShape, wait time.Duration, noWait bool, hold time.Duration, backendURL string, verbose bool) (*dlock.Lease, int, bool) {
+func (c *cli) acquire(ctx context.Context, client *dlock.Client, key string, shape runShape, wait time.Duration, noWait bool, skip conflictExit, holds []dlock.LockOption, backendURL string, verbose bool) (*dlock.Lease, int, bool) {
 	lctx := ctx
 	if wait > 0 {
 		var cancelWait context.CancelFunc
@@ -202,7 +223,7 @@ func (c *cli) acquire(ctx context.Context, client *dlock.Client, key string, sha
 			fmt.Fprintf(c.stderr, "dlock: waiting for %q, %s\n", key, who)
 		}
 	}
-	lease, err := shape.acquire(lctx, client, key, noWait, dlock.HoldAtLeast(hold))
+	lease, err := shape.acquire(lctx, client, key, noWait, holds...)
 	switch {
 	case err == nil:
 		return lease, exitOK, true
@@ -212,12 +233,23 @@ func (c *cli) acquire(ctx context.Context, client *dlock.Client, key string, sha
 		// The driver refuses it at once, waiting or not, and wrote
 		// nothing: say what the key is and which flags take it.
 		return nil, c.fail(exitKindMismatch, err, c.kindHint(client, key, shape)), false
+	case errors.Is(err, dlock.ErrLocked) && skip.quiet:
+		// -E: skipping is the expected outcome (cron on every host),
+		// not an error; --verbose still says it.
+		if verbose {
+			who := c.describeHolder(client, key)
+			if who == "" {
+				who = "it is held by another client"
+			}
+			fmt.Fprintf(c.stderr, "dlock: skipped: %s: %s; exiting %d (--conflict-exit-code)\n", lockedText(key, shape), who, skip.code)
+		}
+		return nil, skip.code, false
 	case errors.Is(err, dlock.ErrLocked):
 		who := c.describeHolder(client, key)
 		if who == "" {
 			who = "it is held by another client"
 		}
-		return nil, c.fail(exitLocked, fmt.Errorf("%s: %s", lockedText(key, shape), who),
+		return nil, c.fail(skip.code, fmt.Errorf("%s: %s", lockedText(key, shape), who),
 			"to wait for it, leave out --no-wait (add --wait 30s to give up after 30 seconds); `dlock status "+key+"` shows who holds it"), false
 	case wait > 0 && errors.Is(err, context.DeadlineExceeded):
 		who := c.describeHolder(client, key)
@@ -229,6 +261,14 @@ func (c *cli) acquire(ctx context.Context, client *dlock.Client, key string, sha
 	}
 	code, hints := c.explain(err, backendURL)
 	return nil, c.fail(code, err, hints...), false
+}
+
+// conflictExit is what --no-wait does when the key is not free: exit with
+// code (--conflict-exit-code, 75 by default), and, when quiet (-E given),
+// without an error.
+type conflictExit struct {
+	code  int
+	quiet bool
 }
 
 // killWait bounds the wait for PROGRAM's process group to be gone after
@@ -251,7 +291,7 @@ const drainPoll = 10 * time.Millisecond
 // treatment, since they must not run on without the lock. dlock releases
 // the lock, and exits, only once the group is empty (or killWait after
 // SIGKILL). A watchdog process kills the group if dlock itself is killed.
-func (c *cli) supervise(lease *dlock.Lease, shape runShape, program []string, sigs chan os.Signal, grace time.Duration, verbose bool) int {
+func (c *cli) supervise(lease *dlock.Lease, shape runShape, program []string, sigs chan os.Signal, grace, holdAtMost time.Duration, verbose bool) int {
 	defer func() {
 		timeout := releaseTimeout
 		if lease.Err() != nil {
@@ -353,8 +393,15 @@ func (c *cli) supervise(lease *dlock.Lease, shape runShape, program []string, si
 		case <-lost:
 			lost = nil
 			lostErr = lease.Err()
-			c.fail(exitLeaseLost, fmt.Errorf("lost %s: %w", shape.lease(), lostErr),
-				"another holder may get "+shape.lease()+" now; protect shared resources with $DLOCK_TOKEN as a fencing token")
+			if errors.Is(lostErr, dlock.ErrHoldLimit) {
+				// --hold-at-most: PROGRAM hangs, or is slower than
+				// its limit; the lock is released already.
+				c.fail(exitHoldLimit, fmt.Errorf("released %s at its maximum hold of %v (--hold-at-most) while %s still ran", shape.lease(), fmtDuration(holdAtMost), program[0]),
+					"another run may take "+shape.lease()+" now; raise --hold-at-most if "+program[0]+" needs longer")
+			} else {
+				c.fail(exitLeaseLost, fmt.Errorf("lost %s: %w", shape.lease(), lostErr),
+					"another holder may get "+shape.lease()+" now; protect shared resources with $DLOCK_TOKEN as a fencing token")
+			}
 			if exited != nil {
 				fmt.Fprintf(c.stderr, "dlock: stopping %s (pid %d) and its process group: SIGTERM now, SIGKILL in %v if it is still running\n", program[0], g.pgid, fmtDuration(grace))
 			} else if !terminate {
@@ -404,10 +451,18 @@ func (c *cli) supervise(lease *dlock.Lease, shape runShape, program []string, si
 
 // runResult is the exit status of dlock run once PROGRAM's group is gone.
 func (c *cli) runResult(lease *dlock.Lease, shape runShape, name string, status int, lostErr error) int {
-	if lostErr != nil {
+	switch {
+	case errors.Is(lostErr, dlock.ErrHoldLimit):
+		return exitHoldLimit
+	case lostErr != nil:
 		return exitLeaseLost
 	}
-	if err := lease.Err(); err != nil {
+	if err := lease.Err(); errors.Is(err, dlock.ErrHoldLimit) {
+		// The limit came as PROGRAM exited, before we looked.
+		c.fail(exitHoldLimit, fmt.Errorf("released %s at its maximum hold (--hold-at-most) before %s exited (with status %d)", shape.lease(), name, status),
+			"raise --hold-at-most if "+name+" needs longer")
+		return exitHoldLimit
+	} else if err != nil {
 		// Lost after PROGRAM's last instructions but before we looked:
 		// its work may have overlapped another holder's.
 		c.fail(exitLeaseLost, fmt.Errorf("lost %s before %s exited (with status %d): %w", shape.lease(), name, status, err),

@@ -74,11 +74,19 @@ Flags:
                             on ZooKeeper the session timeout, and only that)
     --wait D                give up if the lock is not granted within D (DLOCK_WAIT;
                             default: wait as long as it takes)
-    --no-wait               give up at once if the lock is held (DLOCK_NO_WAIT)
+    -n, --no-wait           give up at once if the lock is held (exit 75, or -E's N;
+                            DLOCK_NO_WAIT)
+    -E, --conflict-exit-code N  with --no-wait, exit N if the lock is held, printing
+                            nothing (-v prints it); -n -E 0 is cron's quiet skip
+                            (DLOCK_CONFLICT_EXIT_CODE; default 75, with an error)
     --hold-at-least D       keep the lock until D after it was taken, even if PROGRAM
                             exits sooner: dlock waits, renewing it, then releases it, so
                             that a --no-wait run fired a little later skips
                             (DLOCK_HOLD_AT_LEAST; default 0)
+    --hold-at-most D        release the lock D after it was taken if PROGRAM still runs,
+                            and stop PROGRAM as on a lost lease (exit 82), so that a job
+                            that hangs cannot keep it for ever (DLOCK_HOLD_AT_MOST;
+                            default 0: no limit)
     --limit N               take one of N permits of the semaphore KEY (DLOCK_LIMIT)
     --shared                take a read lease of the read-write lock KEY (DLOCK_SHARED)
     --exclusive             take the write lease of the read-write lock KEY (DLOCK_EXCLUSIVE)
@@ -92,13 +100,14 @@ are its own. With --, PROGRAM may start with a dash.
 
 Exit status: PROGRAM's, or dlock's own:
     64 usage   69 server unreachable   75 locked (--no-wait)   78 bad URL or credentials
-    79 lease lost   80 KEY is another kind   124 --wait passed   126 cannot execute
-    127 not found   128+N signal N
+    79 lease lost   80 KEY is another kind   82 --hold-at-most passed   124 --wait passed
+    126 cannot execute   127 not found   128+N signal N
 
 Examples:
     $ dlock run nightly-report -- ./make-report.sh
     $ dlock run --no-wait --ttl 30s close-orders -- sh -c 'close-orders --token "$DLOCK_TOKEN"'
     $ dlock run --no-wait --hold-at-least 30s close-orders -- ./close-orders.sh   # from cron on every host
+    $ dlock run -n -E 0 --hold-at-most 10m close-orders -- ./close-orders.sh    # quiet skip, hung job stopped
     $ DLOCK_BACKEND=redis://cache:6379 dlock run --wait 1m deploy -- make deploy
     $ dlock run --limit 3 exports -- ./export.sh
     $ dlock run --shared prices -- ./read-prices.sh

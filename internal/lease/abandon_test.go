@@ -16,7 +16,9 @@ func TestEngine_abandonEndsWithoutRelease(t *testing.T) {
 	g := newFake(time.Hour) // no renewal would come during the test anyway
 	e := Start("k", g, nil)
 	reason := errors.New("closed")
-	e.Abandon(reason)
+	if err := e.Abandon(context.Background(), reason); err != nil {
+		t.Fatalf("Abandon = %v, want nil (the grant is no Abandoner)", err)
+	}
 	waitDone(t, e)
 	if err := e.Err(); !errors.Is(err, reason) {
 		t.Fatalf("Err = %v, want the abandon reason", err)
@@ -24,7 +26,7 @@ func TestEngine_abandonEndsWithoutRelease(t *testing.T) {
 	if err := e.Release(context.Background()); !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("Release after Abandon = %v, want ErrNotHeld", err)
 	}
-	e.Abandon(errors.New("again")) // no effect, no panic
+	_ = e.Abandon(context.Background(), errors.New("again")) // no effect, no panic
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.released != 0 {

@@ -72,6 +72,14 @@ type Engine struct {
 	renewTimer    *time.Timer        // runs renew; guarded by mu
 	deadlineTimer *time.Timer        // runs onDeadline; guarded by mu
 	cancelRenew   context.CancelFunc // of the renewal in flight, if any; guarded by mu
+	// limitTimer runs onLimit (see LimitAt), with limitReason; guarded by mu.
+	limitTimer  *time.Timer
+	limitReason error
+	// releasing is closed when the server call of the first Release (or
+	// of the limit's release) has returned: a later Release waits for it,
+	// so that what follows a Release finds the server settled. Guarded
+	// by mu; nil until then, and after Abandon.
+	releasing chan struct{}
 }
 
 // Start begins renewing g about every Validity/3. log may be nil.
@@ -185,7 +193,7 @@ func (e *Engine) endLocked(reason error) {
 		return
 	}
 	e.reason, e.err = reason, reason
-	if errors.Is(reason, driver.ErrLeaseLost) {
+	if errors.Is(reason, driver.ErrLeaseLost) || (reason == e.limitReason && reason != nil) {
 		e.err = fmt.Errorf("lease %q: %w", e.key, reason)
 	}
 	close(e.done)
@@ -198,6 +206,9 @@ func (e *Engine) endLocked(reason error) {
 func (e *Engine) stopTimersLocked() {
 	e.renewTimer.Stop()
 	e.deadlineTimer.Stop()
+	if e.limitTimer != nil {
+		e.limitTimer.Stop()
+	}
 	if e.cancelRenew != nil {
 		e.cancelRenew()
 		e.cancelRenew = nil
@@ -301,10 +312,25 @@ func (e *Engine) Release(ctx context.Context) error { return e.ReleaseWith(ctx, 
 func (e *Engine) ReleaseWith(ctx context.Context, reason error) error {
 	e.mu.Lock()
 	if e.released {
+		releasing, limit := e.releasing, e.limitReason
+		limited := limit != nil && e.reason == limit
 		e.mu.Unlock()
+		if releasing != nil {
+			select {
+			case <-releasing:
+			case <-ctx.Done():
+			}
+		}
+		if limited {
+			// "dlock: lock not held: maximum hold reached: …".
+			return nest(driver.ErrNotHeld, limit, "dlock: ")
+		}
 		return fmt.Errorf("%w: already unlocked", driver.ErrNotHeld)
 	}
 	e.released = true
+	releasing := make(chan struct{})
+	e.releasing = releasing
+	defer close(releasing)
 	// Stop renewing without waiting for a renewal in flight: it acts only
 	// on this grant, and its verdict is ignored from now on.
 	e.stopTimersLocked()
@@ -358,17 +384,18 @@ func nest(cat, cause error, trim string) error {
 }
 
 // Abandon stops renewing and ends the lease with reason (unless it ended
-// already), without telling the server: the server frees the key when the
+// already), without releasing the grant: the server frees the key when the
 // validity of the last renewal runs out, as if this process had died.
 // dlock.Client.Close abandons the leases in their minimum hold (dlock's
 // HoldAtLeast), since releasing them would let the job run again at once.
-// A Release after Abandon returns an error satisfying
-// errors.Is(err, driver.ErrNotHeld).
-func (e *Engine) Abandon(reason error) {
+// A grant that the server would not free by itself (a driver.Abandoner)
+// is told, and Abandon returns its error. A Release after Abandon returns
+// an error satisfying errors.Is(err, driver.ErrNotHeld).
+func (e *Engine) Abandon(ctx context.Context, reason error) error {
 	e.mu.Lock()
 	if e.released {
 		e.mu.Unlock()
-		return
+		return nil
 	}
 	e.released = true
 	e.stopTimersLocked()
@@ -376,5 +403,56 @@ func (e *Engine) Abandon(reason error) {
 	e.mu.Unlock()
 	if e.stop != nil {
 		close(e.stop)
+	}
+	if a, ok := e.grant.(driver.Abandoner); ok {
+		return a.Abandon(ctx)
+	}
+	return nil
+}
+
+// LimitAt ends the lease at the time at with reason, unless it has ended
+// by then: it stops renewing, closes Done (Err then reports reason, with
+// the key) and releases the grant, waiting at most the validity for the
+// server. It is dlock's HoldAtMost. A Release during the limit's release
+// waits for it, and returns an error satisfying errors.Is with
+// driver.ErrNotHeld and with reason. Call it once, before anybody else
+// can end the lease.
+func (e *Engine) LimitAt(at time.Time, reason error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.err != nil || e.released {
+		return // ended already: no timer to stop later
+	}
+	e.limitReason = reason
+	e.limitTimer = time.AfterFunc(time.Until(at), e.onLimit)
+}
+
+// StopLimit cancels LimitAt before the limit, for a caller that releases
+// the lease by then anyway (dlock's Unlock deferred by a minimum hold that
+// ends no later). It reports false when the limit has already come, or
+// the lease has ended.
+func (e *Engine) StopLimit() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.limitTimer == nil {
+		return e.err == nil
+	}
+	return e.limitTimer.Stop() && e.err == nil
+}
+
+// onLimit releases the lease at its limit.
+func (e *Engine) onLimit() {
+	e.mu.Lock()
+	if e.err != nil || e.released {
+		e.mu.Unlock()
+		return
+	}
+	reason := e.limitReason
+	e.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), e.validity)
+	defer cancel()
+	if err := e.ReleaseWith(ctx, reason); err != nil && !errors.Is(err, driver.ErrNotHeld) {
+		// The server frees the key when the validity runs out.
+		e.log.Warn("dlock: release at the maximum hold failed", "key", e.key, "error", err)
 	}
 }
