@@ -44,6 +44,13 @@ check() {
       echo "release.sh: $m/go.mod has replace directives: a user's go ignores them, and go install refuses them" >&2
       problems=$((problems + 1))
     fi
+    # A sibling's checksum, taken from a tree before the tag, would not be
+    # the tagged one's: a GOWORK=off build of the module would fail on it
+    # (scripts/tidy.sh drops them; go install ...@VERSION reads no go.sum).
+    if [ -f "$m/go.sum" ] && grep -Eq "^$dlock_module(/[^ ]+)? " "$m/go.sum"; then
+      echo "release.sh: $m/go.sum has checksums of dlock's own modules: run scripts/tidy.sh $m" >&2
+      problems=$((problems + 1))
+    fi
     while read -r path pv; do
       [ -n "$path" ] || continue
       if [ "$pv" != "$v" ]; then
