@@ -20,7 +20,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -374,5 +373,3 @@ func keysSize(l *library, quick bool) (int, string) {
 	}
 	return n, note
 }
-
-func runtimeVersion() string { return runtime.Version() }
