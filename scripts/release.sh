@@ -89,7 +89,7 @@ check() {
     echo "release.sh: CHANGELOG.md has no section \"## ${v#v}\"" >&2
     problems=$((problems + 1))
   fi
-  [ "$problems" -eq 0 ] || fail "$problems problems: not releasable at $v"
+  [ "$problems" -eq 0 ] || fail "not releasable at $v (the problems above)"
 }
 
 # released_path PATH: whether PATH is the module path of a released module.

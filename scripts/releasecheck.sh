@@ -24,7 +24,7 @@ fail() {
   echo "releasecheck.sh: $*" >&2
   if [ -s "$log" ]; then
     echo "releasecheck.sh: the go command said:" >&2
-    sed 's/^/  /' "$log" >&2
+    grep -v '^go: downloading' "$log" | sed 's/^/  /' >&2
   fi
   exit 1
 }
@@ -47,6 +47,7 @@ mkdir "$work/readme"
 while read -r line; do
   (cd "$work/readme" && eval "$line") >"$log" 2>&1 || fail "README.md's \"$line\" failed"
 done <<<"$install"
+: >"$log"
 got=$("$GOBIN/dlock" version 2>&1 | head -n 1) || fail "dlock version: $got"
 [ "$got" = "dlock $version" ] || fail "go install ...@$version gave a dlock whose version says \"$got\", want \"dlock $version\""
 
