@@ -15,6 +15,11 @@ modules() {
     want == "" || $2 == want { print $1 }' "$root/modules.txt"
 }
 
+# module_path DIR: the path of the module in DIR, a directory of modules.txt.
+module_path() {
+  if [ "$1" = . ]; then echo "$dlock_module"; else echo "$dlock_module/$1"; fi
+}
+
 # sibling_requires DIR: the requirements of the module in DIR on dlock's
 # modules, "PATH VERSION" a line.
 sibling_requires() {

@@ -96,16 +96,9 @@ check() {
 released_path() {
   local m
   for m in $(modules released); do
-    if [ "$m" = . ] && [ "$1" = "$dlock_module" ] || [ "$1" = "$dlock_module/$m" ]; then
-      return 0
-    fi
+    [ "$1" != "$(module_path "$m")" ] || return 0
   done
   return 1
-}
-
-# module_path DIR: the path of the module in DIR, as modules.txt names it.
-module_path() {
-  if [ "$1" = . ]; then echo "$dlock_module"; else echo "$dlock_module/$1"; fi
 }
 
 # work_replaces: go.work's replace lines, "PATH VERSION DIR" a line.

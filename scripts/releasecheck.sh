@@ -57,7 +57,7 @@ mkdir "$user"
 libs=()
 for m in $(modules released); do
   [ "$m" != cmd/dlock ] || continue
-  libs+=("$(if [ "$m" = . ]; then echo "$dlock_module"; else echo "$dlock_module/$m"; fi)")
+  libs+=("$(module_path "$m")")
 done
 {
   echo "package main"
