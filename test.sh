@@ -2,18 +2,22 @@
 # Runs every test of dlock, in every module of the repository, against real
 # servers. Installs what is missing (redis-server, ZooKeeper, Java,
 # PostgreSQL, MariaDB, Debian's etcd 3.4) with apt;
-# etcd is built from the Go module proxy (internal/tools pins its version).
+# etcd and staticcheck are built from the Go module proxy (internal/tools
+# pins their versions).
 # Usage: ./test.sh [extra go test flags]
 set -euo pipefail
 cd "$(dirname "$0")"
 root=$(pwd)
+. scripts/lib.sh
 
-# The modules: the library (root) and one per backend, so that a library
-# user downloads only dlock and the client of the backend it imports; the
-# command, the fault-injection suite, the examples and the scheduler
-# adapters (integrations/: dlock itself depends on no scheduler) stand apart. bench/ is
+# The modules (modules.txt): the library (root) and one per backend, so that
+# a library user downloads only dlock and the client of the backend it
+# imports; the command, the fault-injection suite, the examples and the
+# scheduler adapters (integrations/: dlock itself depends on no scheduler)
+# stand apart. All are built through the workspace (go.work); bench/ is
 # vetted here and run by bench/run.sh.
-modules=(. redisdlock zkdlock etcddlock sqlfence sqlfence/internal/storetest httpfence httpfence/internal/redisproof cmd/dlock faultinject examples integrations/gocron integrations/robfigcron)
+export GOWORK=$root/go.work
+mapfile -t modules < <(modules)
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
@@ -46,26 +50,31 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-echo "test.sh: build the etcd server the tests run (internal/tools pins its version)"
-(cd internal/tools && GOWORK=off go build -o "$work/etcd" go.etcd.io/etcd/server/v3)
+echo "test.sh: build the etcd server the tests run and staticcheck (internal/tools pins their versions)"
+# The tools module alone, so that the workspace's versions do not change them.
+(cd internal/tools && GOWORK=off go build -o "$work/etcd" go.etcd.io/etcd/server/v3 &&
+  GOWORK=off go build -o "$work/staticcheck" honnef.co/go/tools/cmd/staticcheck)
 export DLOCK_ETCD_BIN="$work/etcd"
 
-echo "test.sh: go vet, each module on its own (as its users build it)"
+echo "test.sh: go vet and staticcheck, each module"
 for m in "${modules[@]}"; do
-  (cd "$m" && GOWORK=off go vet ./...)
+  (cd "$m" && go vet ./... && "$work/staticcheck" ./...)
 done
-(cd bench && GOWORK=off go vet -tags dlocketcd ./...)
+(cd bench && go vet -tags dlocketcd ./... && "$work/staticcheck" -tags dlocketcd ./...)
+
+echo "test.sh: the release: go get and go install from a module proxy, as a user"
+./scripts/releasecheck.sh
 
 echo "test.sh: a library user's dependencies"
-GOWORK=off ./scripts/deps.sh --check
+./scripts/deps.sh --check
 
-# One go test run over every module (a workspace made for it), so that the
-# packages of all modules share the two cores instead of running module after
-# module.
-(cd "$work" && GOWORK=off go work init && for m in "${modules[@]}"; do go work use "$root/$m"; done)
+# One go test run over every module, so that the packages of all modules
+# share the two cores instead of running module after module. bench/ has
+# its own runner (bench/run.sh).
 patterns=()
 for m in "${modules[@]}"; do
+  [ "$m" != bench ] || continue
   if [ "$m" = . ]; then patterns+=(./...); else patterns+=("./$m/..."); fi
 done
 echo "test.sh: go test -race"
-GOWORK="$work/go.work" go test -race -count=1 -timeout 30m "$@" "${patterns[@]}"
+go test -race -count=1 -timeout 30m "$@" "${patterns[@]}"

@@ -9,7 +9,7 @@ import (
 // errObserveClosed: the observer's channel closed. With nothing received
 // before, the backend cannot observe (dlock's Observe closes its channel at
 // once when the driver has no driver.Observer).
-var errObserveClosed = errors.New("Observe's channel closed")
+var errObserveClosed = errors.New("the channel of Observe closed")
 
 // errNotSeen: the observer did not receive the value in time.
 var errNotSeen = errors.New("the observer did not receive the change within the time limit")

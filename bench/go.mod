@@ -2,14 +2,12 @@ module github.com/dlockdev/dlock/bench
 
 go 1.26.0
 
-replace github.com/dlockdev/dlock => ../
-
 require (
 	github.com/bsm/redislock v0.9.4
-	github.com/dlockdev/dlock v0.0.0-00010101000000-000000000000
-	github.com/dlockdev/dlock/etcddlock v0.0.0-00010101000000-000000000000
-	github.com/dlockdev/dlock/redisdlock v0.0.0-00010101000000-000000000000
-	github.com/dlockdev/dlock/zkdlock v0.0.0-00010101000000-000000000000
+	github.com/dlockdev/dlock v0.1.0
+	github.com/dlockdev/dlock/etcddlock v0.1.0
+	github.com/dlockdev/dlock/redisdlock v0.1.0
+	github.com/dlockdev/dlock/zkdlock v0.1.0
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/prometheus/client_golang v1.23.2
@@ -85,9 +83,3 @@ require (
 	k8s.io/utils v0.0.0-20260108192941-914a6e750570 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
-
-replace github.com/dlockdev/dlock/redisdlock => ../redisdlock
-
-replace github.com/dlockdev/dlock/zkdlock => ../zkdlock
-
-replace github.com/dlockdev/dlock/etcddlock => ../etcddlock

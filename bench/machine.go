@@ -64,7 +64,7 @@ func versions(s *servers) map[string]string {
 			v[d.Path] = d.Version
 		}
 	}
-	// dlock itself is the working tree (replace ../): name its commit.
+	// dlock itself is the working tree (the workspace): name its commit.
 	if c := strings.TrimSpace(cmdOut("git", "-C", "..", "rev-parse", "--short", "HEAD")); c != "" {
 		dirty := ""
 		if strings.TrimSpace(cmdOut("git", "-C", "..", "status", "--porcelain", "--untracked-files=no")) != "" {

@@ -21,7 +21,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -375,5 +374,3 @@ func keysSize(l *library, quick bool) (int, string) {
 	}
 	return n, note
 }
-
-func runtimeVersion() string { return runtime.Version() }

@@ -2,11 +2,9 @@ module github.com/dlockdev/dlock/etcddlock
 
 go 1.26.0
 
-replace github.com/dlockdev/dlock => ..
-
 require (
 	github.com/coreos/go-semver v0.3.1
-	github.com/dlockdev/dlock v0.0.0-00010101000000-000000000000
+	github.com/dlockdev/dlock v0.1.0
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.uber.org/zap v1.28.0

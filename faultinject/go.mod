@@ -2,20 +2,12 @@ module github.com/dlockdev/dlock/faultinject
 
 go 1.26.0
 
-replace github.com/dlockdev/dlock => ..
-
-replace github.com/dlockdev/dlock/redisdlock => ../redisdlock
-
-replace github.com/dlockdev/dlock/zkdlock => ../zkdlock
-
-replace github.com/dlockdev/dlock/etcddlock => ../etcddlock
-
 require (
 	github.com/anishathalye/porcupine v1.3.1
-	github.com/dlockdev/dlock v0.0.0-00010101000000-000000000000
-	github.com/dlockdev/dlock/etcddlock v0.0.0-00010101000000-000000000000
-	github.com/dlockdev/dlock/redisdlock v0.0.0-00010101000000-000000000000
-	github.com/dlockdev/dlock/zkdlock v0.0.0-00010101000000-000000000000
+	github.com/dlockdev/dlock v0.1.0
+	github.com/dlockdev/dlock/etcddlock v0.1.0
+	github.com/dlockdev/dlock/redisdlock v0.1.0
+	github.com/dlockdev/dlock/zkdlock v0.1.0
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/client/v3 v3.7.3

@@ -2,7 +2,6 @@ package faultinject_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -400,6 +399,7 @@ func weakBinary(t *testing.T) string {
 		// standard library this binary was built from.
 		gobin, err := exec.LookPath("go")
 		if err != nil {
+			//lint:ignore SA1019 a test binary runs where it was built, beside its GOROOT
 			gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
 		}
 		cmd := exec.Command(gobin, args...)
@@ -419,17 +419,4 @@ func removeWeakBinary() {
 	if weak.dir != "" {
 		_ = os.RemoveAll(weak.dir)
 	}
-}
-
-// within runs f in a goroutine and returns its result, or fails the test
-// after timeout: a watchdog for calls that could hang.
-func within[T any](t *testing.T, timeout time.Duration, what string, f func(ctx context.Context) (T, error)) T {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	v, err := f(ctx)
-	if err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-	return v
 }

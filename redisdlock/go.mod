@@ -2,10 +2,8 @@ module github.com/dlockdev/dlock/redisdlock
 
 go 1.26.0
 
-replace github.com/dlockdev/dlock => ..
-
 require (
-	github.com/dlockdev/dlock v0.0.0-00010101000000-000000000000
+	github.com/dlockdev/dlock v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # What a library user downloads: for each backend, a fresh module that
-# imports dlock and that backend (the working tree, through replace
-# directives), and a second one that imports only the backend's client
-# library; and for sqlfence and httpfence, which have no client, a module
-# that imports each.
+# requires dlock and that backend at the release version, as published (the
+# working tree's released modules in a temporary module proxy, as the
+# release check makes it: no workspace, no replace lines), and a second one
+# that imports only the backend's client library; and for sqlfence and
+# httpfence, which have no client, a module that imports each.
 # It prints the user's go.sum lines and `go list -m all` count.
 #
 #   scripts/deps.sh             print the figures
@@ -14,6 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+. scripts/lib.sh
 check=false download=false
 for a in "$@"; do
   case "$a" in
@@ -22,9 +24,14 @@ for a in "$@"; do
   *) echo "usage: scripts/deps.sh [--check] [--download]" >&2; exit 2 ;;
   esac
 done
-export GOWORK=off GOFLAGS=-modcacherw
+version=$(scripts/release.sh version)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+publish "$version" "$work/proxy"
+while read -r kv; do export "$kv"; done < <(user_env "$work/proxy")
+# A module cache of its own: the tree's modules must not stay in the real
+# one under a version that the tag may give other content.
+export GOMODCACHE=$work/modcache
 
 # backend package, its client's module, a package of that client to import.
 backends=(
@@ -60,14 +67,11 @@ for b in "${backends[@]}"; do
   read -r pkg client clientpkg <<<"$b"
   user=$work/user-$pkg alone=$work/alone-$pkg
   module "$user" example.com/user github.com/dlockdev/dlock "github.com/dlockdev/dlock/$pkg"
-  (cd "$user" &&
-    go mod edit -require=github.com/dlockdev/dlock@v0.0.0-00010101000000-000000000000 \
-      -require="github.com/dlockdev/dlock/$pkg@v0.0.0-00010101000000-000000000000" \
-      -replace=github.com/dlockdev/dlock="$root" -replace="github.com/dlockdev/dlock/$pkg=$root/$pkg")
+  (cd "$user" && go mod edit -require="$dlock_module@$version" -require="$dlock_module/$pkg@$version")
   module "$alone" example.com/alone "$clientpkg"
-  # The client at the version the backend requires.
-  version=$(cd "$pkg" && go list -m -f '{{.Version}}' "$client")
-  (cd "$alone" && go mod edit -require="$client@$version")
+  # The client at the version the backend requires (its go.mod's line).
+  cv=$(awk -v c="$client" '$1 == c { print $2 } $1 == "require" && $2 == c { print $3 }' "$pkg/go.mod")
+  (cd "$alone" && go mod edit -require="$client@$cv")
   tidy "$user"
   tidy "$alone"
   sum=$(wc -l <"$user/go.sum")
@@ -103,10 +107,7 @@ done
 for pkg in sqlfence httpfence; do
   user=$work/user-$pkg
   module "$user" example.com/user github.com/dlockdev/dlock "github.com/dlockdev/dlock/$pkg"
-  (cd "$user" &&
-    go mod edit -require=github.com/dlockdev/dlock@v0.0.0-00010101000000-000000000000 \
-      -require="github.com/dlockdev/dlock/$pkg@v0.0.0-00010101000000-000000000000" \
-      -replace=github.com/dlockdev/dlock="$root" -replace="github.com/dlockdev/dlock/$pkg=$root/$pkg")
+  (cd "$user" && go mod edit -require="$dlock_module@$version" -require="$dlock_module/$pkg@$version")
   tidy "$user"
   sum=0
   [ ! -f "$user/go.sum" ] || sum=$(wc -l <"$user/go.sum")

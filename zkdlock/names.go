@@ -91,10 +91,6 @@ func unescapeKey(name string) (string, bool) {
 	return key, true
 }
 
-// lockPrefix starts the name of every lock node of a lock: the only kind
-// that older dlock knew, so their names are what older Clients read.
-const lockPrefix = "lock-"
-
 // nodeTag names a node's kind and mode, the first part of its name: "lock"
 // for a lock (as before kinds existed), else the kind's label (see
 // driver.KindLabel) with '/' written '.', then ".x" for Exclusive or ".s"

@@ -2,25 +2,13 @@ module github.com/dlockdev/dlock/cmd/dlock
 
 go 1.26.0
 
-replace github.com/dlockdev/dlock => ../..
-
-replace github.com/dlockdev/dlock/redisdlock => ../../redisdlock
-
-replace github.com/dlockdev/dlock/zkdlock => ../../zkdlock
-
-replace github.com/dlockdev/dlock/etcddlock => ../../etcddlock
-
-replace github.com/dlockdev/dlock/httpfence => ../../httpfence
-
-replace github.com/dlockdev/dlock/sqlfence => ../../sqlfence
-
 require (
-	github.com/dlockdev/dlock v0.0.0-00010101000000-000000000000
-	github.com/dlockdev/dlock/etcddlock v0.0.0-00010101000000-000000000000
-	github.com/dlockdev/dlock/httpfence v0.0.0-00010101000000-000000000000
-	github.com/dlockdev/dlock/redisdlock v0.0.0-00010101000000-000000000000
-	github.com/dlockdev/dlock/sqlfence v0.0.0-00010101000000-000000000000
-	github.com/dlockdev/dlock/zkdlock v0.0.0-00010101000000-000000000000
+	github.com/dlockdev/dlock v0.1.0
+	github.com/dlockdev/dlock/etcddlock v0.1.0
+	github.com/dlockdev/dlock/httpfence v0.1.0
+	github.com/dlockdev/dlock/redisdlock v0.1.0
+	github.com/dlockdev/dlock/sqlfence v0.1.0
+	github.com/dlockdev/dlock/zkdlock v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/rogpeppe/go-internal v1.14.1

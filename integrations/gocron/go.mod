@@ -2,13 +2,9 @@ module github.com/dlockdev/dlock/integrations/gocron
 
 go 1.26.0
 
-replace github.com/dlockdev/dlock => ../..
-
-replace github.com/dlockdev/dlock/redisdlock => ../../redisdlock
-
 require (
-	github.com/dlockdev/dlock v0.0.0-00010101000000-000000000000
-	github.com/dlockdev/dlock/redisdlock v0.0.0-00010101000000-000000000000
+	github.com/dlockdev/dlock v0.1.0
+	github.com/dlockdev/dlock/redisdlock v0.1.0
 	github.com/go-co-op/gocron/v2 v2.21.2
 	github.com/google/uuid v1.6.0
 )

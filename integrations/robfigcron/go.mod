@@ -2,13 +2,9 @@ module github.com/dlockdev/dlock/integrations/robfigcron
 
 go 1.26.0
 
-replace github.com/dlockdev/dlock => ../..
-
-replace github.com/dlockdev/dlock/redisdlock => ../../redisdlock
-
 require (
-	github.com/dlockdev/dlock v0.0.0-00010101000000-000000000000
-	github.com/dlockdev/dlock/redisdlock v0.0.0-00010101000000-000000000000
+	github.com/dlockdev/dlock v0.1.0
+	github.com/dlockdev/dlock/redisdlock v0.1.0
 	github.com/robfig/cron/v3 v3.0.1
 )
 

@@ -2,16 +2,10 @@ module github.com/dlockdev/dlock/httpfence/internal/redisproof
 
 go 1.26.0
 
-replace github.com/dlockdev/dlock => ../../..
-
-replace github.com/dlockdev/dlock/httpfence => ../..
-
-replace github.com/dlockdev/dlock/redisdlock => ../../../redisdlock
-
 require (
-	github.com/dlockdev/dlock v0.0.0-00010101000000-000000000000
-	github.com/dlockdev/dlock/httpfence v0.0.0-00010101000000-000000000000
-	github.com/dlockdev/dlock/redisdlock v0.0.0-00010101000000-000000000000
+	github.com/dlockdev/dlock v0.1.0
+	github.com/dlockdev/dlock/httpfence v0.1.0
+	github.com/dlockdev/dlock/redisdlock v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 

@@ -2,16 +2,10 @@ module github.com/dlockdev/dlock/sqlfence/internal/storetest
 
 go 1.26.0
 
-replace (
-	github.com/dlockdev/dlock => ../../..
-	github.com/dlockdev/dlock/redisdlock => ../../../redisdlock
-	github.com/dlockdev/dlock/sqlfence => ../..
-)
-
 require (
-	github.com/dlockdev/dlock v0.0.0-00010101000000-000000000000
-	github.com/dlockdev/dlock/redisdlock v0.0.0-00010101000000-000000000000
-	github.com/dlockdev/dlock/sqlfence v0.0.0-00010101000000-000000000000
+	github.com/dlockdev/dlock v0.1.0
+	github.com/dlockdev/dlock/redisdlock v0.1.0
+	github.com/dlockdev/dlock/sqlfence v0.1.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
 	modernc.org/sqlite v1.62.0
