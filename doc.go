@@ -165,6 +165,16 @@
 // and ErrAuth. Their messages name the key or
 // address concerned.
 //
+// # Logs
+//
+// dlock writes nothing to stderr, and neither do its backends' client
+// libraries on its behalf, unless the program asks. WithLogger names a
+// log/slog logger that gets what the Client recovers from by itself (a
+// renewal that failed and was retried) and what its backend's client
+// library reports (go-zookeeper's reconnects; go-redis's, where the program
+// lets redisdlock route them: see redisdlock.RouteRedisLogs). Without it
+// they are dropped.
+//
 // # Backends
 //
 // Each backend is a package that registers its URL schemes with Open when
