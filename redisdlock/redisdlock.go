@@ -40,6 +40,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -86,6 +87,7 @@ type redisDriver struct {
 	opts    Options
 	prefix  string
 	notify  *notifier
+	log     *logTo // the Client's logger
 
 	// Script arguments that never change, boxed once.
 	waiterTimeoutArg, channelArg any
@@ -99,23 +101,28 @@ func newDriver(ctx context.Context, rdb redis.UniversalClient, opts *Options, ow
 	if err != nil {
 		return nil, fmt.Errorf("%w: redisdlock.Options: %w", dlock.ErrInvalidOption, err)
 	}
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		return nil, wrapErr(fmt.Sprintf("redis at %s", addr), err)
-	}
-	// Before subscribing, so that a refused server is left as it was.
-	if !o.AllowEviction {
-		if err := checkEviction(ctx, rdb, addr); err != nil {
-			return nil, err
-		}
-	}
+	// The subscription comes first: it dials around go-redis' connection
+	// pool, whose failed dials go-redis prints to stderr, so a server that
+	// is down fails here quietly (see notifier.unreachable).
+	log := &logTo{}
 	var id [12]byte
 	_, _ = rand.Read(id[:])
 	channel := o.Prefix + "notify:" + hex.EncodeToString(id[:])
-	n, err := newNotifier(ctx, rdb, channel)
+	n, err := newNotifier(ctx, rdb, channel, log)
 	if err != nil {
-		return nil, wrapErr(fmt.Sprintf("redis at %s: subscribe", addr), err)
+		var rerr redis.Error
+		if errors.As(err, &rerr) && !isAuthErr(err) {
+			return nil, wrapErr(fmt.Sprintf("redis at %s: subscribe", addr), err)
+		}
+		return nil, wrapErr(fmt.Sprintf("redis at %s", addr), err)
 	}
-	return &redisDriver{rdb: rdb, ownsRDB: owns, addr: addr, opts: o, prefix: o.Prefix, notify: n,
+	if !o.AllowEviction {
+		if err := checkEviction(ctx, rdb, addr); err != nil {
+			_ = n.close()
+			return nil, err
+		}
+	}
+	return &redisDriver{rdb: rdb, ownsRDB: owns, addr: addr, opts: o, prefix: o.Prefix, notify: n, log: log,
 		waiterTimeoutArg: ms(o.WaiterTimeout), channelArg: channel}, nil
 }
 
