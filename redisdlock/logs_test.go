@@ -23,6 +23,7 @@ import (
 func init() {
 	childRoles["redis-outage-holder"] = outageHolder
 	childRoles["redis-logger"] = redisLogger
+	childRoles["redis-open-down"] = openDown
 }
 
 // records is a slog handler that keeps the messages it gets.
@@ -160,6 +161,32 @@ func TestClient_serverOutage_nothingOnStderr(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// openDown opens URL, where no server listens, and says "refused" when
+// that fails with ErrUnavailable.
+func openDown(ctx context.Context, p *testproc.Peer) error {
+	c, err := dlock.Open(ctx, p.Env("URL"))
+	if !errors.Is(err, dlock.ErrUnavailable) {
+		if err == nil {
+			_ = c.Close()
+		}
+		return fmt.Errorf("open with no server: %v, want ErrUnavailable", err)
+	}
+	p.Say("refused")
+	return nil
+}
+
+// Open of a server that is down fails with ErrUnavailable and writes
+// nothing to stderr (its first request used to make go-redis dial, fail
+// and print).
+func TestOpen_serverDown_nothingOnStderr(t *testing.T) {
+	h := testproc.Start(t, "redis-open-down", "URL=redis://"+testserver.Addr(testserver.FreePort(t))+"/0")
+	h.Expect(t, "refused")
+	h.Wait(t)
+	if s := h.Stderr(); s != "" {
+		t.Errorf("Open wrote to stderr:\n%s", s)
 	}
 }
 
