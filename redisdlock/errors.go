@@ -30,7 +30,9 @@ func wrapErr(where string, err error) error {
 		return fmt.Errorf("%s: %w", where, err)
 	}
 	msg := err.Error()
-	if isAuthErr(err) {
+	switch {
+	case strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOAUTH"),
+		strings.Contains(msg, "invalid username-password"), strings.HasPrefix(msg, "NOPERM"):
 		return fmt.Errorf("%w: %s: %w (check the user name and password)", driver.ErrAuth, where, err)
 	}
 	var netErr net.Error
@@ -40,14 +42,6 @@ func wrapErr(where string, err error) error {
 		return fmt.Errorf("%w: %s: %w (is redis-server running and reachable there?)", driver.ErrUnavailable, where, err)
 	}
 	return fmt.Errorf("%s: %w", where, err)
-}
-
-// isAuthErr tells whether the server refused the credentials, or the user's
-// rights.
-func isAuthErr(err error) bool {
-	msg := err.Error()
-	return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") ||
-		strings.Contains(msg, "invalid username-password") || strings.HasPrefix(msg, "NOPERM")
 }
 
 // ErrCrossSlot is returned by a Fence's writes, wrapped with the key, its

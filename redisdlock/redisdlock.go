@@ -40,7 +40,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -101,29 +100,39 @@ func newDriver(ctx context.Context, rdb redis.UniversalClient, opts *Options, ow
 	if err != nil {
 		return nil, fmt.Errorf("%w: redisdlock.Options: %w", dlock.ErrInvalidOption, err)
 	}
-	// The subscription comes first: it dials around go-redis' connection
-	// pool, whose failed dials go-redis prints to stderr, so a server that
-	// is down fails here quietly (see notifier.unreachable).
+	if err := reach(ctx, rdb); err != nil {
+		return nil, wrapErr(fmt.Sprintf("redis at %s", addr), err)
+	}
+	// Before subscribing, so that a refused server is left as it was.
+	if !o.AllowEviction {
+		if err := checkEviction(ctx, rdb, addr); err != nil {
+			return nil, err
+		}
+	}
 	log := &logTo{}
 	var id [12]byte
 	_, _ = rand.Read(id[:])
 	channel := o.Prefix + "notify:" + hex.EncodeToString(id[:])
 	n, err := newNotifier(ctx, rdb, channel, log)
 	if err != nil {
-		var rerr redis.Error
-		if errors.As(err, &rerr) && !isAuthErr(err) {
-			return nil, wrapErr(fmt.Sprintf("redis at %s: subscribe", addr), err)
-		}
-		return nil, wrapErr(fmt.Sprintf("redis at %s", addr), err)
-	}
-	if !o.AllowEviction {
-		if err := checkEviction(ctx, rdb, addr); err != nil {
-			_ = n.close()
-			return nil, err
-		}
+		return nil, wrapErr(fmt.Sprintf("redis at %s: subscribe", addr), err)
 	}
 	return &redisDriver{rdb: rdb, ownsRDB: owns, addr: addr, opts: o, prefix: o.Prefix, notify: n, log: log,
 		waiterTimeoutArg: ms(o.WaiterTimeout), channelArg: channel}, nil
+}
+
+// reach checks that the server answers and takes the credentials, on a
+// connection of its own dialled as a subscription's is: around go-redis'
+// connection pool, which prints every failed dial to stderr (see
+// notifier.unreachable). A server that is down then fails New quietly.
+func reach(ctx context.Context, rdb redis.UniversalClient) error {
+	ps := rdb.Subscribe(ctx)
+	defer ps.Close()
+	if err := ps.Ping(ctx); err != nil {
+		return err
+	}
+	_, err := ps.Receive(ctx) // the pong
+	return err
 }
 
 // Close stops the notification subscription, and closes the Redis client
