@@ -30,6 +30,10 @@
 //
 // Or build a Client from an etcd client the program already has with New.
 //
+// The etcd client made by Open logs nothing (zap.NewNop); one given to New
+// logs where its Config.Logger says. dlock's own messages go to the
+// Client's dlock.WithLogger logger.
+//
 // # TTL
 //
 // etcd counts lease TTLs in whole seconds: a lock's TTL is rounded up to

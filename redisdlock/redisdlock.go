@@ -30,6 +30,13 @@
 // writes it only under a token not older than the last one written: see
 // docs/fencing.md, section Redis.
 //
+// A Client keeps go-redis from printing to stderr on its behalf: go-redis's
+// logger is one per process and prints every failed dial there, so while
+// its subscription cannot dial the server a Client sends nothing, except on
+// a Cluster (see docs/redis.md, "Logs"). What the Client recovers from goes
+// to its dlock.WithLogger logger; SetRedisLogger sends go-redis's own
+// messages to an slog.Logger.
+//
 // Or build a Client from a go-redis client the program already has with New;
 // that works unchanged with a plain client, Sentinel (redis.NewFailoverClient)
 // and Cluster (redis.NewClusterClient), because every key of one lock shares a

@@ -22,6 +22,11 @@
 //
 // Or build a Client from a zk.Conn the program already has with New.
 //
+// go-zookeeper's messages about a connection made by Open (failed dials,
+// broken connections) go to the Client's dlock.WithLogger logger at level
+// Warn, and are dropped without one; a zk.Conn given to New logs where its
+// zk.WithLogger says.
+//
 // # Lease length
 //
 // On ZooKeeper the lease length is the session timeout, not the TTL given
