@@ -167,13 +167,13 @@
 //
 // # Logs
 //
-// dlock writes nothing to stderr, and neither do its backends' client
-// libraries on its behalf, unless the program asks. WithLogger names a
-// log/slog logger that gets what the Client recovers from by itself (a
-// renewal that failed and was retried) and what its backend's client
-// library reports (go-zookeeper's reconnects; go-redis's, where the program
-// lets redisdlock route them: see redisdlock.RouteRedisLogs). Without it
-// they are dropped.
+// dlock writes nothing to stderr, and keeps its backends' client libraries
+// from doing so on its behalf. WithLogger names a log/slog logger that gets
+// what the Client recovers from by itself (a renewal that failed and was
+// retried, a reconnect) and, where the client library has a logger per
+// connection (go-zookeeper), that library's messages; without it they are
+// dropped. go-redis has one logger per process, which the program owns:
+// see redisdlock.SetRedisLogger.
 //
 // # Backends
 //
