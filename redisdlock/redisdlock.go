@@ -47,6 +47,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -135,10 +136,16 @@ func newDriver(ctx context.Context, rdb redis.UniversalClient, opts *Options, ow
 func reach(ctx context.Context, rdb redis.UniversalClient) error {
 	ps := rdb.Subscribe(ctx)
 	defer ps.Close()
-	if err := ps.Ping(ctx); err != nil {
-		return err
+	err := ps.Ping(ctx)
+	if err == nil {
+		_, err = ps.Receive(ctx) // the pong
 	}
-	_, err := ps.Receive(ctx) // the pong
+	// The server's refusal as the pool reports it: without the "failed to
+	// authenticate" that this path adds to a WRONGPASS.
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return rerr
+	}
 	return err
 }
 
