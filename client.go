@@ -60,6 +60,9 @@ func NewClient(d driver.Driver, opts ...Option) (*Client, error) {
 	if err := checkFixedTTL(d, &cfg.lock); err != nil {
 		return nil, err
 	}
+	if lg, ok := d.(driver.Logging); ok {
+		lg.SetLogger(cfg.logger)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Client{
 		drv:      d,

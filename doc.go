@@ -183,6 +183,16 @@
 // *StaleTokenError where the store knows the recorded token) and
 // ErrInvalidFence. Their messages name the key or address concerned.
 //
+// # Logs
+//
+// dlock writes nothing to stderr, and keeps its backends' client libraries
+// from doing so on its behalf. WithLogger names a log/slog logger that gets
+// what the Client recovers from by itself (a renewal that failed and was
+// retried, a reconnect) and, where the client library has a logger per
+// connection (go-zookeeper), that library's messages; without it they are
+// dropped. go-redis has one logger per process, which the program owns:
+// see redisdlock.SetRedisLogger.
+//
 // # Backends
 //
 // Each backend is a package that registers its URL schemes with Open when

@@ -131,7 +131,9 @@ func (o loggerOption) applyClient(c *clientConfig) error {
 }
 
 // WithLogger sets where the client reports what it recovers from by itself,
-// such as a failed renewal that a later one repaired. Default: nothing is
-// logged; every failure that matters is also returned or reported via
-// Lease.Err.
+// such as a failed renewal that a later one repaired, and where its backend
+// sends what the backend's client library reports (reconnects, failed
+// dials: see driver.Logging and the backend's documentation). Default:
+// nothing is logged, and nothing is written to stderr; every failure that
+// matters is also returned or reported via Lease.Err.
 func WithLogger(l *slog.Logger) Option { return loggerOption{l} }

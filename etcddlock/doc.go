@@ -67,4 +67,10 @@
 // with its mode, fencing token and TTL left, rounded up to whole seconds)
 // and the waiters in order (with their modes), and every entry's metadata. Since is always zero: etcd
 // stores no time with a key, and a client's clock is not the server's.
+//
+// # Logs
+//
+// The etcd client made by Open logs nothing (zap.NewNop); one given to New
+// logs where its Config.Logger says. dlock's own messages go to the
+// Client's dlock.WithLogger logger.
 package etcddlock

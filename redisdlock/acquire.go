@@ -63,7 +63,7 @@ func shapeArgs(req *driver.AcquireRequest) (label, limit, mode any) {
 }
 
 func (d *redisDriver) runAcquire(ctx context.Context, keys, args []any) (acquireReply, error) {
-	v, err := acquireScript.run(ctx, d.rdb, keys, args...).Slice()
+	v, err := acquireScript.run(ctx, d, keys, args...).Slice()
 	if err != nil {
 		return acquireReply{}, err
 	}
@@ -224,7 +224,7 @@ func (d *redisDriver) abandon(ctx context.Context, g *grant) error {
 	// ctx may be over; cleaning up must not be, but it must not hang either.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.opts.WaiterTimeout)
 	defer cancel()
-	_ = releaseScript.run(cctx, d.rdb, g.keys, g.owner, noToken).Err()
+	_ = releaseScript.run(cctx, d, g.keys, g.owner, noToken).Err()
 	// If that failed too, the queue entry expires after WaiterTimeout and a
 	// grant after its TTL.
 	return ctx.Err()

@@ -44,7 +44,7 @@ func (g *grant) Lost() <-chan error { return nil }
 // nobody else can have held the key, whatever the clock did.
 func (g *grant) Renew(ctx context.Context) error {
 	sent := time.Now()
-	v, err := renewScript.run(ctx, g.d.rdb, g.keys[:1], g.owner, ms(g.ttl)).Slice()
+	v, err := renewScript.run(ctx, g.d, g.keys[:1], g.owner, ms(g.ttl)).Slice()
 	received := time.Now()
 	if err != nil {
 		return wrapErr(fmt.Sprintf("redis at %s: renew", g.d.addr), err)
@@ -89,7 +89,7 @@ func parseRenewReply(v []any) (held bool, serverUs int64, ok bool) {
 // The token lets a release resent after a lost reply recognise that its
 // first attempt freed the key.
 func (g *grant) Release(ctx context.Context) error {
-	n, err := releaseScript.run(ctx, g.d.rdb, g.keys, g.owner, g.tokenArg).Int()
+	n, err := releaseScript.run(ctx, g.d, g.keys, g.owner, g.tokenArg).Int()
 	if err != nil {
 		return wrapErr(fmt.Sprintf("redis at %s", g.d.addr), err)
 	}

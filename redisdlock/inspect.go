@@ -16,7 +16,7 @@ import (
 
 // Inspect implements driver.Inspector with one atomic script (inspect.lua).
 func (d *redisDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo, error) {
-	v, err := inspectScript.run(ctx, d.rdb, d.lockKeys(key)).Slice()
+	v, err := inspectScript.run(ctx, d, d.lockKeys(key)).Slice()
 	if err != nil {
 		return nil, wrapErr(fmt.Sprintf("redis at %s", d.addr), err)
 	}
@@ -93,6 +93,10 @@ func (d *redisDriver) List(ctx context.Context, prefix string) ([]*driver.LockIn
 			}
 		}
 		return iter.Err()
+	}
+	// As script.run: nothing for a server that cannot be dialled.
+	if err := d.notify.unreachable(); err != nil {
+		return nil, wrapErr(fmt.Sprintf("redis at %s", d.addr), err)
 	}
 	var err error
 	if cc, ok := d.rdb.(*redis.ClusterClient); ok {

@@ -3,10 +3,12 @@ package redisdlock
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,6 +38,13 @@ type notifier struct {
 	mu      sync.Mutex
 	waiters map[string]waiter // by owner id; guarded by mu
 
+	log *logTo
+	// refused holds the error of the subscription's latest dial while the
+	// server refuses connections (nil otherwise; never set on a Cluster,
+	// where the subscription's node is not the keys'). See unreachable.
+	refused atomic.Pointer[error]
+	gate    bool // refused may be set: not a Cluster
+
 	// The observer channels this connection also subscribes to (watch.go).
 	watchState
 }
@@ -49,7 +58,7 @@ type waiter chan uint64
 // pollNow asks a waiter to poll; no token is 0.
 const pollNow = 0
 
-func newNotifier(ctx context.Context, rdb redis.UniversalClient, channel string) (*notifier, error) {
+func newNotifier(ctx context.Context, rdb redis.UniversalClient, channel string, log *logTo) (*notifier, error) {
 	ps := rdb.Subscribe(ctx, channel)
 	// Wait for the subscription to be confirmed: a notice published before
 	// that would be lost.
@@ -57,7 +66,9 @@ func newNotifier(ctx context.Context, rdb redis.UniversalClient, channel string)
 		_ = ps.Close()
 		return nil, err
 	}
-	n := &notifier{ps: ps, channel: channel, stop: make(chan struct{}), done: make(chan struct{}), waiters: map[string]waiter{}}
+	n := &notifier{ps: ps, channel: channel, stop: make(chan struct{}), done: make(chan struct{}), waiters: map[string]waiter{}, log: log}
+	_, cluster := rdb.(*redis.ClusterClient)
+	n.gate = !cluster
 	n.watches = map[string]*watchChan{}
 	go n.run()
 	return n, nil
@@ -71,6 +82,10 @@ func (n *notifier) run() {
 	for {
 		msg, err := n.receive(ctx, pinged)
 		if err == nil {
+			if failures > 0 {
+				n.refused.Store(nil)
+				n.logf(slog.LevelInfo, "redisdlock: subscription restored", "channel", n.channel)
+			}
 			pinged, failures = false, 0
 			n.deliver(msg)
 			continue
@@ -93,9 +108,45 @@ func (n *notifier) run() {
 		// poll). Back off while the server stays unreachable.
 		pinged = false
 		failures++
+		if failures == 1 {
+			n.logf(slog.LevelWarn, "redisdlock: subscription lost, reconnecting", "channel", n.channel, "error", err)
+		}
+		n.setRefused(err)
 		if failures > 1 && !n.pause(100*time.Millisecond) {
 			return
 		}
+	}
+}
+
+// setRefused records whether err, the subscription's latest failure, was a
+// failed dial: the server refuses connections, or cannot be reached at all.
+func (n *notifier) setRefused(err error) {
+	var op *net.OpError
+	if !n.gate || !errors.As(err, &op) || op.Op != "dial" {
+		n.refused.Store(nil)
+		return
+	}
+	n.refused.Store(&err)
+}
+
+// unreachable returns the error of the subscription's latest dial while the
+// server cannot be dialled, and nil otherwise. The driver then fails its
+// requests with it instead of sending them: go-redis would dial for each,
+// fail, and print "connection pool: failed to dial" to stderr through its
+// process-wide logger, while the subscription's own reconnects, which go
+// around that pool, print nothing. The subscription keeps dialling (every
+// 100 ms) and clears it on its first success.
+func (n *notifier) unreachable() error {
+	if p := n.refused.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// logf logs to the Client's logger, if it has one yet.
+func (n *notifier) logf(level slog.Level, msg string, args ...any) {
+	if l := n.log.logger(); l != nil {
+		l.Log(context.Background(), level, msg, args...)
 	}
 }
 

@@ -31,6 +31,13 @@
 // writes it only under a token not older than the last one written: see
 // docs/fencing.md, section Redis.
 //
+// A Client keeps go-redis from printing to stderr on its behalf: go-redis's
+// logger is one per process and prints every failed dial there, so while
+// its subscription cannot dial the server a Client sends nothing, except on
+// a Cluster (see docs/redis.md, "Logs"). What the Client recovers from goes
+// to its dlock.WithLogger logger; SetRedisLogger sends go-redis's own
+// messages to an slog.Logger.
+//
 // Or build a Client from a go-redis client the program already has with New;
 // that works unchanged with a plain client, Sentinel (redis.NewFailoverClient)
 // and Cluster (redis.NewClusterClient), because every key of one lock shares a
@@ -41,6 +48,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -87,6 +95,7 @@ type redisDriver struct {
 	opts    Options
 	prefix  string
 	notify  *notifier
+	log     *logTo // the Client's logger
 
 	// Script arguments that never change, boxed once.
 	waiterTimeoutArg, channelArg any
@@ -100,7 +109,7 @@ func newDriver(ctx context.Context, rdb redis.UniversalClient, opts *Options, ow
 	if err != nil {
 		return nil, fmt.Errorf("%w: redisdlock.Options: %w", dlock.ErrInvalidOption, err)
 	}
-	if err := rdb.Ping(ctx).Err(); err != nil {
+	if err := reach(ctx, rdb); err != nil {
 		return nil, wrapErr(fmt.Sprintf("redis at %s", addr), err)
 	}
 	// Before subscribing, so that a refused server is left as it was.
@@ -109,15 +118,36 @@ func newDriver(ctx context.Context, rdb redis.UniversalClient, opts *Options, ow
 			return nil, err
 		}
 	}
+	log := &logTo{}
 	var id [12]byte
 	_, _ = rand.Read(id[:])
 	channel := o.Prefix + "notify:" + hex.EncodeToString(id[:])
-	n, err := newNotifier(ctx, rdb, channel)
+	n, err := newNotifier(ctx, rdb, channel, log)
 	if err != nil {
 		return nil, wrapErr(fmt.Sprintf("redis at %s: subscribe", addr), err)
 	}
-	return &redisDriver{rdb: rdb, ownsRDB: owns, addr: addr, opts: o, prefix: o.Prefix, notify: n,
+	return &redisDriver{rdb: rdb, ownsRDB: owns, addr: addr, opts: o, prefix: o.Prefix, notify: n, log: log,
 		waiterTimeoutArg: ms(o.WaiterTimeout), channelArg: channel}, nil
+}
+
+// reach checks that the server answers and takes the credentials, on a
+// connection of its own dialled as a subscription's is: around go-redis'
+// connection pool, which prints every failed dial to stderr (see
+// notifier.unreachable). A server that is down then fails New quietly.
+func reach(ctx context.Context, rdb redis.UniversalClient) error {
+	ps := rdb.Subscribe(ctx)
+	defer ps.Close()
+	err := ps.Ping(ctx)
+	if err == nil {
+		_, err = ps.Receive(ctx) // the pong
+	}
+	// The server's refusal as the pool reports it: without the "failed to
+	// authenticate" that this path adds to a WRONGPASS.
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return rerr
+	}
+	return err
 }
 
 // Close stops the notification subscription, and closes the Redis client

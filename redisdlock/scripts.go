@@ -50,17 +50,25 @@ func newScript(src string) *script {
 	return &script{Script: s, sha: s.Hash(), src: src}
 }
 
-// run sends EVALSHA sha len(keys) keys... args... through rdb (so go-redis
-// routes it by its first key on a Cluster, and retries and hooks apply).
-func (s *script) run(ctx context.Context, rdb redis.UniversalClient, keys []any, args ...any) *redis.Cmd {
+// run sends EVALSHA sha len(keys) keys... args... through d's go-redis
+// client (so go-redis routes it by its first key on a Cluster, and retries
+// and hooks apply), unless the server cannot be dialled (see
+// notifier.unreachable): then it fails with the dial's error, sending
+// nothing.
+func (s *script) run(ctx context.Context, d *redisDriver, keys []any, args ...any) *redis.Cmd {
+	if err := d.notify.unreachable(); err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
 	a := make([]any, 0, 3+len(keys)+len(args))
 	a = append(a, "evalsha", s.sha, len(keys))
 	a = append(a, keys...)
 	a = append(a, args...)
-	cmd := rdb.Do(ctx, a...)
+	cmd := d.rdb.Do(ctx, a...)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		a[0], a[1] = "eval", s.src
-		cmd = rdb.Do(ctx, a...)
+		cmd = d.rdb.Do(ctx, a...)
 	}
 	return cmd
 }

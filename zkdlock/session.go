@@ -222,22 +222,30 @@ func (h *quickRetry) Connected() {
 	h.HostProvider.Connected()
 }
 
-// slogger sends go-zookeeper's messages (connection attempts, reconnects) to
-// slog's default logger at debug level: normally silent, visible to whoever
-// turns debug logging on.
-type slogger struct{}
+// zkLogger sends go-zookeeper's messages (failed dials, broken connections:
+// go-zookeeper reports what it then recovers from) to the Client's logger
+// (dlock.WithLogger), which dlock.NewClient hands the driver through
+// SetLogger. Until then, and by default, they are dropped: never stderr,
+// which is where go-zookeeper's own default logger writes.
+type zkLogger struct {
+	l atomic.Pointer[slog.Logger] // nil: drop
+}
 
-func (slogger) Printf(format string, args ...any) {
-	slog.Debug("zkdlock: " + fmt.Sprintf(format, args...))
+func (z *zkLogger) Printf(format string, args ...any) {
+	l := z.l.Load()
+	if l == nil || !l.Enabled(context.Background(), slog.LevelWarn) {
+		return
+	}
+	l.Warn("zkdlock: " + fmt.Sprintf(format, args...))
 }
 
 // connect opens a zk.Conn to servers and waits until it has a session, the
 // server refuses our credentials, ctx ends or connectTimeout passes.
-func connect(ctx context.Context, servers []string, sessionTimeout, connectTimeout time.Duration, info *sessionInfo) (*zk.Conn, *sessionInfo, error) {
+func connect(ctx context.Context, servers []string, sessionTimeout, connectTimeout time.Duration, info *sessionInfo, log *zkLogger) (*zk.Conn, *sessionInfo, error) {
 	addr := strings.Join(servers, ",")
 	events := make(chan zk.State, 1)
 	conn, _, err := zk.Connect(servers, sessionTimeout,
-		zk.WithLogger(slogger{}),
+		zk.WithLogger(log),
 		zk.WithLogInfo(false),
 		zk.WithDialer(info.dial),
 		zk.WithHostProvider(&quickRetry{HostProvider: zk.NewDNSHostProvider()}),

@@ -155,7 +155,8 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	}
 	// Before the first handshake, which it learns of.
 	info.heard = newHeard(cfg.sessionTimeout, reportLag(cfg.tickTime, cfg.deployment, timeout))
-	conn, info, err := connect(ctx, cfg.servers, cfg.sessionTimeout, cfg.connectTimeout, info)
+	log := &zkLogger{}
+	conn, info, err := connect(ctx, cfg.servers, cfg.sessionTimeout, cfg.connectTimeout, info, log)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +177,7 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		identities = []string{"digest:" + mine[0].ID}
 	}
 	d := newDriver(conn, o, addr, timeout, info.heard)
-	d.closeConn = conn.Close
+	d.closeConn, d.zkLog = conn.Close, log
 	if err := d.init(ctx, identities); err != nil {
 		_ = d.Close()
 		return nil, err

@@ -22,6 +22,11 @@
 //
 // Or build a Client from a zk.Conn the program already has with New.
 //
+// go-zookeeper's messages about a connection made by Open (failed dials,
+// broken connections) go to the Client's dlock.WithLogger logger at level
+// Warn, and are dropped without one; a zk.Conn given to New logs where its
+// zk.WithLogger says.
+//
 // # Lease length
 //
 // On ZooKeeper the lease length is the session timeout, not the TTL given
@@ -64,6 +69,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -130,8 +136,9 @@ func New(ctx context.Context, conn Conn, opts *Options) (*dlock.Client, error) {
 // zkDriver implements driver.Driver and driver.Inspector on one session.
 type zkDriver struct {
 	conn      Conn
-	closeConn func() // closes conn if the driver opened it; nil otherwise
-	addr      string // the servers, for error messages
+	closeConn func()    // closes conn if the driver opened it; nil otherwise
+	zkLog     *zkLogger // the logger of conn if the driver opened it; nil otherwise
+	addr      string    // the servers, for error messages
 	root      string
 	acl       []zk.ACL
 	timeout   func() time.Duration // the session timeout, which is the lease length
@@ -167,6 +174,17 @@ type zkDriver struct {
 	// node created and deleted again.
 	hintMu sync.Mutex
 	hints  map[string]keyHint // guarded by hintMu
+}
+
+var _ driver.Logging = (*zkDriver)(nil)
+
+// SetLogger implements driver.Logging: go-zookeeper's messages about the
+// connection the driver opened go to l. A conn given to New keeps the
+// logger it was created with (zk.WithLogger).
+func (d *zkDriver) SetLogger(l *slog.Logger) {
+	if d.zkLog != nil {
+		d.zkLog.l.Store(l)
+	}
 }
 
 // keyHint is what the last listing of a key by this Client showed.

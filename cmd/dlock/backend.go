@@ -9,24 +9,21 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock"
-	"github.com/redis/go-redis/v9"
+	"github.com/dlockdev/dlock/redisdlock"
 
 	// Backends register their URL schemes with dlock.Open.
 	_ "github.com/dlockdev/dlock/etcddlock"
-	_ "github.com/dlockdev/dlock/redisdlock"
 	_ "github.com/dlockdev/dlock/zkdlock"
 )
 
 // quietClientLogs stops client libraries from logging on their own: dlock
 // reports every failure that matters itself, once, with the address and a
-// hint, and a CLI's stderr belongs to PROGRAM as much as to dlock.
+// hint, and a CLI's stderr belongs to PROGRAM as much as to dlock. Only
+// go-redis needs telling: its logger is process-wide, and writes to stderr
+// unless replaced; nil drops its messages.
 func quietClientLogs() {
-	redis.SetLogger(discardLogger{})
+	redisdlock.SetRedisLogger(nil)
 }
-
-type discardLogger struct{}
-
-func (discardLogger) Printf(context.Context, string, ...any) {}
 
 // defaultConnectTimeout bounds dlock.Open: long enough for a TLS handshake
 // across a continent, short enough that a wrong address fails while the

@@ -6,7 +6,7 @@
 //
 // Parent and child talk in lines: the child's Say lines arrive at the
 // parent's Expect, the parent's Tell lines at the child's Await. The
-// child's stderr goes to the test log.
+// child's stderr goes to the test log, and is kept for Stderr.
 //
 // In the test package:
 //
@@ -135,9 +135,10 @@ type Child struct {
 	err   error         // Wait's result, set before done is closed
 
 	mu      sync.Mutex
-	lines   []string      // the child's stdout lines not yet taken by Expect
-	eof     bool          // stdout has ended
-	arrived chan struct{} // closed and replaced when lines or eof change
+	stderr  strings.Builder // all the child wrote to stderr; guarded by mu
+	lines   []string        // the child's stdout lines not yet taken by Expect
+	eof     bool            // stdout has ended
+	arrived chan struct{}   // closed and replaced when lines or eof change
 }
 
 // Start starts the test binary again as a child that runs role, with the
@@ -150,7 +151,8 @@ func Start(t testing.TB, role string, env ...string) *Child {
 	for _, kv := range env {
 		cmd.Env = append(cmd.Env, envPrefix+kv)
 	}
-	cmd.Stderr = logWriter{t, role}
+	c := &Child{name: role, cmd: cmd, done: make(chan struct{}), arrived: make(chan struct{})}
+	cmd.Stderr = logWriter{t, c}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatalf("testproc: %s: %v", role, err)
@@ -162,7 +164,7 @@ func Start(t testing.TB, role string, env ...string) *Child {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("testproc: start %s: %v", role, err)
 	}
-	c := &Child{name: role, cmd: cmd, stdin: stdin, done: make(chan struct{}), arrived: make(chan struct{})}
+	c.stdin = stdin
 	go func() {
 		// The lines are kept however many arrive, so the child never
 		// blocks on a full pipe; cmd.Wait comes after the last read, as
@@ -268,15 +270,27 @@ func (c *Child) Wait(t testing.TB) {
 	}
 }
 
-// logWriter sends a child's stderr to the test log, line by line.
+// Stderr returns what the child has written to its stderr: after Wait, all
+// of it. The tests that the library prints nothing assert on it.
+func (c *Child) Stderr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stderr.String()
+}
+
+// logWriter sends a child's stderr to the test log, line by line, and keeps
+// it for Stderr.
 type logWriter struct {
-	t    testing.TB
-	name string
+	t testing.TB
+	c *Child
 }
 
 func (w logWriter) Write(p []byte) (int, error) {
+	w.c.mu.Lock()
+	w.c.stderr.Write(p)
+	w.c.mu.Unlock()
 	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
-		w.t.Logf("%s: %s", w.name, line)
+		w.t.Logf("%s: %s", w.c.name, line)
 	}
 	return len(p), nil
 }

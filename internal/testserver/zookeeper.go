@@ -216,6 +216,10 @@ func (z *ZooKeeper) Restart(t testing.TB) {
 	}
 }
 
+// Kill stops the server (SIGKILL) until Restart starts it again: an outage
+// whose end the test chooses.
+func (z *ZooKeeper) Kill() { z.kill() }
+
 func (z *ZooKeeper) kill() {
 	z.mu.Lock()
 	cmd, done := z.cmd, z.done
