@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -184,7 +185,7 @@ func (r *rig) holderTTL(name string, weak bool, ttl time.Duration, via ...*fault
 func (r *rig) isAcquire(f *faultinject.Frame) bool {
 	switch {
 	case r.kind == "redis" && r.recipe == "dlock":
-		return isScript(f, 16)
+		return isScript(f, 6, 9)
 	case r.kind == "redis":
 		return f.Command() == "SET"
 	case r.kind == "zk" && r.recipe == "dlock":
@@ -200,7 +201,7 @@ func (r *rig) isAcquire(f *faultinject.Frame) bool {
 func (r *rig) isRelease(f *faultinject.Frame) bool {
 	switch {
 	case r.kind == "redis" && r.recipe == "dlock":
-		return isScript(f, 9)
+		return isScript(f, 6, 2)
 	case r.kind == "redis":
 		return f.Command() == "DEL"
 	case r.kind == "zk" && r.recipe == "dlock":
@@ -218,19 +219,19 @@ func (r *rig) isRelease(f *faultinject.Frame) bool {
 func (r *rig) isRenew(f *faultinject.Frame) bool {
 	switch {
 	case r.kind == "redis" && r.recipe == "dlock":
-		return isScript(f, 6)
+		return isScript(f, 1, 2)
 	case r.kind == "redis":
 		return f.Command() == "PEXPIRE"
 	}
 	return false
 }
 
-// isScript matches a redisdlock script call with n arguments in all:
-// EVALSHA sha numkeys, then 4 keys and 9 arguments (acquire), 4 keys and 2
-// (release), or 1 key and 2 (renew).
-func isScript(f *faultinject.Frame, n int) bool {
+// isScript matches a redisdlock script call with that many keys and
+// arguments: EVALSHA sha numkeys keys... args..., with 6 keys and 9
+// arguments (acquire), 6 keys and 2 (release), or 1 key and 2 (renew).
+func isScript(f *faultinject.Frame, keys, args int) bool {
 	c := f.Command()
-	return (c == "EVALSHA" || c == "EVAL") && len(f.Args) == n
+	return (c == "EVALSHA" || c == "EVAL") && len(f.Args) == 3+keys+args && f.Args[2] == strconv.Itoa(keys)
 }
 
 func isPing(f *faultinject.Frame) bool { return f.Up && f.Op == faultinject.ZKOpPing }
