@@ -6,11 +6,18 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
 	"github.com/dlockdev/dlock/driver/queue"
 )
+
+// lastToken is the last fencing token given, in any space: one counter for
+// the process keeps every key's tokens increasing with no record per key,
+// even across a space that was freed and opened again by its name, while a
+// fenced store may still remember the tokens of its first life.
+var lastToken atomic.Uint64
 
 // space is one lock space: the keys' queues, the fencing tokens and the
 // clock, shared by the clients that joined it.
@@ -18,12 +25,9 @@ type space struct {
 	name  string
 	clock *Clock // nil: real time
 
-	mu      sync.Mutex
-	clients int
-	keys    map[string]*keyState // keys held or waited for
-	// token is the last fencing token given: one counter for every key
-	// keeps each key's tokens increasing with no record per key.
-	token    uint64
+	mu       sync.Mutex
+	clients  int
+	keys     map[string]*keyState                  // keys held or waited for
 	watchers map[string]map[chan struct{}]struct{} // Observer's, by key
 }
 
@@ -112,8 +116,7 @@ func (s *space) plan(k *keyState, e *entry) {
 
 // grant makes e a holder. s.mu is held.
 func (s *space) grant(k *keyState, e *entry, p queue.Plan) {
-	s.token++
-	e.granted, e.token, e.targets, e.at = true, s.token, nil, time.Now()
+	e.granted, e.token, e.targets, e.at = true, lastToken.Add(1), nil, time.Now()
 	e.expires = s.now().Add(e.ttl)
 	e.stop = s.afterFunc(e.ttl, func() { s.expire(k, e) })
 	close(e.ready)
