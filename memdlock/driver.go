@@ -22,6 +22,7 @@ var (
 	_ driver.Inspector = (*conn)(nil)
 	_ driver.Observer  = (*conn)(nil)
 	_ driver.Publisher = (*grant)(nil)
+	_ driver.Abandoner = (*grant)(nil)
 )
 
 // Acquire queues an entry for req.Key and waits for the planner's grant.
@@ -176,5 +177,15 @@ func (g *grant) Publish(ctx context.Context, metadata []byte) error {
 	}
 	g.e.metadata = metadata
 	s.changed(g.k.key)
+	return nil
+}
+
+// Abandon leaves the grant to expire: on a fake clock, at the next
+// Clock.Advance past its TTL.
+func (g *grant) Abandon(ctx context.Context) error {
+	s := g.c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g.e.abandoned = true
 	return nil
 }

@@ -63,6 +63,9 @@ type entry struct {
 	ready   chan struct{} // closed at the grant
 	lost    chan error    // receives why a holder was dropped
 	gone    bool          // left the queue
+	// abandoned: its lease no longer renews it (driver.Abandoner), so a
+	// fake clock lets it expire.
+	abandoned bool
 
 	waited  bool       // planned a wait at least once
 	plan    queue.Plan // the current wait
@@ -195,7 +198,12 @@ func (s *space) drop(k *keyState, e *entry, reason error) bool {
 func (s *space) expire(k *keyState, e *entry) {
 	s.mu.Lock()
 	free := false
-	if !e.gone && !s.now().Before(e.expires) {
+	if !e.gone && s.clock != nil && !e.abandoned && !e.c.frozen.Load() && !e.c.closed.Load() {
+		// On a fake clock, a live client's renewals would have come in
+		// the time Advance skipped: only frozen and abandoned leases end.
+		e.expires = s.now().Add(e.ttl)
+		e.stop = s.afterFunc(e.ttl, func() { s.expire(k, e) })
+	} else if !e.gone && !s.now().Before(e.expires) {
 		free = s.drop(k, e, errExpired)
 	}
 	s.mu.Unlock()
