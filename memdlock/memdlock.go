@@ -79,7 +79,9 @@ type Handle struct {
 func (h *Handle) NewClient(copts ...dlock.Option) (*dlock.Client, *Handle, error) {
 	s := h.c.s
 	if s.name != "" {
-		if _, err := join(s.name, s.clock); err != nil {
+		// The space of that name now: s itself while anybody uses it.
+		var err error
+		if s, err = join(s.name, s.clock); err != nil {
 			return nil, nil, err
 		}
 	} else {
