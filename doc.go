@@ -207,6 +207,9 @@
 //     other length is refused with ErrInvalidOption. See docs/zookeeper.md.
 //   - etcddlock: etcd://[user:password@]host[:port][,host[:port]…][/prefix][?dial_timeout=5s],
 //     etcds:// for TLS (cacert, cert, key, server_name). See docs/etcd.md.
+//   - memdlock: mem://NAME, a lock space in memory shared by the clients
+//     of that NAME in one process: for tests, not between processes. See
+//     docs/testing.md.
 //
 // Keys are UTF-8 strings of 1 to MaxKeyLen bytes without control characters;
 // "/" has no special meaning.

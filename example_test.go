@@ -8,21 +8,21 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock"
+	_ "github.com/dlockdev/dlock/memdlock" // registers mem:// for dlock.Open
 )
 
-// The examples use Redis; any backend's URL works the same way once its
-// package is imported, here with
+// The examples run on memdlock's in-memory lock space "examples", with
+// their output checked. Any backend's URL works the same way once its
+// package is imported, as memdlock is here:
 //
 //	import _ "github.com/dlockdev/dlock/redisdlock" // registers redis:// for dlock.Open
-//
-// They need a running server, so they are compiled but not run here: the
-// same examples run, with their output checked, in package redisdlock.
-const redisURL = "redis://127.0.0.1:6379/0"
+//	client, err := dlock.Open(ctx, "redis://127.0.0.1:6379/0")
+const lockURL = "mem://examples"
 
 // The scheduled job of many instances, run by one at a time.
 func Example() {
 	ctx := context.Background()
-	client, err := dlock.Open(ctx, redisURL)
+	client, err := dlock.Open(ctx, lockURL)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -36,13 +36,14 @@ func Example() {
 	if err := lease.Unlock(ctx); err != nil {
 		log.Fatal(err)
 	}
+	// Output: closing expired orders under fencing token true
 }
 
 // TryLock gives up at once when another instance already runs the job.
 func ExampleClient_TryLock() {
 	ctx := context.Background()
-	a, _ := dlock.Open(ctx, redisURL)
-	b, _ := dlock.Open(ctx, redisURL)
+	a, _ := dlock.Open(ctx, lockURL)
+	b, _ := dlock.Open(ctx, lockURL)
 	defer a.Close()
 	defer b.Close()
 
@@ -53,13 +54,14 @@ func ExampleClient_TryLock() {
 	_, err = b.TryLock(ctx, "report")
 	fmt.Println("second instance:", errors.Is(err, dlock.ErrLocked))
 	_ = lease.Unlock(ctx)
+	// Output: second instance: true
 }
 
 // Do runs a function under the lock with a context that ends if the lease
 // is lost, and passes the fencing token along for the writes it makes.
 func ExampleClient_Do() {
 	ctx := context.Background()
-	client, err := dlock.Open(ctx, redisURL, dlock.WithTTL(5*time.Second))
+	client, err := dlock.Open(ctx, lockURL, dlock.WithTTL(5*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -74,12 +76,13 @@ func ExampleClient_Do() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// Output: order 42 handled once, fenced: true
 }
 
 // A long-held lock watches Done and stops its work when the lease is lost.
 func ExampleLease_Done() {
 	ctx := context.Background()
-	client, _ := dlock.Open(ctx, redisURL)
+	client, _ := dlock.Open(ctx, lockURL)
 	defer client.Close()
 
 	lease, err := client.Lock(ctx, "leader")
@@ -91,12 +94,13 @@ func ExampleLease_Done() {
 	}()
 	<-lease.Done()
 	fmt.Println("stopped leading:", lease.Err())
+	// Output: stopped leading: dlock: lease released by Unlock
 }
 
 // Inspect shows who holds a key and who waits for it.
 func ExampleClient_Inspect() {
 	ctx := context.Background()
-	client, _ := dlock.Open(ctx, redisURL)
+	client, _ := dlock.Open(ctx, lockURL)
 	defer client.Close()
 
 	lease, _ := client.Lock(ctx, "nightly", dlock.WithMetadata(dlock.Metadata{Note: "backup"}))
@@ -106,13 +110,14 @@ func ExampleClient_Inspect() {
 		log.Fatal(err)
 	}
 	fmt.Printf("%s held by %q, %d waiting\n", info.Key, info.Holders[0].Metadata.Note, len(info.Waiters))
+	// Output: nightly held by "backup", 0 waiting
 }
 
 // At most 3 exports run at once across the fleet: each holds one of the
 // semaphore's permits, granted in arrival order.
 func ExampleClient_Semaphore() {
 	ctx := context.Background()
-	client, err := dlock.Open(ctx, redisURL)
+	client, err := dlock.Open(ctx, lockURL)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -126,14 +131,15 @@ func ExampleClient_Semaphore() {
 	defer lease.Unlock(ctx)
 	// The lease is a lock's: watch Done, pass Token to what you write.
 	fmt.Println("exporting under one of", exports.Limit(), "permits:", lease.Mode() == dlock.Shared)
+	// Output: exporting under one of 3 permits: true
 }
 
 // TryAcquire gives up at once when every permit is in use or others wait
 // for one.
 func ExampleSemaphore_TryAcquire() {
 	ctx := context.Background()
-	a, _ := dlock.Open(ctx, redisURL)
-	b, _ := dlock.Open(ctx, redisURL)
+	a, _ := dlock.Open(ctx, lockURL)
+	b, _ := dlock.Open(ctx, lockURL)
 	defer a.Close()
 	defer b.Close()
 
@@ -144,13 +150,14 @@ func ExampleSemaphore_TryAcquire() {
 	defer lease.Unlock(ctx)
 	_, err = b.Semaphore("encoders", 1).TryAcquire(ctx)
 	fmt.Println("no permit left:", errors.Is(err, dlock.ErrLocked))
+	// Output: no permit left: true
 }
 
 // A key serves one kind at a time: a semaphore of a locked key is refused,
 // and the error names what the key is.
 func ExampleSemaphore_Acquire_kindMismatch() {
 	ctx := context.Background()
-	client, _ := dlock.Open(ctx, redisURL)
+	client, _ := dlock.Open(ctx, lockURL)
 	defer client.Close()
 
 	lease, err := client.Lock(ctx, "reports")
@@ -160,6 +167,7 @@ func ExampleSemaphore_Acquire_kindMismatch() {
 	defer lease.Unlock(ctx)
 	_, err = client.Semaphore("reports", 3).Acquire(ctx)
 	fmt.Println(errors.Is(err, dlock.ErrKindMismatch), err)
+	// Output: true acquire "reports": dlock: key is in use as another kind: it is a lock, not a semaphore of 3 permits
 }
 
 // Many readers of the price table, one writer at a time. Writers and
@@ -167,7 +175,7 @@ func ExampleSemaphore_Acquire_kindMismatch() {
 // waits behind it, so writers never starve.
 func ExampleRWMutex() {
 	ctx := context.Background()
-	client, err := dlock.Open(ctx, redisURL)
+	client, err := dlock.Open(ctx, lockURL)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -189,14 +197,17 @@ func ExampleRWMutex() {
 	// writer's: db.Exec("UPDATE prices SET … , fence=$1 WHERE fence < $1", w.Token())
 	fmt.Println("updating prices, exclusive:", w.Mode() == dlock.Exclusive)
 	_ = w.Unlock(ctx)
+	// Output:
+	// reading prices, shared: true
+	// updating prices, exclusive: true
 }
 
 // TryRLock joins the readers that hold the key, but not while a writer
 // holds it or waits for it.
 func ExampleRWMutex_TryRLock() {
 	ctx := context.Background()
-	a, _ := dlock.Open(ctx, redisURL)
-	b, _ := dlock.Open(ctx, redisURL)
+	a, _ := dlock.Open(ctx, lockURL)
+	b, _ := dlock.Open(ctx, lockURL)
 	defer a.Close()
 	defer b.Close()
 
@@ -212,12 +223,15 @@ func ExampleRWMutex_TryRLock() {
 	_, err = b.RWMutex("prices").TryLock(ctx)
 	fmt.Println("writer refused while a reader holds:", errors.Is(err, dlock.ErrLocked))
 	_ = r1.Unlock(ctx)
+	// Output:
+	// second reader joins: true
+	// writer refused while a reader holds: true
 }
 
 // Inspect shows a semaphore's limit and every holder's mode and token.
 func ExampleClient_Inspect_semaphore() {
 	ctx := context.Background()
-	client, _ := dlock.Open(ctx, redisURL)
+	client, _ := dlock.Open(ctx, lockURL)
 	defer client.Close()
 
 	lease, _ := client.Semaphore("exports", 3).TryAcquire(ctx, dlock.WithMetadata(dlock.Metadata{Note: "export"}))
@@ -228,6 +242,9 @@ func ExampleClient_Inspect_semaphore() {
 	}
 	fmt.Printf("%s is a %v of %d: %d held, %d waiting\n", info.Key, info.Kind, info.Limit, len(info.Holders), len(info.Waiters))
 	for _, h := range info.Holders {
-		fmt.Printf("  %q %v, token %d\n", h.Metadata.Note, h.Mode, h.Token)
+		fmt.Printf("  %q %v, fenced: %v\n", h.Metadata.Note, h.Mode, h.Token > 0)
 	}
+	// Output:
+	// exports is a semaphore of 3: 1 held, 0 waiting
+	//   "export" shared, fenced: true
 }

@@ -13,7 +13,7 @@ import (
 // other order cannot deadlock with it: LockAll takes keys in one order.
 func ExampleClient_LockAll() {
 	ctx := context.Background()
-	client, err := dlock.Open(ctx, redisURL)
+	client, err := dlock.Open(ctx, lockURL)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -30,13 +30,14 @@ func ExampleClient_LockAll() {
 	if err := both.Unlock(ctx); err != nil {
 		log.Fatal(err)
 	}
+	// Output: moved 10 from accounts/42 to accounts/7
 }
 
 // TryLockAll takes every key or none: when one is busy it gives back the
 // ones it took and says which key was in the way.
 func ExampleClient_TryLockAll() {
 	ctx := context.Background()
-	client, _ := dlock.Open(ctx, redisURL)
+	client, _ := dlock.Open(ctx, lockURL)
 	defer client.Close()
 
 	all, err := client.TryLockAll(ctx, []string{"reports/eu", "reports/us"})
@@ -49,12 +50,13 @@ func ExampleClient_TryLockAll() {
 	}
 	defer all.Unlock(ctx)
 	fmt.Println("building both reports")
+	// Output: building both reports
 }
 
 // Work that needs every key stops as soon as any lease is lost.
 func ExampleMultiLease_Done() {
 	ctx := context.Background()
-	client, _ := dlock.Open(ctx, redisURL)
+	client, _ := dlock.Open(ctx, lockURL)
 	defer client.Close()
 
 	all, err := client.LockAll(ctx, []string{"shard/1", "shard/2", "shard/3"})
@@ -71,4 +73,5 @@ func ExampleMultiLease_Done() {
 		}
 		// one step of the rebalancing, fenced with each shard's Token
 	}
+	// Output:
 }

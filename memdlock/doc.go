@@ -1,0 +1,46 @@
+// Package memdlock is an in-memory dlock backend, for tests of code that
+// takes locks: no server, no network, every primitive of package dlock
+// (locks, semaphores, read-write locks, elections, multi-key locks,
+// Inspect and List) with the same fair queue and grant rule as the real
+// backends (the planner of package driver/queue), and hooks that make the
+// faults a test needs happen on demand.
+//
+//	client, h, err := memdlock.New(nil)
+//	h.LoseLease("orders/42")     // the lease on orders/42 is lost now
+//	h.Freeze()                   // renewals stop reaching the space
+//	h.Clock().Advance(time.Hour) // with Options.Clock: time passes at once
+//
+// It keeps locks within one process only: it is a fake for tests and a
+// reference implementation, **never a lock between processes**.
+//
+// # Lock spaces
+//
+// Clients share keys when they share a lock space. New without a Space
+// makes a space of its own, and [Handle.NewClient] adds clients to it, as
+// other processes would be. A named space is shared by every client of that
+// name in the process: New with Options.Space, and dlock.Open with the URL
+// mem://NAME once this package is imported:
+//
+//	import _ "github.com/dlockdev/dlock/memdlock"
+//	client, err := dlock.Open(ctx, "mem://jobs")
+//
+// A named space lives while a client uses it or a lease in it lives, and is
+// forgotten then, so that a program that opens many names keeps nothing of
+// those it stopped using. Fencing tokens come from one counter for the
+// process: they increase for every key even across a space forgotten and
+// opened again.
+//
+// # Time
+//
+// A space counts its leases' TTLs on the real clock, or on a fake [Clock]
+// (Options.Clock) that moves only at [Clock.Advance]. On a fake clock a
+// client renews as if it were alive all along, so that Advance ends only
+// the leases of frozen clients ([Handle.Freeze]) and those left to expire
+// (HoldAtLeast at Client.Close): the way to test a pause past the TTL
+// without waiting for it. Package dlock itself runs on the real clock:
+// the renewal timers, HoldAtLeast and HoldAtMost do not move with a fake
+// clock.
+//
+// See docs/testing.md in the repository for how to test a scheduled job, a
+// handler that must stop on a lost lease and a leader that must step down.
+package memdlock

@@ -1,0 +1,191 @@
+package memdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlockdev/dlock/driver"
+)
+
+// conn is one client's driver: its view of a space.
+type conn struct {
+	s      *space
+	frozen atomic.Bool
+	closed atomic.Bool
+}
+
+var (
+	_ driver.Driver    = (*conn)(nil)
+	_ driver.Inspector = (*conn)(nil)
+	_ driver.Observer  = (*conn)(nil)
+	_ driver.Publisher = (*grant)(nil)
+	_ driver.Abandoner = (*grant)(nil)
+)
+
+// Acquire queues an entry for req.Key and waits for the planner's grant.
+func (c *conn) Acquire(ctx context.Context, req *driver.AcquireRequest) (driver.Grant, error) {
+	s := c.s
+	label := driver.KindLabel(req.Kind, req.Limit)
+	s.mu.Lock()
+	k := s.keys[req.Key]
+	if k == nil {
+		k = &keyState{key: req.Key, label: label, kind: req.Kind, limit: req.Limit}
+		s.keys[req.Key] = k
+	} else if k.label != label {
+		s.mu.Unlock()
+		return nil, driver.KindMismatch(k.label, req.Kind, req.Limit)
+	}
+	e := &entry{
+		c: c, k: k, owner: req.Owner, mode: req.Mode, metadata: req.Metadata, ttl: req.TTL,
+		since: s.now(), ready: make(chan struct{}), lost: make(chan error, 1),
+	}
+	k.q = append(k.q, e)
+	s.plan(k, e)
+	if !e.granted && !req.Wait {
+		holders := 0
+		for _, h := range k.q {
+			if h.granted {
+				holders++
+			}
+		}
+		waiters := len(k.q) - holders - 1
+		s.remove(k, e, false)
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: %d holding, %d waiting", driver.ErrLocked, holders, waiters)
+	}
+	s.mu.Unlock()
+
+	select {
+	case <-e.ready:
+		return &grant{c: c, k: e.k, e: e}, nil
+	case <-ctx.Done():
+	}
+	// Leave no trace: out of the queue, even if granted meanwhile.
+	s.mu.Lock()
+	free := s.remove(e.k, e, e.granted)
+	s.mu.Unlock()
+	if free {
+		s.forgetIfUnused()
+	}
+	return nil, ctx.Err()
+}
+
+// Close leaves the space; dlock has released or abandoned the grants.
+func (c *conn) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	c.s.leave()
+	return nil
+}
+
+// Inspect returns the state of one key.
+func (c *conn) Inspect(ctx context.Context, key string) (*driver.LockInfo, error) {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	return c.s.info(key), nil
+}
+
+// List returns the keys that start with prefix, sorted.
+func (c *conn) List(ctx context.Context, prefix string) ([]*driver.LockInfo, error) {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	return c.s.list(prefix), nil
+}
+
+// Watch reports every change of key's holders or their metadata.
+func (c *conn) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	s := c.s
+	ch := make(chan struct{}, 1)
+	ch <- struct{}{}
+	s.mu.Lock()
+	if s.watchers[key] == nil {
+		s.watchers[key] = map[chan struct{}]struct{}{}
+	}
+	s.watchers[key][ch] = struct{}{}
+	s.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.watchers[key], ch)
+		if len(s.watchers[key]) == 0 {
+			delete(s.watchers, key)
+		}
+		close(ch)
+	})
+	return ch, nil
+}
+
+// grant is a held entry.
+type grant struct {
+	c *conn
+	k *keyState
+	e *entry
+}
+
+func (g *grant) Token() uint64           { return g.e.token }
+func (g *grant) ValidFrom() time.Time    { return g.e.at }
+func (g *grant) Validity() time.Duration { return g.e.ttl }
+func (g *grant) Lost() <-chan error      { return g.e.lost }
+
+// errFrozen is what a renewal of a frozen client meets.
+var errFrozen = errors.New("memdlock: renewals frozen by Handle.Freeze")
+
+// Renew extends the grant by its TTL from now, unless the client is frozen.
+func (g *grant) Renew(ctx context.Context) error {
+	if g.c.frozen.Load() {
+		return fmt.Errorf("%w: %w", driver.ErrUnavailable, errFrozen)
+	}
+	s := g.c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g.e.gone {
+		return fmt.Errorf("%w: the grant is gone", driver.ErrNotHeld)
+	}
+	g.e.expires = s.now().Add(g.e.ttl)
+	g.e.stop()
+	g.e.stop = s.afterFunc(g.e.ttl, func() { s.expire(g.k, g.e) })
+	return nil
+}
+
+// Release gives the key up and serves the waiters it makes grantable.
+func (g *grant) Release(ctx context.Context) error {
+	s := g.c.s
+	s.mu.Lock()
+	if g.e.gone {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: the grant is gone", driver.ErrNotHeld)
+	}
+	free := s.remove(g.k, g.e, true)
+	s.mu.Unlock()
+	if free {
+		s.forgetIfUnused()
+	}
+	return nil
+}
+
+// Publish replaces the grant's metadata while it is held.
+func (g *grant) Publish(ctx context.Context, metadata []byte) error {
+	s := g.c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g.e.gone {
+		return fmt.Errorf("%w: the grant is gone", driver.ErrNotHeld)
+	}
+	g.e.metadata = metadata
+	s.changed(g.k.key)
+	return nil
+}
+
+// Abandon leaves the grant to expire: on a fake clock, at the next
+// Clock.Advance past its TTL.
+func (g *grant) Abandon(ctx context.Context) error {
+	s := g.c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g.e.abandoned = true
+	return nil
+}
