@@ -5,12 +5,14 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/dlocktest"
 	"github.com/dlockdev/dlock/zkdlock"
+	"github.com/go-zookeeper/zk"
 )
 
 // TestLease_lostLocallySessionSaved_nodeRemoved cuts a Client off for longer
@@ -134,6 +136,76 @@ func TestLease_lostLocallySessionSaved_nodeRemoved(t *testing.T) {
 	}
 	mustUnlock(t, ctx, held)
 	checkNothingLeft(t, admin, zkdlock.KeyPathForTest(opts.Root, waited))
+}
+
+// TestLease_lostLocally_nodeWrittenSinceStays: the node of a lease lost
+// locally is written by somebody else during the outage (which hands the key
+// to the waiter behind, see Release). The Client's delete after the
+// reconnect is refused for the version, and the node stays: it is not the
+// grant's any more.
+func TestLease_lostLocally_nodeWrittenSinceStays(t *testing.T) {
+	ctx := testCtx(t)
+	srv, admin, opts := sharedServer(t, ctx)
+	proxy := dlocktest.NewProxy(t, srv.Addr())
+	hook := &hookConn{Conn: dialZK(t, ctx, proxy.Addr(), connOpts{timeout: 10 * time.Second})}
+	a := newClient(t, ctx, hook, opts)
+	l := mustLock(t, ctx, a, "k")
+	keyPath := zkdlock.KeyPathForTest(opts.Root, "k")
+	node := keyPath + "/" + children(t, admin, keyPath)[0]
+	release := func(ops []any) bool {
+		sd, ok := ops[0].(*zk.SetDataRequest)
+		return ok && len(ops) == 2 && sd.Path == node
+	}
+	tried := make(chan struct{})
+	var once sync.Once
+	answered := make(chan error, 100)
+	before := func(ops []any) {
+		if release(ops) {
+			once.Do(func() { close(tried) })
+		}
+	}
+	after := func(ops []any, err error) {
+		if release(ops) {
+			select {
+			case answered <- err:
+			default:
+			}
+		}
+	}
+	hook.beforeMulti.Store(&before)
+	hook.afterMulti.Store(&after)
+
+	proxy.Blackhole()
+	waitDone(t, ctx, l, "its connection was cut off")
+	select {
+	case <-tried:
+	case <-ctx.Done():
+		t.Fatal("the Client never tried to delete the node of its lost lease (watchdog)")
+	}
+	if _, err := admin.Set(node, []byte("somebody else"), -1); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Reset()
+	proxy.Restore()
+	for done := false; !done; {
+		select {
+		case err := <-answered:
+			switch {
+			case err == nil:
+				t.Fatal("the Client deleted a node written by somebody else")
+			case errors.Is(err, zk.ErrBadVersion):
+				done = true
+			}
+		case <-ctx.Done():
+			t.Fatal("no answer to the Client's delete after the reconnect (watchdog)")
+		}
+	}
+	if ok, _, err := admin.Exists(node); err != nil || !ok {
+		t.Fatalf("the node written by somebody else: exists %v, %v; want it there", ok, err)
+	}
+	if err := admin.Delete(node, -1); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func lockFunc(c *dlock.Client, key string) acquireFunc {
