@@ -29,6 +29,18 @@ type grant struct {
 
 	lost chan error // receives the reason once, when the watch says the node is gone
 
+	// lifeMu guards what decides whether the lease may have ended locally
+	// while its node lives on (see forfeit.go): provedAt, when the last
+	// successful Renew returned (at first, when the grant was made);
+	// forfeited, set once the grant has given the node up, after which no
+	// Renew succeeds; and gone, set when the node is known to be gone or no
+	// longer ours (a loss reported by the watch).
+	lifeMu    sync.Mutex
+	provedAt  time.Time
+	forfeited bool
+	gone      bool
+	forfeit   *time.Timer // runs onForfeit
+
 	// publishes: the grant may write its node while held (an election's
 	// leader, see Publish and rule.go's publishes).
 	publishes bool
@@ -68,6 +80,10 @@ func newGrant(d *zkDriver, key, path string, sid, czxid int64, version int32, pu
 	// The first renewal proves the report of the last request the session
 	// had answered when the key was granted.
 	g.proofSent, g.proofAnswered, _ = d.heard.last(sid)
+	g.lifeMu.Lock()
+	g.provedAt = time.Now()
+	g.forfeit = time.AfterFunc(g.validity, g.onForfeit)
+	g.lifeMu.Unlock()
 	go g.watch(watch)
 	return g
 }
@@ -110,6 +126,14 @@ func (g *grant) Validity() time.Duration { return g.validity }
 func (g *grant) Lost() <-chan error { return g.lost }
 
 func (g *grant) report(err error) {
+	g.lifeMu.Lock()
+	g.gone = true // nothing of ours for onForfeit to remove
+	g.lifeMu.Unlock()
+	g.send(err)
+}
+
+// send hands err to Lost, unless a reason is there already.
+func (g *grant) send(err error) {
 	select {
 	case g.lost <- err:
 	default:
@@ -270,6 +294,11 @@ func (g *grant) Renew(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.overwritten())
 	}
 	d.noteAlive(g.sid, sent)
+	// Last: a renewal that ends after the grant gave its node up must
+	// not extend the lease (see onForfeit).
+	if !g.proved() {
+		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.forfeitErr())
+	}
 	return nil
 }
 

@@ -218,6 +218,10 @@ type hookConn struct {
 	// fails with zk.ErrConnectionClosed, as when the connection breaks
 	// after the server applied the write and before its reply arrives.
 	onSetData func(path string, err error) (drop bool)
+	// beforeMulti and afterMulti, when set, run before every multi and
+	// after it returned, before its caller sees the result.
+	beforeMulti atomic.Pointer[func(ops []any)]
+	afterMulti  atomic.Pointer[func(ops []any, err error)]
 }
 
 func (h *hookConn) Children(path string) ([]string, *zk.Stat, error) {
@@ -234,8 +238,14 @@ func (h *hookConn) ChildrenW(path string) ([]string, *zk.Stat, <-chan zk.Event, 
 
 // Multi is how zkdlock creates its lock nodes (with a setData on the key
 // node, for the creation zxid): the create hooks apply to it.
-func (h *hookConn) Multi(ops ...any) ([]zk.MultiResponse, error) {
+func (h *hookConn) Multi(ops ...any) (rs []zk.MultiResponse, err error) {
 	h.requests.Add(1)
+	if f := h.beforeMulti.Load(); f != nil {
+		(*f)(ops)
+	}
+	if f := h.afterMulti.Load(); f != nil {
+		defer func() { (*f)(ops, err) }()
+	}
 	if len(ops) == 0 {
 		return h.Conn.Multi(ops...)
 	}
@@ -249,7 +259,7 @@ func (h *hookConn) Multi(ops ...any) ([]zk.MultiResponse, error) {
 	if _, ok := ops[0].(*zk.CreateRequest); !ok {
 		return h.Conn.Multi(ops...)
 	}
-	rs, err := h.Conn.Multi(ops...)
+	rs, err = h.Conn.Multi(ops...)
 	p := ""
 	if err == nil {
 		h.creates.Add(1)

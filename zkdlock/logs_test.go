@@ -72,8 +72,10 @@ func outageHolder(ctx context.Context, p *testproc.Peer) error {
 		return err
 	}
 	// Nothing announces the new session: try as an application would, a
-	// bounded number of times. Another key: the lost lease's node lasts
-	// while its session does, which the reconnect may have saved.
+	// bounded number of times. Another key: if the reconnect saved the
+	// session, the lost lease's node goes only some time after it (see
+	// TestLease_lostLocallySessionSaved_nodeRemoved), and a TryLock of its
+	// key could find it still there.
 	for attempt := 1; ; attempt++ {
 		lease, err = client.TryLock(ctx, "after-outage")
 		if err == nil {

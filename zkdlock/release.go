@@ -30,7 +30,7 @@ import (
 func (g *grant) Release(ctx context.Context) error {
 	g.cancel()
 	d := g.d
-	err := g.remove(ctx)
+	err := g.remove(ctx, -1)
 	switch {
 	case err == nil:
 		return nil
@@ -39,7 +39,7 @@ func (g *grant) Release(ctx context.Context) error {
 	}
 	d.goJanitor(func(ctx context.Context) {
 		for i := 0; ; i++ {
-			err := g.remove(ctx)
+			err := g.remove(ctx, -1)
 			if err == nil || errors.Is(err, zk.ErrNoNode) || isCtxErr(err) {
 				return
 			}
@@ -51,23 +51,25 @@ func (g *grant) Release(ctx context.Context) error {
 	return d.wrapErr("delete lock node "+g.nodeName(), err)
 }
 
-// remove sends the release transaction. A multi is all or nothing, so when
-// it fails nothing was written: if the node is gone, ErrNoNode; if the
-// node's ACL (Options.ACL) does not let us write to it, a plain delete,
-// which only costs the waiter behind a listing.
-func (g *grant) remove(ctx context.Context) error {
+// remove sends the release transaction, on the node at data version
+// version (-1: any). A multi is all or nothing, so when it fails nothing
+// was written: if the node is gone, ErrNoNode; if its version is not
+// version, ErrBadVersion; if the node's ACL (Options.ACL) does not let us
+// write to it, a plain delete, which only costs the waiter behind a
+// listing.
+func (g *grant) remove(ctx context.Context, version int32) error {
 	d := g.d
 	sent := time.Now()
 	err := call0(ctx, nil, g.validity, func() error {
 		_, err := d.conn.Multi(
-			&zk.SetDataRequest{Path: g.path, Data: nil, Version: -1},
+			&zk.SetDataRequest{Path: g.path, Data: nil, Version: version},
 			&zk.DeleteRequest{Path: g.path, Version: -1},
 		)
 		return err
 	})
 	if errors.Is(err, zk.ErrNoAuth) {
 		sent = time.Now()
-		err = call0(ctx, nil, g.validity, func() error { return d.conn.Delete(g.path, -1) })
+		err = call0(ctx, nil, g.validity, func() error { return d.conn.Delete(g.path, version) })
 	}
 	if err == nil {
 		// Answered, and through the leader: the session was alive after

@@ -52,9 +52,11 @@
 // start of the last successful renewal. Otherwise the lease is lost at that
 // deadline, which is before the server can expire the session and give the
 // key to somebody else. When the Client learns that its session expired, or
-// that its node was deleted, every lease concerned is lost at once. A waiting
-// Lock keeps its place through connection loss, and joins the end of the
-// queue again if its session expired.
+// that its node was deleted, every lease concerned is lost at once. A lease
+// lost at its deadline while the session lives on (the reconnect came in
+// time) does not keep the key: its node is deleted once the connection is
+// back, Unlock or not. A waiting Lock keeps its place through connection
+// loss, and joins the end of the queue again if its session expired.
 //
 // # Fenced writes
 //
