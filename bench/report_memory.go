@@ -34,6 +34,10 @@ func memoryReport(m *md, res *results) {
 	m.p("  changing (the server deletes empty container nodes in the background); etcd: a count of all its")
 	m.p("  keys. etcd keeps a deleted key's history (its revisions) until the keyspace is compacted, which")
 	m.p("  nothing here does: memory left without keys left is that history.")
+	m.p("- **dlock on Redis** keeps no key of a released lock's own: what it leaves is one token record per")
+	m.p("  Redis Cluster hash slot used (16,384 at most, whatever the number of keys ever locked) and one")
+	m.p("  release trace per slot, which expires with the released lease's TTL (10 minutes here; docs/redis.md,")
+	m.p("  \"Keys\"). 100,000 keys use every slot, so its *keys left* is that bound, not a cost per key.")
 	m.p("")
 	var rows [][]string
 	for _, r := range res.Memory {
