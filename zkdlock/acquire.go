@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
+	planner "github.com/dlockdev/dlock/driver/queue"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -134,8 +135,10 @@ type attempt struct {
 	// pre is the pre-listing of stepQueue, kept until the create answers.
 	pre *preview
 	// q and listSent are the listing stepPlace applies the rule to, and
-	// when it was sent (a moment after which the session was alive).
+	// when it was sent (a moment after which the session was alive); es
+	// is entries(q), for the planner.
 	q        []lockNode
+	es       []planner.Entry
 	listSent time.Time
 	// plan is what stepWait waits for.
 	plan plan
@@ -220,8 +223,9 @@ func (a *attempt) place(ctx context.Context) (*grant, error) {
 		return nil, nil
 	}
 	a.d.setHint(a.keyPath, q, len(q) == 1)
-	if have, bad := mismatchAhead(q, mine, a.label); bad {
-		return nil, a.leave(ctx, driver.KindMismatch(have, a.req.Kind, a.req.Limit))
+	p := a.decide(a.es, mine)
+	if p.Verdict == planner.Mismatch {
+		return nil, a.leave(ctx, driver.KindMismatch(q[p.Target].label, a.req.Kind, a.req.Limit))
 	}
 	if a.node == nodeAdopted {
 		// A node adopted after a lost create reply: its Stat says
@@ -242,22 +246,23 @@ func (a *attempt) place(ctx context.Context) (*grant, error) {
 		return nil, nil
 	}
 	a.fails = 0
-	if admittedAt(q, mine, a.req.Limit, a.req.Mode) {
-		return a.take(ctx, q, mine)
+	if p.Verdict == planner.Granted {
+		return a.take(ctx, q, mine, p.Notify)
 	}
 	if !a.req.Wait {
 		// Not granted at once: leave, without having made anybody wait.
 		return nil, a.leave(ctx, a.locked(q, mine))
 	}
-	a.plan = planWait(q, mine, a.req.Limit, a.req.Mode)
-	switch {
-	case a.plan.kind == watchChildren && !a.ownChild:
+	// A whole listing gives WaitFor or WaitAny (never NeedMore).
+	a.plan = plan{Plan: p, target: q[p.Target]}
+	switch waitAny := p.Verdict == planner.WaitAny; {
+	case waitAny && !a.ownChild:
 		// The first waiter of a semaphore: list again, with the child
 		// watch it waits on.
 		a.wantChild = true
 		a.step = stepList
 		return nil, nil
-	case a.plan.kind != watchChildren && a.ownChild:
+	case !waitAny && a.ownChild:
 		// A child watch fires on every join: not for this waiter. It
 		// fires once more and is gone.
 		a.own, a.ownChild = nil, false
@@ -268,17 +273,18 @@ func (a *attempt) place(ctx context.Context) (*grant, error) {
 }
 
 // take makes the grant of our node, granted by the rule in the listing q
-// (stepPlace). A semaphore's entry first writes its node when the listing
-// shows a node behind it: that node may be a waiter watching ours for
-// this notice (see planWait), and is then the first waiter. No node that
-// joins after the listing needs it: its own listing shows ours granted,
-// so it is granted or the first waiter itself.
-func (a *attempt) take(ctx context.Context, q []lockNode, mine int) (*grant, error) {
+// (stepPlace). An entry that must notify (a semaphore's: planner.Plan's
+// Notify) first writes its node when the listing shows a node behind it:
+// that node may be a waiter watching ours for this notice (see plan), and
+// is then the first waiter. No node that joins after the listing needs
+// it: its own listing shows ours granted, so it is granted or the first
+// waiter itself.
+func (a *attempt) take(ctx context.Context, q []lockNode, mine int, notify bool) (*grant, error) {
 	// A notice in doubt is written again even when nobody is behind any
 	// more (the waiter behind gave up meanwhile): only an answer says our
 	// node's data version, which the grant's renewals and fencing check
 	// (CheckHeld) expect.
-	if a.req.Mode == driver.Shared && noticesIn(a.req.Limit) && (mine < len(q)-1 || a.noticeDoubt) && !a.noticed {
+	if notify && (mine < len(q)-1 || a.noticeDoubt) && !a.noticed {
 		a.step = stepList
 		if err := a.notice(ctx); err != nil {
 			return nil, a.retry(ctx, "mark "+a.me.name+" granted", err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
+	planner "github.com/dlockdev/dlock/driver/queue"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -15,9 +16,10 @@ import (
 // it was, and the key node's identity and child version then.
 type preview struct {
 	q        []lockNode
-	noNode   bool  // there was no key node
-	czxid    int64 // the key node's creation zxid
-	cversion int32 // its child version: one more for every child created or deleted
+	es       []planner.Entry // entries(q)
+	noNode   bool            // there was no key node
+	czxid    int64           // the key node's creation zxid
+	cversion int32           // its child version: one more for every child created or deleted
 }
 
 // after reports whether the queue, once our create (whose multi returned
@@ -56,15 +58,16 @@ func (a *attempt) queue(ctx context.Context) error {
 		default:
 			d.noteAlive(l.sid, l.sent)
 			d.setHint(a.keyPath, l.q, false)
-			if have, bad := mismatchAhead(l.q, len(l.q), a.label); bad {
+			p := a.decide(l.es, len(l.es))
+			if p.Verdict == planner.Mismatch {
 				a.clean = a.created == 0
-				return driver.KindMismatch(have, a.req.Kind, a.req.Limit)
+				return driver.KindMismatch(l.q[p.Target].label, a.req.Kind, a.req.Limit)
 			}
-			if !a.req.Wait && !admittedAt(l.q, len(l.q), a.req.Limit, a.req.Mode) {
+			if !a.req.Wait && p.Verdict != planner.Granted {
 				a.clean = a.created == 0
 				return a.locked(l.q, len(l.q))
 			}
-			a.pre = &preview{q: l.q, czxid: l.stat.Czxid, cversion: l.stat.Cversion}
+			a.pre = &preview{q: l.q, es: l.es, czxid: l.stat.Czxid, cversion: l.stat.Cversion}
 		}
 	}
 	sent := time.Now()
@@ -90,6 +93,7 @@ func (a *attempt) queue(ctx context.Context) error {
 	a.step = stepList
 	if pre != nil && a.node == nodeKnown && pre.after(ks) {
 		a.q = append(pre.q[:len(pre.q):len(pre.q)], a.me)
+		a.es = append(pre.es[:len(pre.es):len(pre.es)], planner.Entry{Mode: a.me.mode, Label: a.me.label})
 		a.listSent = sent
 		a.step = stepPlace
 	}

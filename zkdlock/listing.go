@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	planner "github.com/dlockdev/dlock/driver/queue"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -20,11 +21,12 @@ import (
 // all wait for the next one, sent as soon as that one returns: at most one
 // listing per key and Client in flight, and one parse for all.
 type listing struct {
-	done chan struct{} // closed when the fields below are set
-	q    []lockNode    // the key's queue, sorted; shared: read only
-	stat *zk.Stat      // the key node's
-	sent time.Time     // when the request was sent
-	sid  int64         // the session it was sent on
+	done chan struct{}   // closed when the fields below are set
+	q    []lockNode      // the key's queue, sorted; shared: read only
+	es   []planner.Entry // entries(q); shared: read only
+	stat *zk.Stat        // the key node's
+	sent time.Time       // when the request was sent
+	sid  int64           // the session it was sent on
 	err  error
 }
 
@@ -69,6 +71,7 @@ func (d *zkDriver) sendListings(keyPath string, l *listing) {
 		children, stat, err := d.conn.Children(keyPath)
 		if err == nil {
 			l.q, l.stat = queue(children), stat
+			l.es = entries(l.q)
 		}
 		l.err = err
 		close(l.done)

@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
+	planner "github.com/dlockdev/dlock/driver/queue"
 	"github.com/go-zookeeper/zk"
 )
 
 // list is stepList: list the queue (setting the watches the next steps
 // need) and look for our node in it.
 func (a *attempt) list(ctx context.Context) error {
-	q, listSent, err := a.listAndWatch(ctx)
+	q, es, listSent, err := a.listAndWatch(ctx)
 	if errors.Is(err, zk.ErrNoNode) {
 		a.forget() // no key node, so no node of ours: create one
 		return nil
@@ -24,7 +25,7 @@ func (a *attempt) list(ctx context.Context) error {
 		a.forget() // the watch found our node gone: queue again
 		return nil
 	}
-	a.q, a.listSent, a.step = q, listSent, stepPlace
+	a.q, a.es, a.listSent, a.step = q, es, listSent, stepPlace
 	return nil
 }
 
@@ -36,11 +37,12 @@ func (a *attempt) ownWhileWaiting() bool {
 	return a.req.Mode == driver.Exclusive || a.req.Limit == 0
 }
 
-// listAndWatch returns the queue of the key, and the moment the listing was
-// sent. When our node is known and not watched yet, it sets the watch on it
-// in the same round trip: an exists watch, or a child watch on the key node
-// set by the listing itself when the key was free last time.
-func (a *attempt) listAndWatch(ctx context.Context) ([]lockNode, time.Time, error) {
+// listAndWatch returns the queue of the key, its entries for the planner,
+// and the moment the listing was sent. When our node is known and not
+// watched yet, it sets the watch on it in the same round trip: an exists
+// watch, or a child watch on the key node set by the listing itself when
+// the key was free last time.
+func (a *attempt) listAndWatch(ctx context.Context) ([]lockNode, []planner.Entry, time.Time, error) {
 	d := a.d
 	if a.syncFirst {
 		// Sync: bring the server we talk to up to date with the leader, so
@@ -53,7 +55,7 @@ func (a *attempt) listAndWatch(ctx context.Context) ([]lockNode, time.Time, erro
 			return err
 		})
 		if err != nil && !errors.Is(err, zk.ErrNoNode) {
-			return nil, time.Time{}, err
+			return nil, nil, time.Time{}, err
 		}
 		if err == nil {
 			d.noteViaLeader(sid, sent)
@@ -71,6 +73,7 @@ func (a *attempt) listAndWatch(ctx context.Context) ([]lockNode, time.Time, erro
 	}
 	var (
 		q    []lockNode
+		es   []planner.Entry
 		sent time.Time
 		sid  int64
 		err  error
@@ -85,6 +88,7 @@ func (a *attempt) listAndWatch(ctx context.Context) ([]lockNode, time.Time, erro
 		})
 		if err == nil {
 			q = queue(r.children)
+			es = entries(q)
 			if sid == a.sid && d.conn.SessionID() == sid {
 				// Fires when any child of the key node changes, our
 				// node's deletion included, and when the session ends.
@@ -97,7 +101,7 @@ func (a *attempt) listAndWatch(ctx context.Context) ([]lockNode, time.Time, erro
 		var l *listing
 		l, err = d.listQueue(ctx, a.keyPath, a.callTimeout())
 		if err == nil {
-			q, sent, sid = l.q, l.sent, l.sid
+			q, es, sent, sid = l.q, l.es, l.sent, l.sid
 		}
 	}
 	if watched != nil {
@@ -106,10 +110,10 @@ func (a *attempt) listAndWatch(ctx context.Context) ([]lockNode, time.Time, erro
 		}
 	}
 	if err != nil {
-		return nil, time.Time{}, err
+		return nil, nil, time.Time{}, err
 	}
 	d.noteAlive(sid, sent)
-	return q, sent, nil
+	return q, es, sent, nil
 }
 
 type childrenW struct {
@@ -222,7 +226,7 @@ func (a *attempt) ownEvent(ev zk.Event) {
 // again.
 func (a *attempt) wait(ctx context.Context) (*grant, error) {
 	a.step = stepList
-	if a.plan.kind == watchChildren {
+	if a.plan.Verdict == planner.WaitAny {
 		// The first waiter of a semaphore: any change of the queue
 		// (a holder leaving, somebody joining, our node going) fires
 		// the child watch, and the listing tells.
@@ -276,8 +280,8 @@ func (a *attempt) waitFor(ctx context.Context, p plan) (*grant, error) {
 	}
 	if errors.Is(err, zk.ErrNoNode) && p.proven {
 		// A candidate's predecessor that was seen leading is gone: it
-		// released, or its session ended (see plan.publishes). Ours is
-		// first — if it still exists: ZooKeeper sends a session the
+		// released, or its session ended (see plan). Ours is first —
+		// if it still exists: ZooKeeper sends a session the
 		// notification of a change before the reply to a later request,
 		// so had our node gone first, its watch would have fired.
 		if a.ownFired() {
@@ -286,14 +290,14 @@ func (a *attempt) waitFor(ctx context.Context, p plan) (*grant, error) {
 		return a.handOff(ctx)
 	}
 	if errors.Is(err, zk.ErrNoNode) {
-		a.wantChild = p.childNext
+		a.wantChild = p.NoticeFirst
 		return nil, nil // it went between the listing and the watch: look again
 	}
 	if err != nil {
 		return nil, err
 	}
 	d.noteAlive(sid, sent)
-	if p.notices && r.stat.Version > 0 {
+	if p.Notice && r.stat.Version > 0 {
 		// Granted between our listing and the watch: we are the first
 		// waiter now, at least.
 		a.wantChild = true
@@ -305,14 +309,14 @@ func (a *attempt) waitFor(ctx context.Context, p plan) (*grant, error) {
 	case ev := <-r.ch:
 		switch ev.Type {
 		case zk.EventNodeDataChanged:
-			a.wantChild = p.notices
+			a.wantChild = p.Notice
 		case zk.EventNodeDeleted:
-			a.wantChild = p.childNext
+			a.wantChild = p.NoticeFirst
 		}
-		if p.publishes && ev.Type == zk.EventNodeDataChanged {
+		if p.Publishes && ev.Type == zk.EventNodeDataChanged {
 			// The leader ahead of us published, or released (a setData
 			// and the delete in one transaction): it holds or held the
-			// key. Read it again, with a new watch (plan.publishes).
+			// key. Read it again, with a new watch (see plan).
 			a.plan.proven = true
 			a.step = stepWait
 			return nil, nil

@@ -29,13 +29,12 @@
 //
 // ZooKeeper (zkdlock) lists the key's children whole: its Listing is
 // Complete with every entry ahead, labelled from the node names, and
-// OtherKind Refuse (mismatchAhead). Its plan maps onto a Plan so:
-// watchNode on target is WaitFor with Target; watchChildren is WaitAny;
-// onRelease is Release && !Publishes (a data change of a node is its
-// release unless its key publishes, when it is told apart by a read);
-// onDelete is Delete; notices is Notice; childNext is NoticeFirst;
-// publishes is Publishes; and a granted semaphore entry that waited writes
-// its node, as Notify says.
+// OtherKind Refuse. WaitFor is a getData with a watch on Ahead[Target],
+// WaitAny a child watch on the key node. A data change of the target
+// grants when Release && !Publishes (with Publishes it is told apart from
+// a release by a read), its deletion when Delete; Notice and NoticeFirst
+// make the next listing set the child watch. A granted entry whose Plan
+// says Notify writes its node when its listing shows a node behind it.
 //
 // etcd (etcddlock) reads the queue in pages by create revision. An
 // Exclusive entry's findPred reads keys only, newest first: its Listing is
