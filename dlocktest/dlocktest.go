@@ -22,7 +22,9 @@
 // a fault (cutting a client off, deleting a key behind its holder's back,
 // restarting the server) run when the harness offers the matching optional
 // interface: FaultyClientMaker, KeyDeleter, ServerRestarter,
-// LeftoverChecker. They are reported with t.Skip when it does not.
+// LeftoverChecker. They are reported with t.Skip when it does not; so are
+// those of a Client built by the backend's New on a server client the
+// application owns (OwnedClientMaker).
 //
 // The scenarios of semaphores and read-write locks check the queue with
 // Inspect right after each step, so they need of a backend that its Inspect
@@ -95,6 +97,24 @@ type ServerRestarter interface {
 // that nothing is left behind.
 type LeftoverChecker interface {
 	Leftovers(ctx context.Context, key string) ([]string, error)
+}
+
+// OwnedClientMaker is implemented by harnesses whose backend builds a Client
+// on a server client the application made and keeps (the backend's New), so
+// the suite can check what that Client's Close leaves to its owner.
+type OwnedClientMaker interface {
+	// NewOwnedClient returns a Client built by the backend's New on a new
+	// server client (connection, session) that the harness made and closes
+	// when the test ends, and alive, which returns an error once that
+	// server client no longer works.
+	NewOwnedClient(ctx context.Context, t *testing.T) (c *dlock.Client, alive func(context.Context) error, err error)
+
+	// CloseReleases tells what Client.Close does with a lease in its
+	// minimum hold: true when it frees the key before returning (ZooKeeper,
+	// whose node would otherwise last as long as the owner's session),
+	// false when it leaves the key held until the server expires the
+	// lease's TTL (Redis, etcd).
+	CloseReleases() bool
 }
 
 // Run runs the conformance suite.

@@ -79,6 +79,67 @@ var _ = register("Do_holdAtLeast_keepsKeyAfterJob", func(s *suite) {
 	s.checkNothingLeft(key)
 })
 
+// OwnedClient_closeInMinimumHold: Close of a Client built by the backend's
+// New on a server client its owner keeps ends a lease in its minimum hold
+// with ErrClosed and leaves the owner's client working; the key is then
+// free before Close returns or once the server expires the lease's TTL, as
+// the harness says (OwnedClientMaker.CloseReleases). A backend that left
+// the key to the owner's session would hold it for as long as that lives.
+var _ = register("OwnedClient_closeInMinimumHold", func(s *suite) {
+	o, ok := s.h.(OwnedClientMaker)
+	if !ok {
+		s.t.Skip("backend harness cannot build a Client on a server client it owns (no OwnedClientMaker)")
+	}
+	c1, alive, err := o.NewOwnedClient(s.ctx, s.t)
+	if err != nil {
+		s.t.Fatalf("NewOwnedClient: %v", err)
+	}
+	c2 := s.client()
+	key := s.key()
+	lease, err := doKeepingLease(s.ctx, c1, key, dlock.NoWait(), dlock.HoldAtLeast(time.Hour), s.ttl())
+	if err != nil {
+		s.t.Fatalf("Do(HoldAtLeast) = %v", err)
+	}
+	if _, err := c2.TryLock(s.ctx, key); !errors.Is(err, dlock.ErrLocked) {
+		s.t.Fatalf("TryLock in the first lease's minimum hold = %v, want ErrLocked", err)
+	}
+
+	if err := c1.Close(); err != nil {
+		s.t.Fatalf("Close: %v", err)
+	}
+	if err := lease.Err(); !errors.Is(err, dlock.ErrClosed) {
+		s.t.Fatalf("lease Err after Close = %v, want ErrClosed", err)
+	}
+	if err := alive(s.ctx); err != nil {
+		s.t.Fatalf("the owner's server client after Close: %v, want it working (Close must leave it open)", err)
+	}
+	var l2 *dlock.Lease
+	if o.CloseReleases() {
+		// Close has returned: nothing is left for the owner's session.
+		if lc, ok := s.h.(LeftoverChecker); ok {
+			left, err := lc.Leftovers(s.ctx, key)
+			if err != nil {
+				s.t.Fatalf("Leftovers(%q): %v", key, err)
+			}
+			if len(left) > 0 {
+				s.t.Fatalf("after Close, the server still stores %q for key %q while the owner's client lives", left, key)
+			}
+		}
+		if l2, err = c2.TryLock(s.ctx, key); err != nil {
+			s.t.Fatalf("TryLock after the first Client's Close = %v, want the key", err)
+		}
+	} else {
+		if _, err := c2.TryLock(s.ctx, key); !errors.Is(err, dlock.ErrLocked) {
+			s.t.Fatalf("TryLock just after Close = %v, want ErrLocked (Close leaves a lease in its minimum hold to expire)", err)
+		}
+		if l2, err = c2.Lock(s.ctx, key); err != nil { // once the server has expired the lease
+			s.t.Fatalf("Lock after the abandoned lease's TTL: %v", err)
+		}
+	}
+	s.unlock(l2)
+	s.checkNothingLeft(key)
+})
+
 // Do_holdAtLeast_releasesAfterHold: once the minimum hold has passed the
 // Client releases the key by itself (ErrReleased, not a loss), and a waiter
 // gets it.

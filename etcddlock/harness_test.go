@@ -61,6 +61,25 @@ func (h *harness) clientVia(ctx context.Context, t *testing.T, addr string) (*dl
 	return c, nil
 }
 
+// NewOwnedClient returns a Client of New on an etcd client of its own, and
+// a Get on that client.
+func (h *harness) NewOwnedClient(ctx context.Context, t *testing.T) (*dlock.Client, func(context.Context) error, error) {
+	cli := adminClient(t, h.srv.Addr())
+	c, err := etcddlock.New(ctx, cli, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, func(ctx context.Context) error {
+		_, err := cli.Get(ctx, "dlocktest/probe")
+		return err
+	}, nil
+}
+
+// CloseReleases is false: Close leaves a lease in its minimum hold to
+// etcd's expiry of its lease, with New as with Open.
+func (h *harness) CloseReleases() bool { return false }
+
 // DeleteKey deletes the holder's and the waiters' entries behind their back.
 func (h *harness) DeleteKey(ctx context.Context, key string) error {
 	_, err := h.admin.Delete(ctx, etcddlock.QueueDirForTest(etcddlock.DefaultPrefix, key), clientv3.WithPrefix())

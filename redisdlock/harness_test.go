@@ -46,15 +46,36 @@ func (h *harness) NewFaultyClient(ctx context.Context, t *testing.T) (*dlock.Cli
 }
 
 func (h *harness) clientVia(ctx context.Context, t *testing.T, addr string) (*dlock.Client, error) {
+	c, _, err := h.clientOn(ctx, t, addr)
+	return c, err
+}
+
+// clientOn returns a Client built by New on a go-redis client of its own,
+// and that client; both are closed when the test ends.
+func (h *harness) clientOn(ctx context.Context, t *testing.T, addr string) (*dlock.Client, *redis.Client, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
 	c, err := redisdlock.New(ctx, rdb, &h.opts)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	return c, nil
+	return c, rdb, nil
 }
+
+// NewOwnedClient returns a Client of New and a Ping of the go-redis client
+// it was built on.
+func (h *harness) NewOwnedClient(ctx context.Context, t *testing.T) (*dlock.Client, func(context.Context) error, error) {
+	c, rdb, err := h.clientOn(ctx, t, h.srv.Addr())
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, func(ctx context.Context) error { return rdb.Ping(ctx).Err() }, nil
+}
+
+// CloseReleases is false: Close leaves a lease in its minimum hold to
+// Redis's expiry of the key, with New as with Open.
+func (h *harness) CloseReleases() bool { return false }
 
 func (h *harness) redisKeys(ctx context.Context, key string) ([]string, error) {
 	var all []string

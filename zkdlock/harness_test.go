@@ -21,6 +21,8 @@ type harness struct {
 	admin  *zk.Conn // for fault injection and inspection
 	ttl    time.Duration
 	params string // more URL parameters, each starting with &
+	// deployment is what params say, for the Clients of New.
+	deployment zkdlock.Deployment
 }
 
 func (h *harness) TTL() time.Duration { return h.ttl }
@@ -43,6 +45,28 @@ func (h *harness) open(ctx context.Context, t *testing.T, addr string) (*dlock.C
 	t.Cleanup(func() { _ = c.Close() })
 	return c, nil
 }
+
+// NewOwnedClient returns a Client of New on a connection of its own, and a
+// check that the connection still has the session it had then.
+func (h *harness) NewOwnedClient(ctx context.Context, t *testing.T) (*dlock.Client, func(context.Context) error, error) {
+	conn := dialZK(t, ctx, h.srv.Addr(), connOpts{timeout: h.ttl})
+	sid := conn.SessionID()
+	c, err := zkdlock.New(ctx, conn, &zkdlock.Options{SessionTimeout: h.ttl, Deployment: h.deployment})
+	if err != nil {
+		return nil, nil, err
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, func(context.Context) error {
+		if conn.State() != zk.StateHasSession || conn.SessionID() != sid {
+			return fmt.Errorf("state %v, session %#x; want its session %#x alive", conn.State(), conn.SessionID(), sid)
+		}
+		return nil
+	}, nil
+}
+
+// CloseReleases is true: Close deletes the node of a lease in its minimum
+// hold, which the owner's session would keep for as long as it lives.
+func (h *harness) CloseReleases() bool { return true }
 
 // DeleteKey deletes the key's lock nodes and then its node, as an operator
 // with zkCli's deleteall would.
@@ -127,10 +151,13 @@ func (h *harness) RestartServer(ctx context.Context, t *testing.T) error {
 func TestConformance(t *testing.T) {
 	srv := testserver.SharedZooKeeper(t)
 	admin := dialZK(t, testCtx(t), srv.Addr(), connOpts{timeout: 10 * time.Second})
-	for _, v := range []struct{ name, params string }{{"detected", ""}, {"ensemble rule", "&standalone=false"}} {
+	for _, v := range []struct {
+		name, params string
+		deployment   zkdlock.Deployment
+	}{{"detected", "", zkdlock.Detect}, {"ensemble rule", "&standalone=false", zkdlock.Ensemble}} {
 		t.Run(v.name, func(t *testing.T) {
 			dlocktest.Run(t, func(ctx context.Context, t *testing.T) (dlocktest.Harness, error) {
-				return &harness{srv: srv, admin: admin, ttl: testTTL, params: v.params}, nil
+				return &harness{srv: srv, admin: admin, ttl: testTTL, params: v.params, deployment: v.deployment}, nil
 			})
 		})
 	}
