@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlockdev/dlock/driver"
+	"github.com/dlockdev/dlock/internal/backoff"
 	"github.com/dlockdev/dlock/internal/keys"
 )
 
@@ -296,11 +297,11 @@ func (e *Election) observe(ctx context.Context, obs driver.Observer, out chan Le
 		}
 		out <- info
 	}
-	var watchPause, readPause backoff
+	watchPause, readPause := backoff.New(retryPauses), backoff.New(retryPauses)
 	for ctx.Err() == nil {
 		changes, err := obs.Watch(ctx, e.key)
 		if err != nil {
-			if !watchPause.wait(ctx) {
+			if watchPause.Wait(ctx) != nil {
 				return
 			}
 			continue
@@ -313,7 +314,7 @@ func (e *Election) observe(ctx context.Context, obs driver.Observer, out chan Le
 			for {
 				info, err := e.read(ctx)
 				if err == nil {
-					readPause.reset()
+					readPause.Reset()
 					send(info)
 					break
 				}
@@ -321,7 +322,7 @@ func (e *Election) observe(ctx context.Context, obs driver.Observer, out chan Le
 					send(LeaderInfo{Key: e.key})
 					break
 				}
-				if !readPause.wait(ctx) {
+				if readPause.Wait(ctx) != nil {
 					return
 				}
 			}
@@ -329,11 +330,11 @@ func (e *Election) observe(ctx context.Context, obs driver.Observer, out chan Le
 		// The watch ended (the connection broke, the session moved):
 		// watch again, but not in a tight loop when it keeps ending.
 		if time.Since(began) < time.Second {
-			if !watchPause.wait(ctx) {
+			if watchPause.Wait(ctx) != nil {
 				return
 			}
 		} else {
-			watchPause.reset()
+			watchPause.Reset()
 		}
 	}
 }
@@ -343,29 +344,8 @@ func sameState(a, b LeaderInfo) bool {
 	return a.Key == b.Key && a.Value == b.Value && a.Token == b.Token && a.Since.Equal(b.Since) && a.Metadata == b.Metadata
 }
 
-// backoff is a pause between retries that doubles from 10ms to a second.
-type backoff struct{ next time.Duration }
-
-func (b *backoff) reset() { b.next = 0 }
-
-// wait pauses, reporting false when ctx ends first.
-func (b *backoff) wait(ctx context.Context) bool {
-	if b.next == 0 {
-		b.next = 10 * time.Millisecond
-	}
-	d := b.next
-	b.next = min(2*b.next, time.Second)
-	return sleepCtx(ctx, d)
-}
-
-// sleepCtx waits d, reporting false when ctx ends first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+// retryPauses spaces out an election's retries: of a failed campaign or
+// term (Lead), of a failed watch or read (Observe); 10ms to a second, as
+// Lead's doc says, jittered so that the candidates and observers that one
+// outage failed do not all come back at once.
+var retryPauses = backoff.Policy{Initial: 10 * time.Millisecond, Max: time.Second, Jitter: backoff.Equal}

@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"errors"
+
+	"github.com/dlockdev/dlock/internal/backoff"
 )
 
 // Lead runs fn whenever the caller leads the election, until ctx ends: it
@@ -19,9 +21,10 @@ import (
 // campaign would only repeat: ErrInvalidKey, ErrInvalidOption,
 // ErrKindMismatch, ErrReentrant, ErrClosed, errors.ErrUnsupported. Other
 // errors of Campaign (ErrUnavailable) are retried after a pause that grows
-// to a second.
+// to a second. Each pause is drawn between half and all of its length, so
+// that candidates that failed together do not campaign again together.
 func (e *Election) Lead(ctx context.Context, value string, fn func(ctx context.Context, term *Leadership) error, opts ...LockOption) error {
-	var campaignPause, fnPause backoff
+	campaignPause, fnPause := backoff.New(retryPauses), backoff.New(retryPauses)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -29,7 +32,7 @@ func (e *Election) Lead(ctx context.Context, value string, fn func(ctx context.C
 		term, err := e.Campaign(ctx, value, opts...)
 		switch {
 		case err == nil:
-			campaignPause.reset()
+			campaignPause.Reset()
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidOption), errors.Is(err, ErrKindMismatch),
@@ -37,14 +40,14 @@ func (e *Election) Lead(ctx context.Context, value string, fn func(ctx context.C
 			return err
 		default:
 			e.c.log.Warn("dlock: campaign failed; trying again", "key", e.key, "err", err)
-			if !campaignPause.wait(ctx) {
+			if campaignPause.Wait(ctx) != nil {
 				return ctx.Err()
 			}
 			continue
 		}
 		if failed := e.serve(ctx, term, fn); !failed {
-			fnPause.reset()
-		} else if !fnPause.wait(ctx) {
+			fnPause.Reset()
+		} else if fnPause.Wait(ctx) != nil {
 			return ctx.Err()
 		}
 	}

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
+	ibackoff "github.com/dlockdev/dlock/internal/backoff"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -111,25 +111,21 @@ func (d *etcdDriver) wrapErr(where string, err error) error {
 	return fmt.Errorf("etcd at %s: %s: %w", d.addr, where, err)
 }
 
-// backoff spaces out retries after transient errors: 5 ms doubling to 1 s,
-// with jitter so that clients that failed together do not retry together.
-type backoff struct{ next time.Duration }
+// retryPauses spaces out retries after transient errors: 5 ms doubling to
+// 1 s, with jitter so that clients that failed together do not retry
+// together.
+var retryPauses = ibackoff.Policy{Initial: 5 * time.Millisecond, Max: time.Second, Jitter: ibackoff.Equal}
 
-// wait sleeps before the next retry, returning early with ctx's error.
+// backoff counts one loop's retries; its zero value starts at retryPauses'
+// first delay.
+type backoff struct{ b *ibackoff.Backoff }
+
+// wait waits before the next retry, returning early with ctx's error.
 func (b *backoff) wait(ctx context.Context) error {
-	if b.next == 0 {
-		b.next = 5 * time.Millisecond
+	if b.b == nil {
+		b.b = ibackoff.New(retryPauses)
 	}
-	d := b.next/2 + rand.N(b.next/2+1)
-	b.next = min(2*b.next, time.Second)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return b.b.Wait(ctx)
 }
 
 // retry runs op until it succeeds, fails with an error that is not

@@ -12,6 +12,7 @@ import (
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/driver"
 	"github.com/dlockdev/dlock/etcddlock"
+	"github.com/dlockdev/dlock/internal/backoff"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -157,7 +158,7 @@ func (d *naiveEtcd) Acquire(ctx context.Context, req *driver.AcquireRequest) (dr
 		if !req.Wait {
 			return nil, fmt.Errorf("%w: naive etcd: %s exists", driver.ErrLocked, key)
 		}
-		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil { // the recipe polls
+		if err := backoff.Sleep(ctx, 20*time.Millisecond); err != nil { // the recipe polls
 			return nil, err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
+	"github.com/dlockdev/dlock/internal/backoff"
 	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 )
@@ -33,17 +34,6 @@ func (g *naiveGrant) Token() uint64           { return g.token }
 func (g *naiveGrant) ValidFrom() time.Time    { return g.validFrom }
 func (g *naiveGrant) Validity() time.Duration { return g.validity }
 func (g *naiveGrant) Lost() <-chan error      { return nil }
-
-// sleepCtx waits for d, or until ctx is done. (Since Go 1.23 an unfired
-// time.After timer is collected: nothing to stop.)
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	select {
-	case <-time.After(d):
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
 
 // NaiveRedisPrefix starts the keys of the naive Redis recipe.
 const NaiveRedisPrefix = "naive:"
@@ -80,7 +70,7 @@ func (d *naiveRedis) Acquire(ctx context.Context, req *driver.AcquireRequest) (d
 		if !req.Wait {
 			return nil, fmt.Errorf("%w: naive redis: key %q is set", driver.ErrLocked, key)
 		}
-		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil { // the recipe polls
+		if err := backoff.Sleep(ctx, 20*time.Millisecond); err != nil { // the recipe polls
 			return nil, err
 		}
 	}
@@ -222,7 +212,7 @@ func transientZK(err error) bool {
 }
 
 func (d *naiveZK) pause(ctx context.Context) error {
-	return sleepCtx(ctx, 10*time.Millisecond)
+	return backoff.Sleep(ctx, 10*time.Millisecond)
 }
 
 func (d *naiveZK) Acquire(ctx context.Context, req *driver.AcquireRequest) (driver.Grant, error) {

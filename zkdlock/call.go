@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
+	ibackoff "github.com/dlockdev/dlock/internal/backoff"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -102,18 +103,16 @@ func (d *zkDriver) wrapErr(op string, err error) error {
 	return fmt.Errorf("%s: %w", where, err)
 }
 
-// backoff is the pause before retrying a transient error: short, because
+// retryPauses spaces out retries of transient errors: short, because
 // go-zookeeper's own requests block while it reconnects, so the loop does
-// not spin; capped well below a session timeout.
+// not spin; jittered, because the clients of a server that went away all
+// fail at once.
+var retryPauses = ibackoff.Policy{Initial: 5 * time.Millisecond, Max: 160 * time.Millisecond, Jitter: ibackoff.Equal}
+
+// backoff waits before retry number attempt (0 for the first), at most
+// limit, which keeps it well below a session timeout or a lease's validity.
 func backoff(ctx context.Context, attempt int, limit time.Duration) error {
-	d := time.Duration(5<<min(attempt, 5)) * time.Millisecond // 5 ms … 160 ms
-	d = min(d, limit)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	p := retryPauses
+	p.Max = min(p.Max, limit)
+	return ibackoff.Sleep(ctx, p.Delay(attempt))
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/internal/backoff"
 )
 
 // envLeaderValue is the variable that gives PROGRAM of `dlock elect` the
@@ -147,7 +148,7 @@ func (e *elector) term(ctx context.Context, pause time.Duration) (status int, ag
 		lead *dlock.Leadership
 		err  error
 	)
-	if pause > 0 && !sleepFor(cctx, pause) {
+	if pause > 0 && backoff.Sleep(cctx, pause) != nil {
 		err = cctx.Err()
 	} else {
 		if e.verbose {
@@ -229,16 +230,4 @@ func (c *cli) electionKindHint(client *dlock.Client, key string) string {
 		return "a key serves one kind (lock, semaphore, read-write lock, election) while anybody holds or waits for it; " + status
 	}
 	return fmt.Sprintf("its holders and waiters use it as a %s: hold the election on another key; %s", kindName(in.Kind, in.Limit), status)
-}
-
-// sleepFor waits d, reporting false when ctx ends first.
-func sleepFor(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
