@@ -195,8 +195,9 @@ func (s *space) clear(key string, reason error) {
 
 // Disconnect cuts the client off from its space, as a network partition
 // would: its calls (locking, renewals, releases, Inspect, List, Observe's
-// watches) wait until Reconnect or until their ctx ends, and it hears of no
-// change. The space stops hearing from it: its leases expire when their
+// watches) wait until Reconnect or until their ctx ends (Lock and TryLock
+// then fail with the ctx's error, other calls with dlock.ErrUnavailable),
+// and its watches hear of no change. The space stops hearing from it: its leases expire when their
 // TTL runs out unrenewed (on a fake clock, at Clock.Advance past it), and
 // its waiters' entries one TTL after Disconnect, so that neither holds up
 // the clients behind for longer. A Lock still waiting when the client is
