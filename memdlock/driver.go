@@ -90,8 +90,8 @@ func (c *conn) Acquire(ctx context.Context, req *driver.AcquireRequest) (driver.
 	}
 }
 
-// join queues e for req, granting it if the planner does, or returns
-// ErrLocked (for req.Wait false) or a kind mismatch. s.mu is held.
+// join queues a new entry of c for req, granted if the planner says so,
+// or returns ErrLocked (req.Wait false) or a kind mismatch. s.mu is held.
 func (s *space) join(c *conn, req *driver.AcquireRequest) (*entry, error) {
 	label := driver.KindLabel(req.Kind, req.Limit)
 	k := s.keys[req.Key]
@@ -131,10 +131,8 @@ func (c *conn) giveUp(e *entry, err error) error {
 	s := c.s
 	s.mu.Lock()
 	if c.back != nil {
+		// A waiter's expiry runs since the cut; Reconnect leaves it.
 		e.abandoned = true
-		if !e.granted && !e.gone {
-			s.armWaiter(e)
-		}
 		s.mu.Unlock()
 		return err
 	}
