@@ -29,7 +29,8 @@ func (c *Clock) Now() time.Time {
 
 // Advance moves the clock forward by d and, before it returns, runs what
 // falls due on the way in time order: leases that were not renewed
-// within their TTL expire, and their holders' Done channels close soon
+// within their TTL expire (and the entries of waiters cut off by
+// Handle.Disconnect a TTL before), and their holders' Done channels close soon
 // after (Lease.Done is closed by package dlock, on its own goroutine).
 func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()

@@ -27,6 +27,31 @@ func (h *harness) NewClient(ctx context.Context, t *testing.T) (*dlock.Client, e
 	return c, nil
 }
 
+// NewFaultyClient returns a client that the suite cuts off with
+// Handle.Disconnect.
+func (h *harness) NewFaultyClient(ctx context.Context, t *testing.T) (*dlock.Client, dlocktest.Link, error) {
+	c, hc, err := h.first.NewClient()
+	if err != nil {
+		return nil, nil, err
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	// Back before the Close above, which would wait for its releases.
+	t.Cleanup(hc.Reconnect)
+	return c, link{hc}, nil
+}
+
+// link is a client's path to its space.
+type link struct{ h *memdlock.Handle }
+
+func (l link) Blackhole() { l.h.Disconnect() }
+func (l link) Restore()   { l.h.Reconnect() }
+
+// RestartServer empties the space.
+func (h *harness) RestartServer(ctx context.Context, t *testing.T) error {
+	h.first.Restart()
+	return nil
+}
+
 // DeleteKey removes the key's queue behind its holders' backs.
 func (h *harness) DeleteKey(ctx context.Context, key string) error {
 	h.first.DeleteKey(key)

@@ -8,6 +8,8 @@
 //	client, h, err := memdlock.New(nil)
 //	h.LoseLease("orders/42")     // the lease on orders/42 is lost now
 //	h.Freeze()                   // renewals stop reaching the space
+//	h.Disconnect()               // the client is cut off, as by a partition
+//	h.Restart()                  // the space is emptied, as a server restart
 //	h.Clock().Advance(time.Hour) // with Options.Clock: time passes at once
 //
 // It keeps locks within one process only: it is a fake for tests and a
@@ -35,11 +37,29 @@
 // A space counts its leases' TTLs on the real clock, or on a fake [Clock]
 // (Options.Clock) that moves only at [Clock.Advance]. On a fake clock a
 // client renews as if it were alive all along, so that Advance ends only
-// the leases of frozen clients ([Handle.Freeze]) and those left to expire
-// (HoldAtLeast at Client.Close): the way to test a pause past the TTL
+// the leases of frozen clients ([Handle.Freeze]), of those cut off
+// ([Handle.Disconnect]) and those left to expire (HoldAtLeast at
+// Client.Close): the way to test a pause or a partition past the TTL
 // without waiting for it. Package dlock itself runs on the real clock:
 // the renewal timers, HoldAtLeast and HoldAtMost do not move with a fake
 // clock.
+//
+// # Faults
+//
+// [Handle.LoseLease] and [Handle.DeleteKey] end leases at once, as a
+// server that expired them or an operator who deleted a key would.
+// [Handle.Freeze] stops a client's renewals, as a paused process.
+// [Handle.Disconnect] cuts a client off until [Handle.Reconnect], as a
+// network partition: its calls wait until it is back or their ctx ends
+// (Lock and TryLock then fail with the ctx's error, other calls with
+// dlock.ErrUnavailable), and the space stops hearing from it, so that
+// its leases expire unrenewed and its waiters' entries one TTL after the
+// cut, and neither holds up the clients behind for longer. A Lock still
+// waiting when the client is back queues again if its entry expired.
+// [Handle.Restart] empties the space, as a server restarted without
+// persistence: every lease is lost, waiters queue again, and fencing
+// tokens keep increasing. The conformance suite (package dlocktest) runs
+// its fault scenarios on these hooks.
 //
 // See docs/testing.md in the repository for how to test a scheduled job, a
 // handler that must stop on a lost lease and a leader that must step down.

@@ -15,6 +15,9 @@ type conn struct {
 	s      *space
 	frozen atomic.Bool
 	closed atomic.Bool
+	// back is closed when the client, cut off by Handle.Disconnect, is
+	// reconnected; nil while connected. Guarded by s.mu.
+	back chan struct{}
 }
 
 var (
@@ -25,22 +28,82 @@ var (
 	_ driver.Abandoner = (*grant)(nil)
 )
 
+// errCutOff is what a call of a client cut off by Handle.Disconnect meets
+// when its ctx ends first.
+var errCutOff = errors.New("memdlock: client cut off by Handle.Disconnect")
+
+// reach waits until the client is connected, as a request waits for a
+// network that is down, and reports false if ctx ends first.
+func (c *conn) reach(ctx context.Context) bool {
+	c.s.mu.Lock()
+	back := c.back
+	c.s.mu.Unlock()
+	if back == nil {
+		return true
+	}
+	select {
+	case <-back:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// call is reach for the calls that return an error: an unreachable space
+// is driver.ErrUnavailable.
+func (c *conn) call(ctx context.Context) error {
+	if !c.reach(ctx) {
+		return fmt.Errorf("%w: %w: %w", driver.ErrUnavailable, errCutOff, context.Cause(ctx))
+	}
+	return nil
+}
+
 // Acquire queues an entry for req.Key and waits for the planner's grant.
 func (c *conn) Acquire(ctx context.Context, req *driver.AcquireRequest) (driver.Grant, error) {
 	s := c.s
+	for {
+		// The request reaches the space once the client is connected.
+		if !c.reach(ctx) {
+			return nil, ctx.Err()
+		}
+		s.mu.Lock()
+		e, err := s.join(c, req)
+		s.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case <-e.ready:
+			// The reply reaches a client cut off meanwhile once it is back.
+			if c.reach(ctx) {
+				return &grant{c: c, k: e.k, e: e}, nil
+			}
+		case <-e.expired:
+			// Cut off while waiting, the client was forgotten: back, it
+			// queues again.
+			if ctx.Err() == nil {
+				continue
+			}
+		case <-ctx.Done():
+		}
+		return nil, c.giveUp(e, ctx.Err())
+	}
+}
+
+// join queues a new entry of c for req, granted if the planner says so,
+// or returns ErrLocked (req.Wait false) or a kind mismatch. s.mu is held.
+func (s *space) join(c *conn, req *driver.AcquireRequest) (*entry, error) {
 	label := driver.KindLabel(req.Kind, req.Limit)
-	s.mu.Lock()
 	k := s.keys[req.Key]
 	if k == nil {
 		k = &keyState{key: req.Key, label: label, kind: req.Kind, limit: req.Limit}
 		s.keys[req.Key] = k
 	} else if k.label != label {
-		s.mu.Unlock()
 		return nil, driver.KindMismatch(k.label, req.Kind, req.Limit)
 	}
 	e := &entry{
 		c: c, k: k, owner: req.Owner, mode: req.Mode, metadata: req.Metadata, ttl: req.TTL,
-		since: s.now(), ready: make(chan struct{}), lost: make(chan error, 1),
+		since: s.now(), ready: make(chan struct{}), expired: make(chan struct{}), lost: make(chan error, 1),
 	}
 	k.q = append(k.q, e)
 	s.plan(k, e)
@@ -53,24 +116,32 @@ func (c *conn) Acquire(ctx context.Context, req *driver.AcquireRequest) (driver.
 		}
 		waiters := len(k.q) - holders - 1
 		s.remove(k, e, false)
-		s.mu.Unlock()
 		return nil, fmt.Errorf("%w: %d holding, %d waiting", driver.ErrLocked, holders, waiters)
 	}
-	s.mu.Unlock()
-
-	select {
-	case <-e.ready:
-		return &grant{c: c, k: e.k, e: e}, nil
-	case <-ctx.Done():
+	if c.back != nil {
+		s.armWaiter(e) // cut off right after its request
 	}
-	// Leave no trace: out of the queue, even if granted meanwhile.
+	return e, nil
+}
+
+// giveUp ends an Acquire whose ctx ended, and returns err. A connected
+// client takes its entry out of the queue, even if granted meanwhile; one
+// cut off cannot, and leaves it to expire.
+func (c *conn) giveUp(e *entry, err error) error {
+	s := c.s
 	s.mu.Lock()
+	if c.back != nil {
+		// A waiter's expiry runs since the cut; Reconnect leaves it.
+		e.abandoned = true
+		s.mu.Unlock()
+		return err
+	}
 	free := s.remove(e.k, e, e.granted)
 	s.mu.Unlock()
 	if free {
 		s.forgetIfUnused()
 	}
-	return nil, ctx.Err()
+	return err
 }
 
 // Close leaves the space; dlock has released or abandoned the grants.
@@ -84,6 +155,9 @@ func (c *conn) Close() error {
 
 // Inspect returns the state of one key.
 func (c *conn) Inspect(ctx context.Context, key string) (*driver.LockInfo, error) {
+	if err := c.call(ctx); err != nil {
+		return nil, err
+	}
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
 	return c.s.info(key), nil
@@ -91,6 +165,9 @@ func (c *conn) Inspect(ctx context.Context, key string) (*driver.LockInfo, error
 
 // List returns the keys that start with prefix, sorted.
 func (c *conn) List(ctx context.Context, prefix string) ([]*driver.LockInfo, error) {
+	if err := c.call(ctx); err != nil {
+		return nil, err
+	}
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
 	return c.s.list(prefix), nil
@@ -98,14 +175,17 @@ func (c *conn) List(ctx context.Context, prefix string) ([]*driver.LockInfo, err
 
 // Watch reports every change of key's holders or their metadata.
 func (c *conn) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	if err := c.call(ctx); err != nil {
+		return nil, err
+	}
 	s := c.s
 	ch := make(chan struct{}, 1)
 	ch <- struct{}{}
 	s.mu.Lock()
 	if s.watchers[key] == nil {
-		s.watchers[key] = map[chan struct{}]struct{}{}
+		s.watchers[key] = map[chan struct{}]*conn{}
 	}
-	s.watchers[key][ch] = struct{}{}
+	s.watchers[key][ch] = c
 	s.mu.Unlock()
 	context.AfterFunc(ctx, func() {
 		s.mu.Lock()
@@ -134,10 +214,14 @@ func (g *grant) Lost() <-chan error      { return g.e.lost }
 // errFrozen is what a renewal of a frozen client meets.
 var errFrozen = errors.New("memdlock: renewals frozen by Handle.Freeze")
 
-// Renew extends the grant by its TTL from now, unless the client is frozen.
+// Renew extends the grant by its TTL from now, unless the client is frozen
+// or cut off.
 func (g *grant) Renew(ctx context.Context) error {
 	if g.c.frozen.Load() {
 		return fmt.Errorf("%w: %w", driver.ErrUnavailable, errFrozen)
+	}
+	if err := g.c.call(ctx); err != nil {
+		return err
 	}
 	s := g.c.s
 	s.mu.Lock()
@@ -153,6 +237,9 @@ func (g *grant) Renew(ctx context.Context) error {
 
 // Release gives the key up and serves the waiters it makes grantable.
 func (g *grant) Release(ctx context.Context) error {
+	if err := g.c.call(ctx); err != nil {
+		return err
+	}
 	s := g.c.s
 	s.mu.Lock()
 	if g.e.gone {
@@ -169,6 +256,9 @@ func (g *grant) Release(ctx context.Context) error {
 
 // Publish replaces the grant's metadata while it is held.
 func (g *grant) Publish(ctx context.Context, metadata []byte) error {
+	if err := g.c.call(ctx); err != nil {
+		return err
+	}
 	s := g.c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()

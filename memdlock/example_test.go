@@ -171,3 +171,73 @@ func Example_open() {
 	fmt.Println("held by the other client:", errors.Is(err, dlock.ErrLocked))
 	// Output: held by the other client: true
 }
+
+// A client cut off from the lock space, as by a network partition, loses
+// its lease once its TTL runs out unrenewed, and another client takes the
+// key over; back, the cut-off client cannot release the new holder's lock.
+func ExampleHandle_Disconnect() {
+	ctx := context.Background()
+	clock := memdlock.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	a, ha, err := memdlock.New(&memdlock.Options{Clock: clock})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer a.Close()
+	b, _, err := ha.NewClient()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+
+	lease, err := a.Lock(ctx, "shards/7")
+	if err != nil {
+		log.Fatal(err)
+	}
+	ha.Disconnect()                 // a's network goes down
+	clock.Advance(dlock.DefaultTTL) // and its lease runs out unrenewed
+	<-lease.Done()
+	fmt.Println("a's lease lost:", errors.Is(lease.Err(), dlock.ErrLeaseLost))
+
+	next, err := b.TryLock(ctx, "shards/7")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer next.Unlock(ctx)
+	fmt.Println("b holds it, with a greater token:", next.Token() > lease.Token())
+
+	ha.Reconnect()
+	fmt.Println("a's late Unlock refused:", errors.Is(lease.Unlock(ctx), dlock.ErrNotHeld))
+	// Output:
+	// a's lease lost: true
+	// b holds it, with a greater token: true
+	// a's late Unlock refused: true
+}
+
+// A restart of the lock space without persistence ends every lease, and
+// the tokens granted afterwards are still greater than those before.
+func ExampleHandle_Restart() {
+	ctx := context.Background()
+	client, h, err := memdlock.New(nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	before, err := client.Lock(ctx, "reports/nightly")
+	if err != nil {
+		log.Fatal(err)
+	}
+	h.Restart()
+	<-before.Done()
+	fmt.Println("lease lost at the restart:", errors.Is(before.Err(), dlock.ErrLeaseLost))
+
+	after, err := client.Lock(ctx, "reports/nightly")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer after.Unlock(ctx)
+	fmt.Println("token still increasing:", after.Token() > before.Token())
+	// Output:
+	// lease lost at the restart: true
+	// token still increasing: true
+}

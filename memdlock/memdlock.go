@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/driver"
@@ -128,40 +130,137 @@ var errLostOnPurpose = errors.New("dropped by memdlock's Handle.LoseLease")
 func (h *Handle) DeleteKey(key string) {
 	s := h.c.s
 	s.mu.Lock()
-	k := s.keys[key]
-	var waiters []*entry
-	if k != nil {
-		delete(s.keys, key)
-		for _, e := range k.q {
-			e.gone = true
-			if e.stop != nil {
-				e.stop()
-			}
-			if e.granted {
-				e.lost <- errDeleted
-			} else {
-				waiters = append(waiters, e)
-			}
-		}
-		s.changed(key)
-	}
-	// The waiters' attempts go on: they join again, in their order.
-	for _, e := range waiters {
-		nk := s.keys[key]
-		if nk == nil {
-			nk = &keyState{key: key, label: k.label, kind: k.kind, limit: k.limit}
-			s.keys[key] = nk
-		}
-		e.k, e.gone, e.waited, e.targets = nk, false, false, nil
-		nk.q = append(nk.q, e)
-		s.plan(nk, e)
-	}
+	s.clear(key, errDeleted)
 	s.mu.Unlock()
 	s.forgetIfUnused()
 }
 
 // errDeleted is why DeleteKey drops a lease.
 var errDeleted = errors.New("key deleted by memdlock's Handle.DeleteKey")
+
+// Restart empties the client's space, as a server restarted without
+// persistence: every holder of every key loses its lease, waiters queue
+// again, and fencing tokens keep increasing (they come from one counter
+// for the process). Clients stay connected: their next calls find the
+// empty space.
+func (h *Handle) Restart() {
+	s := h.c.s
+	s.mu.Lock()
+	// The keys first: clear puts the waiters back in new queues.
+	for _, key := range slices.Collect(maps.Keys(s.keys)) {
+		s.clear(key, errRestarted)
+	}
+	s.mu.Unlock()
+	s.forgetIfUnused()
+}
+
+// errRestarted is why Restart drops a lease.
+var errRestarted = errors.New("space emptied by memdlock's Handle.Restart")
+
+// clear removes key's queue: holders are dropped for reason, waiters join
+// a new queue in their order, as their attempts go on. s.mu is held.
+func (s *space) clear(key string, reason error) {
+	k := s.keys[key]
+	if k == nil {
+		return
+	}
+	delete(s.keys, key)
+	var waiters []*entry
+	for _, e := range k.q {
+		e.gone = true
+		if e.stop != nil {
+			e.stop()
+		}
+		if e.granted {
+			e.lost <- reason
+		} else {
+			waiters = append(waiters, e)
+		}
+	}
+	s.changed(key)
+	for _, e := range waiters {
+		nk := s.keys[key]
+		if nk == nil {
+			nk = &keyState{key: key, label: k.label, kind: k.kind, limit: k.limit}
+			s.keys[key] = nk
+		}
+		e.k, e.gone, e.waited, e.targets, e.stop = nk, false, false, nil, nil
+		nk.q = append(nk.q, e)
+		s.plan(nk, e)
+		if !e.granted && (e.abandoned || e.c.back != nil) {
+			s.armWaiter(e) // still unheard of
+		}
+	}
+}
+
+// Disconnect cuts the client off from its space, as a network partition
+// would: its calls (locking, renewals, releases, Inspect, List, Observe's
+// watches) wait until Reconnect or until their ctx ends (Lock and TryLock
+// then fail with the ctx's error, other calls with dlock.ErrUnavailable),
+// and its watches hear of no change. The space stops hearing from it: its leases expire when their
+// TTL runs out unrenewed (on a fake clock, at Clock.Advance past it), and
+// its waiters' entries one TTL after Disconnect, so that neither holds up
+// the clients behind for longer. A Lock still waiting when the client is
+// back queues again if its entry expired meanwhile.
+func (h *Handle) Disconnect() {
+	c := h.c
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.back != nil {
+		return
+	}
+	c.back = make(chan struct{})
+	for _, e := range s.entriesOf(c) {
+		if !e.granted {
+			s.armWaiter(e)
+		}
+	}
+}
+
+// Reconnect ends Disconnect: the calls that waited go on, and the
+// client's watches hear that the keys may have changed. Leases that
+// expired meanwhile stay lost.
+func (h *Handle) Reconnect() {
+	c := h.c
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c.back == nil {
+		return
+	}
+	close(c.back)
+	c.back = nil
+	for _, e := range s.entriesOf(c) {
+		if !e.granted && !e.abandoned && e.stop != nil {
+			e.stop()
+			e.stop = nil
+		}
+	}
+	for _, ws := range s.watchers {
+		for ch, wc := range ws {
+			if wc == c {
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+}
+
+// entriesOf returns c's holders and waiters. s.mu is held.
+func (s *space) entriesOf(c *conn) []*entry {
+	var out []*entry
+	for _, k := range s.keys {
+		for _, e := range k.q {
+			if e.c == c {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
+}
 
 // Freeze stops the client's renewals from reaching the space, as if its
 // process were paused: each renewal fails, and the leases end when their

@@ -27,12 +27,12 @@ type space struct {
 
 	mu       sync.Mutex
 	clients  int
-	keys     map[string]*keyState                  // keys held or waited for
-	watchers map[string]map[chan struct{}]struct{} // Observer's, by key
+	keys     map[string]*keyState               // keys held or waited for
+	watchers map[string]map[chan struct{}]*conn // Observer's, by key, with their client
 }
 
 func newSpace(name string, clock *Clock) *space {
-	return &space{name: name, clock: clock, keys: map[string]*keyState{}, watchers: map[string]map[chan struct{}]struct{}{}}
+	return &space{name: name, clock: clock, keys: map[string]*keyState{}, watchers: map[string]map[chan struct{}]*conn{}}
 }
 
 // keyState is one key's queue: holders first, then waiters, in arrival
@@ -59,12 +59,16 @@ type entry struct {
 	token   uint64
 	at      time.Time // the grant, on the real clock: its validity counts from it
 	expires time.Time
-	stop    func()        // stops the expiry timer of a holder
+	// stop stops the expiry timer: a holder's, or a waiter's while the
+	// space does not hear from it (see armWaiter).
+	stop    func()
 	ready   chan struct{} // closed at the grant
+	expired chan struct{} // closed when a waiter's entry expires
 	lost    chan error    // receives why a holder was dropped
 	gone    bool          // left the queue
-	// abandoned: its lease no longer renews it (driver.Abandoner), so a
-	// fake clock lets it expire.
+	// abandoned: nobody renews it or waits for it any more (its lease's
+	// driver.Abandoner, or an Acquire that gave up while cut off), so it
+	// expires on its TTL, also on a fake clock.
 	abandoned bool
 
 	waited  bool       // planned a wait at least once
@@ -120,6 +124,9 @@ func (s *space) plan(k *keyState, e *entry) {
 // grant makes e a holder. s.mu is held.
 func (s *space) grant(k *keyState, e *entry, p queue.Plan) {
 	e.granted, e.token, e.targets, e.at = true, lastToken.Add(1), nil, time.Now()
+	if e.stop != nil {
+		e.stop() // a waiter's expiry
+	}
 	e.expires = s.now().Add(e.ttl)
 	e.stop = s.afterFunc(e.ttl, func() { s.expire(k, e) })
 	close(e.ready)
@@ -198,7 +205,7 @@ func (s *space) drop(k *keyState, e *entry, reason error) bool {
 func (s *space) expire(k *keyState, e *entry) {
 	s.mu.Lock()
 	free := false
-	if !e.gone && s.clock != nil && !e.abandoned && !e.c.frozen.Load() && !e.c.closed.Load() {
+	if !e.gone && s.clock != nil && !e.abandoned && !e.c.frozen.Load() && !e.c.closed.Load() && e.c.back == nil {
 		// On a fake clock, a live client's renewals would have come in
 		// the time Advance skipped: only frozen and abandoned leases end.
 		e.expires = s.now().Add(e.ttl)
@@ -215,9 +222,39 @@ func (s *space) expire(k *keyState, e *entry) {
 // errExpired is why a holder that was not renewed in time is dropped.
 var errExpired = errors.New("not renewed within its TTL")
 
-// changed wakes the watchers of key. s.mu is held.
+// armWaiter starts the expiry of waiter e, which the space no longer hears
+// from (its client is cut off, or its Acquire gave up then): a server
+// drops such an entry one TTL later, as a holder's without renewals, so
+// that it holds up nobody for longer. s.mu is held.
+func (s *space) armWaiter(e *entry) {
+	if e.stop != nil {
+		e.stop()
+	}
+	e.expires = s.now().Add(e.ttl)
+	e.stop = s.afterFunc(e.ttl, func() { s.expireWaiter(e) })
+}
+
+// expireWaiter drops waiter e if the space has still not heard from it.
+func (s *space) expireWaiter(e *entry) {
+	s.mu.Lock()
+	free := false
+	if !e.gone && !e.granted && (e.abandoned || e.c.back != nil) && !s.now().Before(e.expires) {
+		free = s.remove(e.k, e, false)
+		close(e.expired)
+	}
+	s.mu.Unlock()
+	if free {
+		s.forgetIfUnused()
+	}
+}
+
+// changed wakes the watchers of key, except those of clients cut off (they
+// hear of it when they are back). s.mu is held.
 func (s *space) changed(key string) {
-	for ch := range s.watchers[key] {
+	for ch, c := range s.watchers[key] {
+		if c.back != nil {
+			continue
+		}
 		select {
 		case ch <- struct{}{}:
 		default: // a full buffer says "changed" already
