@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
+	ibackoff "github.com/dlockdev/dlock/internal/backoff"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -319,14 +320,7 @@ func (g *grant) awaitProvable(ctx context.Context) error {
 	if wait <= 0 {
 		return nil
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return ibackoff.Sleep(ctx, wait)
 }
 
 func (g *grant) renewErr(err error) error {
