@@ -220,42 +220,34 @@ func (g *grant) Renew(ctx context.Context) error {
 	if g.c.frozen.Load() {
 		return fmt.Errorf("%w: %w", driver.ErrUnavailable, errFrozen)
 	}
-	if err := g.c.call(ctx); err != nil {
-		return err
-	}
-	s := g.c.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if g.e.gone {
-		return fmt.Errorf("%w: the grant is gone", driver.ErrNotHeld)
-	}
-	g.e.expires = s.now().Add(g.e.ttl)
-	g.e.stop()
-	g.e.stop = s.afterFunc(g.e.ttl, func() { s.expire(g.k, g.e) })
-	return nil
+	return g.whileHeld(ctx, func(s *space) {
+		g.e.expires = s.now().Add(g.e.ttl)
+		g.e.stop()
+		g.e.stop = s.afterFunc(g.e.ttl, func() { s.expire(g.k, g.e) })
+	})
 }
 
 // Release gives the key up and serves the waiters it makes grantable.
 func (g *grant) Release(ctx context.Context) error {
-	if err := g.c.call(ctx); err != nil {
-		return err
-	}
-	s := g.c.s
-	s.mu.Lock()
-	if g.e.gone {
-		s.mu.Unlock()
-		return fmt.Errorf("%w: the grant is gone", driver.ErrNotHeld)
-	}
-	free := s.remove(g.k, g.e, true)
-	s.mu.Unlock()
+	free := false
+	err := g.whileHeld(ctx, func(s *space) { free = s.remove(g.k, g.e, true) })
 	if free {
-		s.forgetIfUnused()
+		g.c.s.forgetIfUnused()
 	}
-	return nil
+	return err
 }
 
 // Publish replaces the grant's metadata while it is held.
 func (g *grant) Publish(ctx context.Context, metadata []byte) error {
+	return g.whileHeld(ctx, func(s *space) {
+		g.e.metadata = metadata
+		s.changed(g.k.key)
+	})
+}
+
+// whileHeld runs fn with s.mu held once the space is reached, if the grant
+// is still there; otherwise it returns the call's error or ErrNotHeld.
+func (g *grant) whileHeld(ctx context.Context, fn func(s *space)) error {
 	if err := g.c.call(ctx); err != nil {
 		return err
 	}
@@ -265,8 +257,7 @@ func (g *grant) Publish(ctx context.Context, metadata []byte) error {
 	if g.e.gone {
 		return fmt.Errorf("%w: the grant is gone", driver.ErrNotHeld)
 	}
-	g.e.metadata = metadata
-	s.changed(g.k.key)
+	fn(s)
 	return nil
 }
 
