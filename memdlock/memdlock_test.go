@@ -10,6 +10,68 @@ import (
 	"github.com/dlockdev/dlock/memdlock"
 )
 
+// newClient returns a client of a lock space of its own (opts as for
+// memdlock.New) and its Handle; the client is closed when the test ends.
+func newClient(t *testing.T, opts *memdlock.Options) (*dlock.Client, *memdlock.Handle) {
+	t.Helper()
+	c, h, err := memdlock.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, h
+}
+
+// newClocked is newClient for a space on a fake clock, which it returns
+// too, set at the Unix epoch.
+func newClocked(t *testing.T) (*dlock.Client, *memdlock.Handle, *memdlock.Clock) {
+	t.Helper()
+	clock := memdlock.NewClock(time.Unix(0, 0))
+	c, h := newClient(t, &memdlock.Options{Clock: clock})
+	return c, h, clock
+}
+
+// newPeer returns another client of h's space and its own Handle; the
+// client is closed when the test ends.
+func newPeer(t *testing.T, h *memdlock.Handle) (*dlock.Client, *memdlock.Handle) {
+	t.Helper()
+	c, hc, err := h.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, hc
+}
+
+// open returns a client opened by url, closed when the test ends.
+func open(t *testing.T, url string) *dlock.Client {
+	t.Helper()
+	c, err := dlock.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// lock takes key with c, failing the test if it cannot.
+func lock(t *testing.T, c *dlock.Client, key string, opts ...dlock.LockOption) *dlock.Lease {
+	t.Helper()
+	l, err := c.Lock(context.Background(), key, opts...)
+	if err != nil {
+		t.Fatalf("Lock(%q): %v", key, err)
+	}
+	return l
+}
+
+// unlock releases l, failing the test if it cannot.
+func unlock(t *testing.T, l *dlock.Lease) {
+	t.Helper()
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatalf("Unlock(%q): %v", l.Key(), err)
+	}
+}
+
 func wait(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
 	select {
@@ -21,31 +83,12 @@ func wait(t *testing.T, ch <-chan struct{}, what string) {
 
 func TestClock_Advance_endsFrozenLeasesOnly(t *testing.T) {
 	ctx := context.Background()
-	clock := memdlock.NewClock(time.Unix(0, 0))
-	a, ha, err := memdlock.New(&memdlock.Options{Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, _, err := ha.NewClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	la, err := a.Lock(ctx, "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lb, err := b.Lock(ctx, "b")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, ha, clock := newClocked(t)
+	b, _ := newPeer(t, ha)
+	la, lb := lock(t, a, "a"), lock(t, b, "b")
 	ha.Freeze()
 	clock.Advance(3 * dlock.DefaultTTL)
-	wait(t, la.Done(), "frozen lease lost")
-	if err := la.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
-		t.Fatalf("frozen lease Err = %v, want ErrLeaseLost", err)
-	}
+	waitLost(t, la, "frozen lease lost")
 	if err := lb.Err(); err != nil {
 		t.Fatalf("live lease Err after Advance = %v, want nil", err)
 	}
@@ -61,16 +104,8 @@ func TestClock_Advance_endsFrozenLeasesOnly(t *testing.T) {
 
 func TestClock_Advance_withoutFreezeKeepsLeases(t *testing.T) {
 	ctx := context.Background()
-	clock := memdlock.NewClock(time.Unix(0, 0))
-	c, h, err := memdlock.New(&memdlock.Options{Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	l, err := c.Lock(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, h, clock := newClocked(t)
+	l := lock(t, c, "k")
 	clock.Advance(time.Hour)
 	if err := l.Err(); err != nil {
 		t.Fatalf("lease Err after Advance = %v", err)
@@ -84,25 +119,15 @@ func TestClock_Advance_withoutFreezeKeepsLeases(t *testing.T) {
 
 func TestHandle_LoseLease(t *testing.T) {
 	ctx := context.Background()
-	c, h, err := memdlock.New(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, h := newClient(t, nil)
 	if h.LoseLease("k") {
 		t.Fatal("LoseLease of a key not held = true")
 	}
-	l, err := c.Lock(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := lock(t, c, "k")
 	if !h.LoseLease("k") {
 		t.Fatal("LoseLease of a held key = false")
 	}
-	wait(t, l.Done(), "lost lease")
-	if err := l.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
-		t.Fatalf("Err = %v, want ErrLeaseLost", err)
-	}
+	waitLost(t, l, "lost lease")
 	l2, err := c.TryLock(ctx, "k")
 	if err != nil {
 		t.Fatalf("TryLock after LoseLease: %v", err)
@@ -119,11 +144,7 @@ func TestOpen_namedSpaceForgottenWhenUnused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := a.Lock(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	token := l.Token()
+	token := lock(t, a, "k").Token()
 	if got := memdlock.NamedSpacesForTest(); got != before+1 {
 		t.Fatalf("named spaces while used = %d, want %d", got, before+1)
 	}
@@ -134,11 +155,7 @@ func TestOpen_namedSpaceForgottenWhenUnused(t *testing.T) {
 		t.Fatalf("named spaces after the last Close = %d, want %d", got, before)
 	}
 	// Opened again, the space is new, and its tokens still go up.
-	b, err := dlock.Open(ctx, "mem://forgotten")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := open(t, "mem://forgotten")
 	l2, err := b.TryLock(ctx, "k")
 	if err != nil {
 		t.Fatalf("TryLock in the reopened space: %v", err)
@@ -150,25 +167,9 @@ func TestOpen_namedSpaceForgottenWhenUnused(t *testing.T) {
 
 func TestOpen_namesSeparateSpaces(t *testing.T) {
 	ctx := context.Background()
-	a, _, err := memdlock.New(&memdlock.Options{Space: "one"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := dlock.Open(ctx, "mem://two")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	c, err := dlock.Open(ctx, "mem://one")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	l, err := a.Lock(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, _ := newClient(t, &memdlock.Options{Space: "one"})
+	b, c := open(t, "mem://two"), open(t, "mem://one")
+	l := lock(t, a, "k")
 	defer l.Unlock(ctx)
 	if _, err := c.TryLock(ctx, "k"); !errors.Is(err, dlock.ErrLocked) {
 		t.Fatalf("TryLock in the same space = %v, want ErrLocked", err)
@@ -189,13 +190,19 @@ func TestOpen_badURL(t *testing.T) {
 }
 
 func TestNew_clockDiffers(t *testing.T) {
-	a, _, err := memdlock.New(&memdlock.Options{Space: "clocked", Clock: memdlock.NewClock(time.Unix(0, 0))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	newClient(t, &memdlock.Options{Space: "clocked", Clock: memdlock.NewClock(time.Unix(0, 0))})
 	if _, _, err := memdlock.New(&memdlock.Options{Space: "clocked", Clock: memdlock.NewClock(time.Unix(0, 0))}); !errors.Is(err, memdlock.ErrClockDiffers) {
 		t.Fatalf("New with another clock = %v, want ErrClockDiffers", err)
+	}
+}
+
+// waitLost waits until l is lost, as what says, and checks that its Err
+// says so.
+func waitLost(t *testing.T, l *dlock.Lease, what string) {
+	t.Helper()
+	wait(t, l.Done(), what)
+	if err := l.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Fatalf("%s: Err of %q = %v, want ErrLeaseLost", what, l.Key(), err)
 	}
 }
 
@@ -235,31 +242,12 @@ func note(n string) dlock.LockOption { return dlock.WithMetadata(dlock.Metadata{
 
 func TestHandle_Disconnect_leaseExpiresOnAdvance(t *testing.T) {
 	ctx := context.Background()
-	clock := memdlock.NewClock(time.Unix(0, 0))
-	a, ha, err := memdlock.New(&memdlock.Options{Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, _, err := ha.NewClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	la, err := a.Lock(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lb, err := b.Lock(ctx, "other")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, ha, clock := newClocked(t)
+	b, _ := newPeer(t, ha)
+	la, lb := lock(t, a, "k"), lock(t, b, "other")
 	ha.Disconnect()
 	clock.Advance(dlock.DefaultTTL)
-	wait(t, la.Done(), "cut-off lease lost")
-	if err := la.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
-		t.Fatalf("cut-off lease Err = %v, want ErrLeaseLost", err)
-	}
+	waitLost(t, la, "cut-off lease lost")
 	if err := lb.Err(); err != nil {
 		t.Fatalf("connected client's lease Err after Advance = %v, want nil", err)
 	}
@@ -281,27 +269,11 @@ func TestHandle_Disconnect_leaseExpiresOnAdvance(t *testing.T) {
 
 func TestHandle_Disconnect_waiterExpiresAndQueuesAgain(t *testing.T) {
 	ctx := context.Background()
-	clock := memdlock.NewClock(time.Unix(0, 0))
-	holder, ha, err := memdlock.New(&memdlock.Options{Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
-	a, hcut, err := ha.NewClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	c, _, err := ha.NewClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	holder, ha, clock := newClocked(t)
+	a, hcut := newPeer(t, ha)
+	c, _ := newPeer(t, ha)
 
-	l0, err := holder.Lock(ctx, "k", note("holder"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l0 := lock(t, holder, "k", note("holder"))
 	type result struct {
 		l   *dlock.Lease
 		err error
@@ -317,18 +289,14 @@ func TestHandle_Disconnect_waiterExpiresAndQueuesAgain(t *testing.T) {
 	if _, w := queue(t, holder, "k"); len(w) != 1 || w[0] != "c" {
 		t.Fatalf("waiters after a TTL cut off = %q, want [c]", w)
 	}
-	if err := l0.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	unlock(t, l0)
 	rc := <-gotC
 	if rc.err != nil {
 		t.Fatalf("c's Lock: %v", rc.err)
 	}
 	hcut.Reconnect() // a's Lock goes on: it queues again, behind c
 	eventually(t, "a queued again", func() bool { _, w := queue(t, holder, "k"); return len(w) == 1 && w[0] == "a" })
-	if err := rc.l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	unlock(t, rc.l)
 	var ra result
 	select {
 	case ra = <-gotA:
@@ -341,23 +309,13 @@ func TestHandle_Disconnect_waiterExpiresAndQueuesAgain(t *testing.T) {
 	if ra.l.Token() <= rc.l.Token() {
 		t.Fatalf("a's token %d after c's %d: not increasing", ra.l.Token(), rc.l.Token())
 	}
-	if err := ra.l.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	unlock(t, ra.l)
 }
 
 func TestHandle_Disconnect_callsWaitForReconnect(t *testing.T) {
 	ctx := context.Background()
-	a, ha, err := memdlock.New(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, _, err := ha.NewClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, ha := newClient(t, nil)
+	b, _ := newPeer(t, ha)
 	ha.Disconnect()
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
@@ -391,20 +349,9 @@ func TestHandle_Disconnect_callsWaitForReconnect(t *testing.T) {
 
 func TestHandle_Restart(t *testing.T) {
 	ctx := context.Background()
-	a, h, err := memdlock.New(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, _, err := h.NewClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	la, err := a.Lock(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, h := newClient(t, nil)
+	b, _ := newPeer(t, h)
+	la := lock(t, a, "k")
 	sem, err := a.Semaphore("s", 2).Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -420,10 +367,7 @@ func TestHandle_Restart(t *testing.T) {
 	eventually(t, "b queued", func() bool { _, w := queue(t, a, "k"); return len(w) == 1 })
 	h.Restart()
 	for _, l := range []*dlock.Lease{la, sem} {
-		wait(t, l.Done(), "lease lost at the restart")
-		if err := l.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
-			t.Fatalf("Err of %q after Restart = %v, want ErrLeaseLost", l.Key(), err)
-		}
+		waitLost(t, l, "lease lost at the restart")
 	}
 	// The waiter queued again, on the empty space: it holds now.
 	lb := <-got
@@ -439,7 +383,5 @@ func TestHandle_Restart(t *testing.T) {
 	if info, err := a.Inspect(ctx, "s"); err != nil || len(info.Holders) != 0 {
 		t.Fatalf("Inspect(s) after Restart = %+v, %v; want nobody", info, err)
 	}
-	if err := lb.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	unlock(t, lb)
 }
