@@ -1,0 +1,429 @@
+package etcddlock
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dlockdev/dlock/driver"
+	"github.com/dlockdev/dlock/driver/queue"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The kind check. Every write that creates an entry (a join, a try) is a
+// Txn guarded by a witness of the queue's kind, compared in that same Txn:
+// the queue is empty (markers aside), or the tail, which names the newest
+// entry and carries its label, carries ours (tailBounds), or an entry read
+// just before, of our label, still exists (behind), or no key was created
+// since a read that showed only entries of our label (tryShared). So, by
+// induction over the writes, all entries of a queue have one label at every
+// revision: two calls of different kinds that join at once are serialized
+// by etcd, and the second one's witness fails. A call whose witness shows
+// another label writes nothing and fails with KindMismatch. Only a
+// hand-made change breaks the induction; an entry whose header dlock cannot
+// have written counts as Exclusive (parseEntry), so that a reader never
+// shares with it.
+//
+// The operations of these Txns, one line each.
+
+// absent: our entry does not exist. A retry after a lost reply finds it
+// instead of queueing twice: its name is our lease's id, and the lease is
+// ours alone.
+func (a *attempt) absent() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)
+}
+
+// readOurs reads our entry, which an earlier Txn whose reply was lost made.
+func (a *attempt) readOurs() clientv3.Op { return clientv3.OpGet(a.key) }
+
+// puts create our entry and the tail naming it, on our lease, and delete
+// the marker of our lease's last release, if any.
+func (a *attempt) puts() []clientv3.Op {
+	return append([]clientv3.Op{
+		clientv3.OpPut(a.key, entryValue(a.label, a.req.Mode, a.req.Metadata), clientv3.WithLease(a.l.id)),
+		clientv3.OpPut(tailKey(a.dir), tailValue(a.label, a.req.Mode, a.key), clientv3.WithLease(a.l.id)),
+	}, a.l.dropMarker()...)
+}
+
+// readTail reads the tail: the newest entry and its kind.
+func (a *attempt) readTail() clientv3.Op { return clientv3.OpGet(tailKey(a.dir)) }
+
+// tailOurs: the tail carries our label (etcd compares values byte-wise).
+func (a *attempt) tailOurs() []clientv3.Cmp {
+	lo, hi := tailBounds(a.label, a.dir)
+	tail := clientv3.Value(tailKey(a.dir))
+	return []clientv3.Cmp{clientv3.Compare(tail, ">", lo), clientv3.Compare(tail, "<", hi)}
+}
+
+// tailExists: there is a tail, whatever it carries.
+func (a *attempt) tailExists() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(tailKey(a.dir)), ">", 0)
+}
+
+// readNewest reads the newest keys of the queue, with their kinds.
+func (a *attempt) readNewest() clientv3.Op {
+	return clientv3.OpGet(a.dir, clientv3.WithPrefix(), clientv3.WithLimit(queueReadLimit),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))
+}
+
+// ifEmpty runs then if the queue is empty, else els. Empty means no key in
+// the directory, or only release markers (empty values; etcd fails a value
+// comparison over no keys, hence two steps).
+func (a *attempt) ifEmpty(then []clientv3.Op, els ...clientv3.Op) clientv3.Op {
+	return clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.dir), "=", 0).WithPrefix()}, then,
+		[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(a.dir), "=", "").WithPrefix()}, then, els)})
+}
+
+// txnReply is the reply of a Txn that may create our entry, decoded once.
+type txnReply struct {
+	rev     int64
+	ours    *mvccpb.KeyValue   // our entry, made earlier: the Txn found it
+	created bool               // the Txn created our entry
+	tail    *mvccpb.KeyValue   // the tail it read, if any
+	newest  []*mvccpb.KeyValue // the newest keys of the queue, if it read them
+}
+
+// commit sends the Txn If(absent, cmps) Then(then) Else(readOurs) and
+// decodes its reply. An unknown outcome marks the attempt dirty: the puts
+// may yet be applied.
+func (a *attempt) commit(ctx context.Context, cmps []clientv3.Cmp, then ...clientv3.Op) (txnReply, error) {
+	var resp *clientv3.TxnResponse
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		resp, err = a.d.kv.Txn(ctx).If(append([]clientv3.Cmp{a.absent()}, cmps...)...).Then(then...).Else(a.readOurs()).Commit()
+		if err != nil && !rejected(err) {
+			a.dirty = true
+		}
+		return err
+	})
+	if err != nil {
+		return txnReply{}, err
+	}
+	r := txnReply{rev: resp.Header.Revision}
+	if !resp.Succeeded {
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+			r.ours = kvs[0]
+		}
+		return r, nil
+	}
+	r.decode(resp.Responses, tailKey(a.dir))
+	return r, nil
+}
+
+// decode walks the branches the Txn took: a put is our create; a read of
+// the tail key is the tail, any other read the queue's newest keys.
+func (r *txnReply) decode(ops []*etcdserverpb.ResponseOp, tail string) {
+	for _, op := range ops {
+		switch {
+		case op.GetResponsePut() != nil:
+			r.created = true
+		case op.GetResponseTxn() != nil:
+			r.decode(op.GetResponseTxn().Responses, tail)
+		case op.GetResponseRange() != nil:
+			kvs := op.GetResponseRange().Kvs
+			if len(kvs) == 1 && string(kvs[0].Key) == tail {
+				r.tail = kvs[0]
+			} else {
+				r.newest = kvs
+			}
+		}
+	}
+}
+
+// created records that the write at rev created our entry (and removed
+// the release marker that puts drops).
+func (a *attempt) created(rev int64) {
+	a.rev, a.seen = rev, rev
+	a.l.marker = ""
+}
+
+// joinedUnseen goes on from a Txn that found our entry, made by an earlier
+// one whose reply was lost.
+func (a *attempt) joinedUnseen(r txnReply) error {
+	if r.ours == nil || r.ours.CreateRevision == 0 {
+		return errRequeue
+	}
+	a.rev, a.lostJoin, a.atJoin = r.ours.CreateRevision, true, true
+	a.evaluateAt(r.rev)
+	return nil
+}
+
+// txnErr handles an error from the Txn that creates our entry.
+func (a *attempt) txnErr(what string, err error) error {
+	if isLeaseNotFound(err) {
+		// The lease expired between taking and using it: take another.
+		return a.loseLease()
+	}
+	return a.d.wrapErr(what, err)
+}
+
+// kindErr returns the error for a queue whose entries are of label.
+func (a *attempt) kindErr(label string) error {
+	return driver.KindMismatch(label, a.req.Kind, a.req.Limit)
+}
+
+// join puts our entry at the end of the queue and finds what to wait for
+// (stepJoin). The tail names the newest entry and carries its kind: if its
+// kind is ours, the join reads it and queues, one key read: a sorted read
+// of the queue would cost etcd's apply loop a walk of every entry at every
+// join (quadratic in a burst of waiters, and etcd refuses writes while its
+// apply lags). A tail of another kind: read it, write nothing. No tail:
+// queue if the queue is empty, else (its newest waiter gave up) read its
+// newest keys and queue behind them (stepBehind).
+func (a *attempt) join(ctx context.Context) error {
+	puts := a.puts()
+	r, err := a.commit(ctx, nil, clientv3.OpTxn(a.tailOurs(), append([]clientv3.Op{a.readTail()}, puts...),
+		[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{a.tailExists()}, []clientv3.Op{a.readTail()},
+			[]clientv3.Op{a.ifEmpty(puts, a.readNewest())})}))
+	switch {
+	case err != nil:
+		return a.txnErr("queue", err)
+	case r.ours != nil:
+		return a.joinedUnseen(r)
+	case !r.created && r.tail != nil:
+		if label, _, _, ok := parseTail(r.tail.Value); ok && label != a.label {
+			return a.kindErr(label)
+		}
+		// A tail dlock did not write: go by the entries.
+		a.step = stepBehind
+		return nil
+	case !r.created:
+		a.witness, a.step = firstEntry(a.dir, r.newest), stepBehind
+		return nil
+	}
+	a.created(r.rev)
+	if r.tail == nil {
+		a.granted() // queued into an empty queue: the oldest entry
+		return nil
+	}
+	// The tail was written with the newest entry, in the same write and on
+	// the same lease, and is deleted when that entry goes: it names an
+	// entry that exists, and its mod revision is that entry's create
+	// revision. Only a hand-made change breaks this; the wait checks the
+	// entry at its first renewal (checkQueue).
+	label, mode, entry, _ := parseTail(r.tail.Value)
+	a.atJoin = true
+	a.evaluateAt(a.rev)
+	if !isEntry(a.dir, entry) || entry == a.key {
+		// Not an entry's key, or ours: a tail left by an entry deleted by
+		// hand (ours, before we queued again with the same lease).
+		return nil
+	}
+	a.pred, a.predRev = entry, r.tail.ModRevision
+	// The tail's entry is the one just ahead: a lock, a writer, or a
+	// reader behind a writer waits for it with no read; others read.
+	if a.semaphore() {
+		return nil
+	}
+	if p := queue.Decide(a.listing([]queue.Entry{{Mode: mode, Label: label}}, false)); p.Verdict == queue.WaitFor {
+		a.proof, a.atJoin, a.step = p.ExclusiveRelease, false, stepWait
+	}
+	return nil
+}
+
+// behind queues behind entries that have no tail (stepBehind): it reads
+// the newest entry, unless the join did, and creates our entry in a Txn
+// that requires that entry to still exist: it then vouches for the kind of
+// the whole queue (see the kind check). If it went meanwhile, it reads
+// again; if only markers are left, the queue is empty: join again.
+func (a *attempt) behind(ctx context.Context) error {
+	w := a.witness
+	a.witness = nil
+	if w == nil {
+		var err error
+		if w, err = a.someEntry(ctx); err != nil {
+			return err
+		}
+		if w == nil {
+			a.step = stepJoin
+			return nil
+		}
+	}
+	if label, _, _ := parseEntry(w.Value); label != a.label {
+		return a.kindErr(label)
+	}
+	// Unless our entry exists, create it if the entry read still exists.
+	r, err := a.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(string(w.Key)), "=", w.CreateRevision)}, a.puts()...)
+	switch {
+	case err != nil:
+		return a.txnErr("queue", err)
+	case r.created:
+		a.created(r.rev)
+		a.atJoin = true
+		a.evaluateAt(a.rev)
+	case r.ours != nil:
+		return a.joinedUnseen(r)
+	}
+	return nil
+}
+
+// try makes the one attempt of TryLock, TryAcquire and TryRLock
+// (stepTry): granted only if the grant rule grants an entry at the end of
+// the current queue.
+func (a *attempt) try(ctx context.Context) error {
+	// Create our entry only if the queue is empty: no holder and no
+	// waiter. Else read the tail, whose label says the queue's kind.
+	r, err := a.commit(ctx, nil, a.ifEmpty(a.puts(), a.readTail()))
+	switch {
+	case err != nil:
+		return a.txnErr("take the lock", err)
+	case r.ours != nil:
+		// Created by an earlier try of this call whose reply was lost:
+		// a try creates its entry only where the rule grants it.
+		a.rev, a.seen = r.ours.CreateRevision, r.rev
+		a.granted()
+		return nil
+	case r.created:
+		a.created(r.rev)
+		a.granted()
+		return nil
+	}
+	// Held, or waited for. Another kind's queue refuses us; an Exclusive
+	// entry is never granted behind anybody (a fair lock never lets
+	// TryLock barge); a Shared one may be.
+	byTail := false
+	if r.tail != nil {
+		label, _, _, ok := parseTail(r.tail.Value)
+		if ok && label != a.label {
+			return a.kindErr(label)
+		}
+		byTail = ok
+	}
+	if a.req.Mode == driver.Shared {
+		return a.tryShared(ctx)
+	}
+	if !byTail {
+		// Without a tail (its newest entry gave up), an entry says the
+		// queue's kind (none: an entry dlock cannot have written).
+		kv, err := a.someEntry(ctx)
+		if err != nil {
+			return err
+		}
+		if kv != nil {
+			if label, _, _ := parseEntry(kv.Value); label != "" && label != a.label {
+				return a.kindErr(label)
+			}
+		}
+	}
+	return driver.ErrLocked
+}
+
+// tryMaxRounds bounds the reads of tryShared when the queue changes under
+// it: each round failed because another call created a key meanwhile.
+const tryMaxRounds = 8
+
+// tryShared tries a Shared entry at the end of a queue that is not empty:
+// it reads the queue, applies the grant rule, and creates our entry in a
+// Txn that fails if any key was created in the directory since the read.
+// The entries then are a subset of those read: the rule, which only gets
+// more permissive as entries go, still grants us, and they are all of our
+// kind (see the kind check).
+func (a *attempt) tryShared(ctx context.Context) error {
+	for range tryMaxRounds {
+		// A semaphore needs limit entries to refuse us; a reader, the
+		// whole queue (one writer anywhere refuses it).
+		n := 0
+		if a.semaphore() {
+			n = a.req.Limit + queueReadLimit
+		}
+		kvs, rev, err := a.readQueue(ctx, int64(n))
+		if err != nil {
+			return err
+		}
+		if n > 0 && len(kvs) == n && countEntries(a.dir, kvs) < a.req.Limit {
+			// Markers among the oldest keys: count them all.
+			if kvs, rev, err = a.readQueue(ctx, 0); err != nil {
+				return err
+			}
+		}
+		shared, exclusive := 0, 0
+		for _, kv := range kvs {
+			if !isEntry(a.dir, string(kv.Key)) {
+				continue
+			}
+			label, m, _ := parseEntry(kv.Value)
+			if label != a.label {
+				return a.kindErr(label)
+			}
+			if m == driver.Shared {
+				shared++
+			} else {
+				exclusive++
+			}
+		}
+		if !driver.Admits(a.req.Limit, driver.Shared, shared, exclusive) {
+			return driver.ErrLocked
+		}
+		// Unless our entry exists, create it if no key was created in the
+		// directory since the read.
+		r, err := a.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.dir), "<", rev+1).WithPrefix()}, a.puts()...)
+		switch {
+		case err != nil:
+			return a.txnErr("take the lock", err)
+		case r.created:
+			a.created(r.rev)
+			a.granted()
+			return nil
+		case r.ours != nil:
+			a.rev, a.seen = r.ours.CreateRevision, r.rev // created by the try whose reply was lost
+			a.granted()
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: the queue changed at each of %d tries", driver.ErrLocked, tryMaxRounds)
+}
+
+// readQueue reads the queue's keys with their values, oldest first, up to
+// limit keys (0: all), and returns them with the read's revision.
+func (a *attempt) readQueue(ctx context.Context, limit int64) ([]*mvccpb.KeyValue, int64, error) {
+	var resp *clientv3.GetResponse
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		// Range over the queue with the values (headers, metadata),
+		// oldest first.
+		resp, err = a.d.kv.Get(ctx, a.dir, clientv3.WithPrefix(), clientv3.WithLimit(limit),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		return err
+	})
+	if err != nil {
+		return nil, 0, a.d.wrapErr("read the queue", err)
+	}
+	return resp.Kvs, resp.Header.Revision, nil
+}
+
+// someEntry returns the oldest entry of the queue, or nil if the queue has
+// none (markers aside).
+func (a *attempt) someEntry(ctx context.Context) (*mvccpb.KeyValue, error) {
+	kvs, _, err := a.readQueue(ctx, queueReadLimit)
+	if err != nil {
+		return nil, err
+	}
+	if kv := firstEntry(a.dir, kvs); kv != nil || len(kvs) < queueReadLimit {
+		return kv, nil
+	}
+	// Only markers among the oldest keys: read them all.
+	if kvs, _, err = a.readQueue(ctx, 0); err != nil {
+		return nil, err
+	}
+	return firstEntry(a.dir, kvs), nil
+}
+
+// firstEntry returns the first entry among kvs, or nil if there is none.
+func firstEntry(dir string, kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
+	for _, kv := range kvs {
+		if isEntry(dir, string(kv.Key)) {
+			return kv
+		}
+	}
+	return nil
+}
+
+// countEntries returns how many of kvs are entries, not markers.
+func countEntries(dir string, kvs []*mvccpb.KeyValue) int {
+	n := 0
+	for _, kv := range kvs {
+		if isEntry(dir, string(kv.Key)) {
+			n++
+		}
+	}
+	return n
+}
