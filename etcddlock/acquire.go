@@ -8,16 +8,14 @@ import (
 
 	"github.com/dlockdev/dlock/driver"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// errRequeue means that the call lost its place in the queue: its lease
-// expired while it could not renew it, or somebody deleted its entry. It
-// queues again, at the end.
+// errRequeue: the call lost its place in the queue (its lease expired, or
+// somebody deleted its entry); it queues again, at the end.
 var errRequeue = errors.New("etcddlock: place in the queue lost")
 
-// errWatch means that a watch ended by itself (no leader, stream broken):
-// look at the queue again after a pause.
+// errWatch: a watch ended by itself (no leader, stream broken); read the
+// queue again after a pause.
 var errWatch = errors.New("etcddlock: watch ended")
 
 // Acquire takes req.Key: see driver.Driver.
@@ -41,20 +39,15 @@ func (d *etcdDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (d
 	return g, nil
 }
 
-// cancelledErr returns the error of a call that failed with err: ctx's own
-// error if ctx was cancelled (by the caller, or by Client.Close) and err is
-// only that cancellation, wrapped on its way up, wherever the call was when
-// it landed (a watch returns it bare, a read wraps it with its step): one
-// cause, one error. An error that carries an etcd failure (retry's "last
-// etcd error", a refused request) is kept whole, and so is a deadline's:
-// the step in flight when it expired says what was slow.
+// cancelledErr returns ctx's own error if ctx was cancelled (by the caller
+// or Client.Close) and err is only that cancellation, wrapped by whichever
+// step it landed in: one cause, one error. An error that carries an etcd
+// failure is kept whole, and so is a deadline's (its step says what was slow).
 func cancelledErr(ctx context.Context, err error) error {
 	cerr := ctx.Err()
 	if !errors.Is(cerr, context.Canceled) {
 		return err
 	}
-	// The chain of single wraps ends at the cancellation itself only if
-	// nothing else was joined in.
 	for e := err; e != nil; e = errors.Unwrap(e) {
 		if e == cerr {
 			return cerr
@@ -63,8 +56,8 @@ func cancelledErr(ctx context.Context, err error) error {
 	return err
 }
 
-// step is what an attempt does next. run executes one step at a time; each
-// step's function does that step's requests and sets the next step.
+// step is what an attempt does next: run executes one at a time, and each
+// step's function does its requests and sets the next.
 //
 //	stepLease    --a lease------------------------------------> stepJoin, or stepTry for TryLock
 //	stepTry      --created where the rule grants it------------> stepFreshen
@@ -77,9 +70,8 @@ func cancelledErr(ctx context.Context, err error) error {
 //	stepWait     --any other change, or the watch broke---------> stepEvaluate
 //	stepTouch, stepFreshen --> granted
 //
-// A kind mismatch, TryLock refused, or a failed request ends the attempt.
-// errRequeue (our entry or lease is gone) drops the place and goes back to
-// stepLease after a backoff.
+// Any other error ends the attempt; errRequeue (our entry or lease is gone)
+// drops the place and goes back to stepLease after a backoff.
 type step uint8
 
 const (
@@ -112,21 +104,20 @@ type attempt struct {
 	place
 }
 
-// place is what an attempt knows of its entry and of what it waits for:
-// losing the entry drops it whole.
+// place is what an attempt knows of its entry and its wait: dropped whole
+// when the entry is lost.
 type place struct {
 	rev  int64 // create revision of our entry once created: the fencing token
 	seen int64 // a revision at which what we wait for and our entry both existed
 
-	// What we wait for (queue.go): an entry older than ours (pred), or,
-	// for a semaphore's first waiter, every entry ahead (ahead).
+	// What we wait for (queue.go): the entry pred, or any of ahead.
 	pred    string
 	predRev int64           // its create revision (and mod revision: see predChanged)
 	ahead   map[string]bool // nil unless we wait for any of them
 	proof   bool            // pred's release marker proves our grant (queue.Plan.ExclusiveRelease)
 
-	// The next evaluation reads at a revision not older than minRev;
-	// atJoin: it follows our join (pred, if set, is the tail's entry).
+	// The next evaluation reads at minRev or later; atJoin: it follows
+	// our join (pred, if set, is the tail's entry).
 	minRev  int64
 	atJoin  bool
 	witness *mvccpb.KeyValue // stepBehind: the newest entry, if the join read it
@@ -138,8 +129,7 @@ type place struct {
 	rewatch  backoff // between watches that ended by themselves
 }
 
-// semaphore reports whether the call is a semaphore's: the one kind whose
-// waiters count the entries ahead rather than wait for one.
+// semaphore reports whether the call is a semaphore's (its waiters count).
 func (a *attempt) semaphore() bool { return a.req.Kind == driver.KindSemaphore }
 
 // run executes the attempt's steps until it is granted or fails.
@@ -192,13 +182,12 @@ func (a *attempt) takeLease(ctx context.Context) error {
 	return nil
 }
 
-// evaluateAt goes to stepEvaluate, reading at a revision not older than minRev.
+// evaluateAt goes to stepEvaluate, reading at minRev or later.
 func (a *attempt) evaluateAt(minRev int64) {
 	a.minRev, a.step = minRev, stepEvaluate
 }
 
-// granted goes on from a grant by the rule: a semaphore's waiter touches
-// its entry first (wait.go).
+// granted goes on from a grant by the rule (a semaphore's waiter touches).
 func (a *attempt) granted() {
 	a.pred, a.ahead, a.step = "", nil, stepFreshen
 	if a.waited && a.semaphore() {
@@ -212,11 +201,9 @@ func (a *attempt) loseLease() error {
 	return errRequeue
 }
 
-// freshen renews the lease of a call that has just been granted the key if
-// its last renewal is old (a slow request, a server restart): the grant's
-// validity counts from that renewal, and would be about to lapse. A renewal
-// that succeeds proves that etcd never dropped the lease, nor our entry with
-// it.
+// freshen renews the lease of a call just granted if its last renewal, from
+// which the grant's validity counts, is old (stepFreshen). Success proves
+// that etcd never dropped the lease, nor our entry with it.
 func (a *attempt) freshen(ctx context.Context) error {
 	if time.Since(a.l.since()) >= a.l.ttl/2 {
 		err := retry(ctx, func(ctx context.Context) error { return a.l.keepAlive(ctx, a.d.lc) })
@@ -259,48 +246,6 @@ func (a *attempt) grant(ctx context.Context) *grant {
 	return g
 }
 
-// strayMarkers returns the release markers in the queue dir, for a holder
-// of it whose entry is key: a call whose join reply was lost and that holds
-// the key without having waited for anybody (the entry ahead of it when it
-// joined may have been released for it before the retry that found its
-// entry), or one granted by a read of the queue after a wait (see
-// grant.strays). Such a marker is ours to delete: it would stay until the
-// releaser's lease is used again or ends. While we hold the key, every
-// marker of the queue is of an entry ahead of ours, gone, and has served or
-// was left by a waiter that gave up or died: nobody waits for an entry
-// older than ours, a watch that saw the release received the marker with
-// it, and one that starts later reads the queue instead. Nor can a new one
-// come while we hold (only an Exclusive holder's release writes one). Our
-// own entry's marker is left out: our release writes it. Best effort: it
-// gives up on error, and the markers then go with their leases.
-func (d *etcdDriver) strayMarkers(ctx context.Context, dir, key string) []string {
-	var markers []string
-	for limit := int64(queueReadLimit); ; limit *= 8 {
-		var resp *clientv3.GetResponse
-		err := retry(ctx, func(ctx context.Context) (err error) {
-			// Range over the queue, keys only, sorted by value: markers
-			// (the empty values) first.
-			resp, err = d.kv.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-				clientv3.WithSort(clientv3.SortByValue, clientv3.SortAscend), clientv3.WithLimit(limit))
-			return err
-		})
-		if err != nil {
-			return markers
-		}
-		markers = markers[:0]
-		for _, kv := range resp.Kvs {
-			if k := string(kv.Key); !isEntry(dir, k) && k != markerKey(key) {
-				markers = append(markers, k)
-			}
-		}
-		// Done unless every key read was a marker and more may follow
-		// (at most one marker per live lease: the loop ends).
-		if !resp.More || countEntries(dir, resp.Kvs) > 0 {
-			return markers
-		}
-	}
-}
-
 // abandon removes every trace of a failed or cancelled call from etcd.
 func (a *attempt) abandon(ctx context.Context) {
 	// One bound for all of it, even if ctx has ended: see revoke.
@@ -309,18 +254,14 @@ func (a *attempt) abandon(ctx context.Context) {
 	switch {
 	case a.l == nil:
 	case a.rev == 0 && !a.dirty:
-		// Nothing is attached to the lease: keep it for the next call.
-		a.d.recycle(ctx, a.l)
+		a.d.recycle(ctx, a.l) // nothing attached: keep it for the next call
 	default:
-		// Revoking the lease deletes our entry, whether we were waiting
-		// or had just been granted the key.
-		a.d.revoke(ctx, a.l)
+		a.d.revoke(ctx, a.l) // deletes our entry
 	}
 	a.l = nil
 	if p := cmp.Or(a.pred, a.lastPred); p != "" && !a.semaphore() {
 		// The entry ahead may have been released for us just now: its
-		// marker is ours to delete. Left alone, it would stay until the
-		// releaser's lease is used again or ends.
+		// marker is ours to delete.
 		a.d.deleteMarker(ctx, markerKey(p))
 	}
 }

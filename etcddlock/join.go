@@ -11,34 +11,31 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// The kind check. Every write that creates an entry (a join, a try) is a
-// Txn guarded by a witness of the queue's kind, compared in that same Txn:
-// the queue is empty (markers aside), or the tail, which names the newest
-// entry and carries its label, carries ours (tailBounds), or an entry read
-// just before, of our label, still exists (behind), or no key was created
-// since a read that showed only entries of our label (tryShared). So, by
-// induction over the writes, all entries of a queue have one label at every
-// revision: two calls of different kinds that join at once are serialized
-// by etcd, and the second one's witness fails. A call whose witness shows
-// another label writes nothing and fails with KindMismatch. Only a
-// hand-made change breaks the induction; an entry whose header dlock cannot
-// have written counts as Exclusive (parseEntry), so that a reader never
-// shares with it.
+// The kind check. Every write that creates an entry is a Txn guarded by a
+// witness of the queue's kind, compared in that same Txn: the queue is
+// empty (markers aside), or the tail, which names the newest entry and
+// carries its label, carries ours, or an entry of our label read just
+// before still exists (behind), or no key was created since a read that
+// showed only entries of our label (tryShared). So, by induction over the
+// writes, all entries of a queue have one label at every revision: of two
+// calls of different kinds that join at once, etcd fails the second one's
+// witness, and it writes nothing (KindMismatch). Only a hand-made change
+// breaks the induction; an entry whose header dlock cannot have written
+// counts as Exclusive (parseEntry), so that a reader never shares with it.
 //
-// The operations of these Txns, one line each.
+// The operations of these Txns follow, one line each.
 
-// absent: our entry does not exist. A retry after a lost reply finds it
-// instead of queueing twice: its name is our lease's id, and the lease is
-// ours alone.
+// absent: our entry does not exist (a retry after a lost reply finds it:
+// its name is our lease's id, and the lease is ours alone).
 func (a *attempt) absent() clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)
 }
 
-// readOurs reads our entry, which an earlier Txn whose reply was lost made.
+// readOurs reads our entry, made by an earlier Txn whose reply was lost.
 func (a *attempt) readOurs() clientv3.Op { return clientv3.OpGet(a.key) }
 
 // puts create our entry and the tail naming it, on our lease, and delete
-// the marker of our lease's last release, if any.
+// the marker of our lease's last release.
 func (a *attempt) puts() []clientv3.Op {
 	return append([]clientv3.Op{
 		clientv3.OpPut(a.key, entryValue(a.label, a.req.Mode, a.req.Metadata), clientv3.WithLease(a.l.id)),
@@ -67,9 +64,8 @@ func (a *attempt) readNewest() clientv3.Op {
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))
 }
 
-// ifEmpty runs then if the queue is empty, else els. Empty means no key in
-// the directory, or only release markers (empty values; etcd fails a value
-// comparison over no keys, hence two steps).
+// ifEmpty runs then if the queue has no key, or only markers (empty
+// values; etcd fails a value comparison over no keys, hence two steps).
 func (a *attempt) ifEmpty(then []clientv3.Op, els ...clientv3.Op) clientv3.Op {
 	return clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.dir), "=", 0).WithPrefix()}, then,
 		[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(a.dir), "=", "").WithPrefix()}, then, els)})
@@ -84,9 +80,8 @@ type txnReply struct {
 	newest  []*mvccpb.KeyValue // the newest keys of the queue, if it read them
 }
 
-// commit sends the Txn If(absent, cmps) Then(then) Else(readOurs) and
-// decodes its reply. An unknown outcome marks the attempt dirty: the puts
-// may yet be applied.
+// commit sends If(absent, cmps) Then(then) Else(readOurs) and decodes the
+// reply. An unknown outcome marks the attempt dirty: the puts may yet land.
 func (a *attempt) commit(ctx context.Context, cmps []clientv3.Cmp, then ...clientv3.Op) (txnReply, error) {
 	var resp *clientv3.TxnResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
@@ -130,8 +125,8 @@ func (r *txnReply) decode(ops []*etcdserverpb.ResponseOp, tail string) {
 	}
 }
 
-// created records that the write at rev created our entry (and removed
-// the release marker that puts drops).
+// created records that the write at rev created our entry (and dropped
+// the lease's marker).
 func (a *attempt) created(rev int64) {
 	a.rev, a.seen = rev, rev
 	a.l.marker = ""
@@ -162,14 +157,12 @@ func (a *attempt) kindErr(label string) error {
 	return driver.KindMismatch(label, a.req.Kind, a.req.Limit)
 }
 
-// join puts our entry at the end of the queue and finds what to wait for
-// (stepJoin). The tail names the newest entry and carries its kind: if its
-// kind is ours, the join reads it and queues, one key read: a sorted read
-// of the queue would cost etcd's apply loop a walk of every entry at every
-// join (quadratic in a burst of waiters, and etcd refuses writes while its
-// apply lags). A tail of another kind: read it, write nothing. No tail:
-// queue if the queue is empty, else (its newest waiter gave up) read its
-// newest keys and queue behind them (stepBehind).
+// join puts our entry at the end of the queue (stepJoin). A tail of our
+// kind: read it and queue, one key read (a sorted read of the queue at
+// every join would cost etcd's apply loop a walk of every entry, quadratic
+// in a burst of waiters). A tail of another kind: read it, write nothing.
+// No tail: queue if the queue is empty, else (its newest waiter gave up)
+// read its newest keys, for stepBehind.
 func (a *attempt) join(ctx context.Context) error {
 	puts := a.puts()
 	r, err := a.commit(ctx, nil, clientv3.OpTxn(a.tailOurs(), append([]clientv3.Op{a.readTail()}, puts...),
@@ -196,36 +189,30 @@ func (a *attempt) join(ctx context.Context) error {
 		a.granted() // queued into an empty queue: the oldest entry
 		return nil
 	}
-	// The tail was written with the newest entry, in the same write and on
-	// the same lease, and is deleted when that entry goes: it names an
-	// entry that exists, and its mod revision is that entry's create
-	// revision. Only a hand-made change breaks this; the wait checks the
-	// entry at its first renewal (checkQueue).
+	// The tail is written with the newest entry, on its lease, and deleted
+	// when it goes: it names an entry that exists, created at the tail's
+	// mod revision. Only a hand-made change breaks this (see checkQueue).
 	label, mode, entry, _ := parseTail(r.tail.Value)
 	a.atJoin = true
 	a.evaluateAt(a.rev)
-	if !isEntry(a.dir, entry) || entry == a.key {
-		// Not an entry's key, or ours: a tail left by an entry deleted by
-		// hand (ours, before we queued again with the same lease).
+	if !isEntry(a.dir, entry) || entry == a.key || a.semaphore() {
+		// Not an entry's key, or ours (a tail left by a hand-made
+		// change), or a permit's, which counts.
 		return nil
 	}
+	// The tail's entry is just ahead: a lock, a writer, or a reader behind
+	// a writer waits for it with no read.
 	a.pred, a.predRev = entry, r.tail.ModRevision
-	// The tail's entry is the one just ahead: a lock, a writer, or a
-	// reader behind a writer waits for it with no read; others read.
-	if a.semaphore() {
-		return nil
-	}
 	if p := queue.Decide(a.listing([]queue.Entry{{Mode: mode, Label: label}}, false)); p.Verdict == queue.WaitFor {
 		a.proof, a.atJoin, a.step = p.ExclusiveRelease, false, stepWait
 	}
 	return nil
 }
 
-// behind queues behind entries that have no tail (stepBehind): it reads
-// the newest entry, unless the join did, and creates our entry in a Txn
-// that requires that entry to still exist: it then vouches for the kind of
-// the whole queue (see the kind check). If it went meanwhile, it reads
-// again; if only markers are left, the queue is empty: join again.
+// behind queues behind entries that have no tail (stepBehind): it reads an
+// entry, unless the join did, and creates ours if that entry, the kind's
+// witness, still exists; else it reads again, and joins again when only
+// markers are left.
 func (a *attempt) behind(ctx context.Context) error {
 	w := a.witness
 	a.witness = nil
@@ -242,7 +229,6 @@ func (a *attempt) behind(ctx context.Context) error {
 	if label, _, _ := parseEntry(w.Value); label != a.label {
 		return a.kindErr(label)
 	}
-	// Unless our entry exists, create it if the entry read still exists.
 	r, err := a.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(string(w.Key)), "=", w.CreateRevision)}, a.puts()...)
 	switch {
 	case err != nil:
@@ -258,52 +244,39 @@ func (a *attempt) behind(ctx context.Context) error {
 }
 
 // try makes the one attempt of TryLock, TryAcquire and TryRLock
-// (stepTry): granted only if the grant rule grants an entry at the end of
-// the current queue.
+// (stepTry): granted only if the rule grants an entry at the queue's end.
 func (a *attempt) try(ctx context.Context) error {
-	// Create our entry only if the queue is empty: no holder and no
-	// waiter. Else read the tail, whose label says the queue's kind.
+	// Create our entry if the queue is empty, else read the tail's kind.
 	r, err := a.commit(ctx, nil, a.ifEmpty(a.puts(), a.readTail()))
-	switch {
-	case err != nil:
+	if err != nil {
 		return a.txnErr("take the lock", err)
-	case r.ours != nil:
-		// Created by an earlier try of this call whose reply was lost:
-		// a try creates its entry only where the rule grants it.
-		a.rev, a.seen = r.ours.CreateRevision, r.rev
-		a.granted()
-		return nil
-	case r.created:
-		a.created(r.rev)
-		a.granted()
+	}
+	if a.took(r) {
 		return nil
 	}
 	// Held, or waited for. Another kind's queue refuses us; an Exclusive
-	// entry is never granted behind anybody (a fair lock never lets
-	// TryLock barge); a Shared one may be.
-	byTail := false
+	// entry is never granted behind anybody (TryLock never barges); a
+	// Shared one may be.
+	label, known := "", false
 	if r.tail != nil {
-		label, _, _, ok := parseTail(r.tail.Value)
-		if ok && label != a.label {
-			return a.kindErr(label)
-		}
-		byTail = ok
+		label, _, _, known = parseTail(r.tail.Value)
 	}
-	if a.req.Mode == driver.Shared {
-		return a.tryShared(ctx)
-	}
-	if !byTail {
-		// Without a tail (its newest entry gave up), an entry says the
-		// queue's kind (none: an entry dlock cannot have written).
+	if !known && a.req.Mode == driver.Exclusive {
+		// No tail (its entry gave up): an entry says the queue's kind.
 		kv, err := a.someEntry(ctx)
 		if err != nil {
 			return err
 		}
 		if kv != nil {
-			if label, _, _ := parseEntry(kv.Value); label != "" && label != a.label {
-				return a.kindErr(label)
-			}
+			label, _, _ = parseEntry(kv.Value)
+			known = label != ""
 		}
+	}
+	switch {
+	case known && label != a.label:
+		return a.kindErr(label)
+	case a.req.Mode == driver.Shared:
+		return a.tryShared(ctx)
 	}
 	return driver.ErrLocked
 }
@@ -313,11 +286,9 @@ func (a *attempt) try(ctx context.Context) error {
 const tryMaxRounds = 8
 
 // tryShared tries a Shared entry at the end of a queue that is not empty:
-// it reads the queue, applies the grant rule, and creates our entry in a
-// Txn that fails if any key was created in the directory since the read.
-// The entries then are a subset of those read: the rule, which only gets
-// more permissive as entries go, still grants us, and they are all of our
-// kind (see the kind check).
+// it reads the queue, applies the rule, and creates our entry if no key was
+// created since the read. The entries are then a subset of those read, all
+// of our kind, and the rule, more permissive as entries go, grants us.
 func (a *attempt) tryShared(ctx context.Context) error {
 	for range tryMaxRounds {
 		// A semaphore needs limit entries to refuse us; a reader, the
@@ -354,23 +325,31 @@ func (a *attempt) tryShared(ctx context.Context) error {
 		if !driver.Admits(a.req.Limit, driver.Shared, shared, exclusive) {
 			return driver.ErrLocked
 		}
-		// Unless our entry exists, create it if no key was created in the
-		// directory since the read.
 		r, err := a.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.dir), "<", rev+1).WithPrefix()}, a.puts()...)
-		switch {
-		case err != nil:
+		if err != nil {
 			return a.txnErr("take the lock", err)
-		case r.created:
-			a.created(r.rev)
-			a.granted()
-			return nil
-		case r.ours != nil:
-			a.rev, a.seen = r.ours.CreateRevision, r.rev // created by the try whose reply was lost
-			a.granted()
+		}
+		if a.took(r) {
 			return nil
 		}
 	}
 	return fmt.Errorf("%w: the queue changed at each of %d tries", driver.ErrLocked, tryMaxRounds)
+}
+
+// took goes on from a try's Txn if it created our entry, or found it made
+// by an earlier try whose reply was lost (a try creates its entry only
+// where the rule grants it), and reports whether it did.
+func (a *attempt) took(r txnReply) bool {
+	switch {
+	case r.created:
+		a.created(r.rev)
+	case r.ours != nil:
+		a.rev, a.seen = r.ours.CreateRevision, r.rev
+	default:
+		return false
+	}
+	a.granted()
+	return true
 }
 
 // readQueue reads the queue's keys with their values, oldest first, up to
@@ -378,8 +357,7 @@ func (a *attempt) tryShared(ctx context.Context) error {
 func (a *attempt) readQueue(ctx context.Context, limit int64) ([]*mvccpb.KeyValue, int64, error) {
 	var resp *clientv3.GetResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
-		// Range over the queue with the values (headers, metadata),
-		// oldest first.
+		// Range over the queue with the values, oldest first.
 		resp, err = a.d.kv.Get(ctx, a.dir, clientv3.WithPrefix(), clientv3.WithLimit(limit),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 		return err

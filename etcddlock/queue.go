@@ -14,42 +14,27 @@ import (
 )
 
 // The grant rule (driver.Admits) on etcd: entries are ordered by create
-// revision, and new ones go behind every existing one, so the entries
-// ahead of ours only go, and an entry that the rule grants stays granted.
-// A waiter reads the queue when it joins and when what it waits for
-// changes, and queue.Decide plans its wait from the read: the one change
-// that can grant it, so that a release wakes only the waiters it can make
-// grantable, plus at most one that learns it is now a semaphore's first
-// waiter.
-//
-//   - An Exclusive entry (a lock, a writer) waits for the entry just ahead
-//     of it: the newest older key, keys only.
-//   - A reader (Shared, no limit) waits for the nearest Exclusive entry
-//     ahead of it: the newest keys with their values, in pages, until one
-//     is found or the head is reached.
-//   - A permit of a semaphore of N counts the oldest N+1 entries. The first
-//     waiter (exactly N ahead, all holders) waits for any of them to go: a
-//     watch of the directory, deletes only, filtered to those keys. A
-//     later waiter waits for the entry just ahead of it, a waiter too, to
-//     go or to be granted: a semaphore's waiter granted after waiting
-//     writes to its own entry (touch), so that the one behind it learns
-//     that it may now be the first waiter.
-//
-// A release marker (written by Exclusive holders only, see Release) in the
-// revision of the delete of the entry waited for means that entry was an
-// Exclusive holder: nothing was ahead of it, and only Shared entries are
-// between it and a reader that waits for it (nothing, for an Exclusive
-// waiter). Either is granted then, without a read
-// (queue.Plan.ExclusiveRelease). etcd takes no other proof from an event:
-// it reads again.
+// revision, new ones go behind every existing one, so the entries ahead of
+// ours only go and a granted entry stays granted. A waiter reads the queue
+// when it joins and when what it waits for changes, and queue.Decide plans
+// from the read the one change that can grant it, so that a release wakes
+// only the waiters it can make grantable (plus a semaphore's next first
+// waiter). An Exclusive entry reads the newest older key, keys only; a
+// reader, the newest keys with their values, in pages, until a writer or
+// the head; a permit of N, the oldest N+1 keys: the first waiter waits for
+// any of the N holders to go (a watch of the directory's deletes), a later
+// one for the entry just ahead to go or to be granted (a semaphore's waiter
+// granted after waiting touches its entry). A release marker (written by
+// Exclusive holders only, see Release) in the revision of the delete of the
+// entry waited for proves the grant without a read
+// (queue.Plan.ExclusiveRelease); etcd takes no other proof from an event.
 
 // queueReadLimit is how many keys a read of the queue returns at first: our
-// entry, the one ahead of it, and room for release markers, which live from
-// a release to the next holder's release.
+// entry, the one ahead, and room for release markers.
 const queueReadLimit = 8
 
-// foreignLabel is the label of an entry whose header dlock cannot have
-// written: no kind's, so that the planner counts it as Exclusive.
+// foreignLabel labels an entry dlock cannot have written: no kind's, so
+// the planner counts it as Exclusive.
 const foreignLabel = "?"
 
 // errCompacted means that a read at a past revision found it compacted.
@@ -70,12 +55,9 @@ func (a *attempt) evaluate(ctx context.Context) error {
 	)
 	switch {
 	case a.semaphore():
-		// Its first count reads the queue as it was when our entry was
-		// created. The waiter behind ours waits for our touch if it
-		// counted us as a waiter; had we counted later, and been granted
-		// by releases in between, we would not know that we ever waited,
-		// and would not touch. Counted at our creation, "not granted" is
-		// exactly "somebody may have seen us wait".
+		// The first count reads the queue as at our entry's creation:
+		// then "not granted" is exactly "somebody may have seen us wait"
+		// (and waits for our touch).
 		at := int64(0)
 		if atJoin {
 			at = a.rev
@@ -123,8 +105,7 @@ func (a *attempt) listing(ahead []queue.Entry, all bool) queue.Listing {
 }
 
 // entries are the planner's entries of kvs: read with their values, or a
-// semaphore's, all Shared of its label (see the kind check); else of
-// unknown mode.
+// semaphore's (all Shared of its label: the kind check), or unknown.
 func (a *attempt) entries(kvs []*mvccpb.KeyValue, values bool) []queue.Entry {
 	es := make([]queue.Entry, len(kvs))
 	for i, kv := range kvs {
@@ -139,10 +120,9 @@ func (a *attempt) entries(kvs []*mvccpb.KeyValue, values bool) []queue.Entry {
 	return es
 }
 
-// getQueue reads the keys of the queue up to our entry with opts, at a
-// revision not older than minRev: serializable (no leader round) when the
-// member has applied minRev, after which entries older than ours can only
-// have gone; else linearizable.
+// getQueue reads the keys of the queue up to our entry with opts, at minRev
+// or later: serializable (no leader round) if the member has applied
+// minRev, after which entries older than ours can only have gone.
 func (a *attempt) getQueue(ctx context.Context, minRev int64, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	opts = append(opts, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(a.rev))
 	var resp *clientv3.GetResponse
@@ -163,11 +143,10 @@ func (a *attempt) getQueue(ctx context.Context, minRev int64, opts ...clientv3.O
 	return resp, nil
 }
 
-// scan reads the queue newest first from our entry, keys only or with
-// their values, at revision at if not 0, in pages eightfold larger each
-// time, until decide plans: decide gets the entries read ahead of ours,
-// oldest first, and whether they are every entry ahead. It returns
-// errRequeue if our entry is gone (expired, or deleted by hand).
+// scan reads the queue newest first from our entry (at revision at, if
+// not 0), in pages eightfold larger each time, until decide, given the
+// entries read ahead of ours, oldest first, and whether that is all of
+// them, plans. errRequeue: our entry is gone.
 func (a *attempt) scan(ctx context.Context, minRev, at int64, values bool, decide func(ahead []*mvccpb.KeyValue, all bool) queue.Plan) (queue.Plan, []*mvccpb.KeyValue, error) {
 	for limit := int64(queueReadLimit); ; limit *= 8 {
 		opts := []clientv3.OpOption{clientv3.WithLimit(limit), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)}
@@ -202,8 +181,8 @@ func (a *attempt) scan(ctx context.Context, minRev, at int64, values bool, decid
 }
 
 // evalPermit counts the entries ahead of a semaphore's waiter, oldest
-// first, keys only, up to one more than the limit, at revision at if not 0.
-// tailKnown says that a.pred is the entry the tail named at our join.
+// first, up to one more than the limit (at revision at, if not 0).
+// tailKnown: a.pred is the entry the tail named at our join.
 func (a *attempt) evalPermit(ctx context.Context, tailKnown bool, at int64) (queue.Plan, []*mvccpb.KeyValue, error) {
 	limit := a.req.Limit
 	for n := int64(limit + 1 + queueReadLimit); ; n *= 8 {
@@ -214,8 +193,7 @@ func (a *attempt) evalPermit(ctx context.Context, tailKnown bool, at int64) (que
 		}
 		resp, err := a.getQueue(ctx, a.minRev, opts...)
 		if errors.Is(err, errCompacted) {
-			// Compacted already: count now, and touch when granted, as
-			// if we had waited.
+			// Compacted: count now, and touch as if we had waited.
 			a.waited, at, n = true, 0, n/8
 			continue
 		}
@@ -248,11 +226,9 @@ func (a *attempt) evalPermit(ctx context.Context, tailKnown bool, at int64) (que
 		case len(ahead) <= limit:
 			return queue.Plan{}, nil, errRequeue // our entry is gone
 		}
-		// A later waiter: more than limit entries ahead, and the one just
-		// ahead of ours waits too. The one the tail named at our join is
-		// (nothing can come between), if it is still there, which the
-		// wait checks from a.seen, the join's revision. Else read it at
-		// this read's revision, where it is a waiter.
+		// A later waiter: it waits for the entry just ahead, a waiter
+		// too: the tail's at our join (the wait checks it is still there
+		// from a.seen), or read at this read's revision.
 		later := func(ahead []*mvccpb.KeyValue, _ bool) queue.Plan {
 			l := a.listing(a.entries(ahead, false), false)
 			l.Before = limit

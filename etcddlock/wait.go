@@ -21,22 +21,14 @@ func (a *attempt) wait(ctx context.Context) error {
 	rev, released, err := a.waitChange(ctx)
 	switch {
 	case err == nil && released:
-		// The entry we waited for went in its holder's release, with a
-		// marker: it was an Exclusive holder, so every older entry had
-		// gone before, and none can come (etcd numbers new entries above
-		// every existing one); and only readers were between it and ours
-		// when we read the queue (nothing, if we are Exclusive), nor can
-		// one come. The rule grants us: no read. It is not checked that
-		// our own entry still exists: an entry deleted by hand while its
-		// lease lives goes unseen here (docs/etcd.md); one whose lease
-		// expired is caught by freshen, as its last renewal is then older
-		// than the TTL.
+		// Released by its Exclusive holder: nothing older is left, only
+		// readers were between (nothing, if we are Exclusive), and none
+		// can come. Our own entry is not read: one whose lease expired is
+		// caught by freshen; one deleted by hand goes unseen (docs/etcd.md).
 		a.byRead = false
 		a.granted()
 	case err == nil:
-		// It went otherwise (a waiter that gave up or died, a holder
-		// whose lease expired, a Shared holder's release), or was granted
-		// (a semaphore's waiter), or before our watch started: read the
+		// Gone otherwise, or granted (a semaphore's waiter): read the
 		// queue, which also checks that our entry still exists.
 		a.rewatch, a.byRead = backoff{}, true
 		a.evaluateAt(rev)
@@ -49,16 +41,14 @@ func (a *attempt) wait(ctx context.Context) error {
 	return err
 }
 
-// touch tells the waiter behind a semaphore's newly granted waiter, which
-// waits for our entry to go or be granted (queue.go), that it was granted:
-// a write to our entry that changes nothing but its mod revision
+// touch tells the waiter behind a semaphore's newly granted waiter that it
+// was granted: a write to our entry that changes only its mod revision
 // (stepTouch).
 func (a *attempt) touch(ctx context.Context) error {
 	var resp *clientv3.TxnResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
 		// Txn: if our entry is the one we created, put it again, same
-		// value, same lease. Idempotent: a retry only wakes that waiter
-		// once more.
+		// value and lease (a retry only wakes that waiter once more).
 		resp, err = a.d.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
 			Then(clientv3.OpPut(a.key, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())).
@@ -75,11 +65,9 @@ func (a *attempt) touch(ctx context.Context) error {
 	return nil
 }
 
-// waitChange waits until what we wait for changes, keeping our lease alive
-// meanwhile: the entry a.pred goes (or, for a semaphore, is granted), or
-// one of the entries a.ahead goes. It returns a revision at which the
-// change had happened, and whether it was the release of a.pred by its
-// holder, with a marker, that proves our grant.
+// waitChange waits, renewing our lease, until a.pred goes (or, a
+// semaphore's, is granted) or one of a.ahead goes. It returns a revision
+// at which that had happened, and whether a release marker proves our grant.
 func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err error) {
 	wctx, cancel := context.WithCancel(watchCtx(ctx))
 	defer cancel()
@@ -88,16 +76,11 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 	}
 	renewed, stopRenewals := a.renewals(ctx)
 	defer stopRenewals()
-	// The revision at which what we wait for existed, as known before the
-	// watch: a renewal's queue check updates a.seen meanwhile.
-	seen := a.seen
-	// Watch create: the keys that start with the entry's key — the entry
-	// and its release marker, no other — or, for a semaphore's first
-	// waiter, the directory's deletes; starting now. Not from a.seen+1:
-	// etcd serves a watch that starts in the past ("unsynced") from a
-	// catch-up loop that runs every 100 ms, so a delete would reach us up
-	// to 100 ms late. A watch that starts at the current revision is
-	// synced: etcd hands it each event as the event is applied.
+	seen := a.seen // renewals write a.seen meanwhile
+	// Watch create: the keys that start with the entry's key (the entry
+	// and its marker), or the directory's deletes for a semaphore's first
+	// waiter; from now, not a.seen+1: etcd serves a watch that starts in
+	// the past from a catch-up loop that runs every 100 ms.
 	var wch clientv3.WatchChan
 	if a.ahead != nil {
 		wch = a.d.w.Watch(wctx, a.dir, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
@@ -124,8 +107,7 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 				}
 				continue
 			}
-			// The watch's creation: it sees what happens after its start
-			// only, and the change may have happened in between.
+			// Created: the change may have come before the watch started.
 			started = true
 			if wr.Header.Revision <= seen {
 				continue
@@ -149,11 +131,9 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 	}
 }
 
-// change decodes the events of a watch response: the revision at which
-// what we wait for went (0: it did not), and whether it went in the
-// release of a.pred by its holder, with a marker. etcd sends a watch all
-// the events of one revision in one response (mvcc's watcherBatch never
-// splits a revision), so the marker of a release comes with its delete.
+// change decodes a watch response: the revision at which what we wait for
+// went (0: it did not), and whether a release marker came with it (etcd
+// never splits a revision's events across responses).
 func (a *attempt) change(evs []*clientv3.Event) (gone int64, released bool) {
 	var marked int64
 	for _, ev := range evs {
@@ -165,18 +145,15 @@ func (a *attempt) change(evs []*clientv3.Event) (gone int64, released bool) {
 		case key == a.pred && ev.Type == mvccpb.DELETE:
 			gone = ev.Kv.ModRevision
 		case key == a.pred && (a.semaphore() || ev.Kv.CreateRevision != a.predRev):
-			// Put again: a semaphore's waiter granted (touch), or a new
-			// entry of the same name (its lease used again by its
-			// client's next call; defence in depth: the read at the
-			// watch's start finds that). For another kind a put of the
-			// same entry is its holder's Publish, which grants nobody.
+			// A semaphore's waiter's touch, or a new entry of that name
+			// (its lease reused); for another kind a put of the same
+			// entry is a Publish, which grants nobody.
 			gone = ev.Kv.ModRevision
 		case key == markerKey(a.pred) && ev.Type == mvccpb.PUT:
 			marked = ev.Kv.ModRevision
 		}
 	}
-	// Only a release puts a marker, in the write that deletes the entry it
-	// names, if that entry is the releaser's and Exclusive.
+	// Only an Exclusive holder's release puts a marker, with its delete.
 	return gone, a.proof && gone != 0 && marked == gone
 }
 
@@ -188,21 +165,15 @@ type renewal struct {
 	err  error
 }
 
-// renewals renews our lease beside the wait, a third of its TTL after
-// each renewal, checking the queue at the first and then once a TTL (see
-// checkQueue). They run beside it so that a release is acted on at once
-// even while a renewal waits for a busy etcd (under a burst of thousands
-// of waiters, keep-alives can take seconds); and they start before the
-// watch does: etcd's client sends a stream's watch creations one at a
-// time, all of a Client's watches share one stream, and a waiter's watch
-// can take longer than its TTL to start behind those of the waiters that
-// queued just before it (TestWait_renewsWhileWatchStarts, docs/etcd.md).
-//
-// The first renewal that ends the wait (an error, or what we wait for
-// gone) comes on the channel. stop ends the renewals and returns
-// errRequeue if one found our place gone: then nothing may be granted.
-// Meanwhile the wait reads only what a renewal does not write (a.pred,
-// a.ahead, a.dir; not a.seen nor a.l).
+// renewals renews our lease a third of its TTL after each renewal,
+// checking the queue at the first and then once a TTL (checkQueue). They
+// run beside the wait, so that a release is acted on at once while a
+// renewal waits for a busy etcd, and start before the watch: a Client's
+// watches are created one at a time, and one can take longer than a TTL
+// to start (docs/etcd.md). A renewal that ends the wait (an error, or what
+// we wait for gone) comes on the channel; stop ends them, and returns
+// errRequeue if one found our place gone. Meanwhile the wait reads only
+// what a renewal does not write (not a.seen, a.l).
 func (a *attempt) renewals(ctx context.Context) (<-chan renewal, func() error) {
 	ctx, cancel := context.WithCancel(ctx)
 	out, done := make(chan renewal, 1), make(chan struct{})
@@ -241,19 +212,12 @@ func (a *attempt) renewals(ctx context.Context) (<-chan renewal, func() error) {
 	}
 }
 
-// checkQueue reads whether our entry and the entry we wait for still
-// exist. Neither is needed while nobody edits the queue by hand, and both
-// are cheap (two keys, once a TTL: a burst of 10,000 waiters already sends
-// 3,000 keep-alives a second, and does not need as many reads as well).
-// Our entry: a hand-deleted entry whose lease lives would otherwise be
-// granted the key at the release ahead of it, as the grant does not read
-// the queue; this check narrows that to a deletion in the last TTL before
-// the grant. The entry ahead: the tail that named it in our join vouches
-// for it only while the queue is not edited by hand; without the check, a
-// waiter could wait for an entry deleted before its watch began, forever.
-// It returns errRequeue if our entry is gone, and whether the entry ahead
-// is (or changed), at the revision returned. A semaphore's first waiter,
-// which waits for entries it read itself, checks its own entry only.
+// checkQueue reads whether our entry and the entry we wait for still exist
+// (errRequeue: ours is gone; gone: pred is, or changed, at the revision
+// returned). Both only matter when the queue is edited by hand: a deleted
+// entry of ours would be granted at the release ahead (narrowed to a
+// deletion in the last TTL), and a deleted pred that the join's tail named
+// would be waited for forever. Two keys once a TTL: cheap.
 func (a *attempt) checkQueue(ctx context.Context) (int64, bool, error) {
 	var resp *clientv3.TxnResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
@@ -292,11 +256,8 @@ func (a *attempt) checkQueue(ctx context.Context) (int64, bool, error) {
 }
 
 // predChanged reports whether kvs, a read of a.pred, shows it gone or, for
-// a semaphore's waiter, written since it was created: a semaphore's waiter
-// that was granted writes to its entry (touch), and nothing else writes to
-// a waiter's entry. Other kinds look at the create revision alone: the
-// entry they wait for may be a holder that rewrote its metadata (Publish),
-// which changes its mod revision and grants nobody.
+// a semaphore's waiter, touched. Other kinds look at the create revision
+// alone: a holder's Publish changes its mod revision and grants nobody.
 func (a *attempt) predChanged(kvs []*mvccpb.KeyValue) bool {
 	if len(kvs) == 0 || kvs[0].CreateRevision != a.predRev {
 		return true
@@ -304,8 +265,8 @@ func (a *attempt) predChanged(kvs []*mvccpb.KeyValue) bool {
 	return a.semaphore() && kvs[0].ModRevision != a.predRev
 }
 
-// predGone reads whether the entry we wait for is gone (or changed), at a
-// revision not older than minRev, and returns that revision.
+// predGone reads whether a.pred is gone (or changed) at minRev or later,
+// and returns that revision.
 func (a *attempt) predGone(ctx context.Context, minRev int64) (int64, bool, error) {
 	var resp *clientv3.GetResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
@@ -323,9 +284,8 @@ func (a *attempt) predGone(ctx context.Context, minRev int64) (int64, bool, erro
 	return resp.Header.Revision, a.predChanged(resp.Kvs), nil
 }
 
-// aheadGone reads whether one of the entries ahead of a semaphore's first
-// waiter is gone, at a revision not older than minRev, and returns that
-// revision: the oldest keys of the queue, keys only.
+// aheadGone reads whether one of a.ahead is gone at minRev or later, and
+// returns that revision.
 func (a *attempt) aheadGone(ctx context.Context, minRev int64) (int64, bool, error) {
 	resp, err := a.getQueue(ctx, minRev, clientv3.WithKeysOnly(), clientv3.WithLimit(int64(len(a.ahead)+queueReadLimit)),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
@@ -341,28 +301,20 @@ func (a *attempt) aheadGone(ctx context.Context, minRev int64) (int64, bool, err
 	return resp.Header.Revision, there < len(a.ahead), nil
 }
 
-// renewIn is the time until the lease should be renewed: a third of its TTL
-// after the last renewal, as the lease engine does for holders.
+// renewIn is the time until a third of the TTL after the last renewal.
 func (a *attempt) renewIn() time.Duration {
 	return time.Until(a.l.since().Add(a.l.ttl / 3))
 }
 
-// renewWhileWaiting keeps a waiter's lease, and so its place, alive.
-//
-// A busy or leaderless etcd ("too many requests", "no leader", "timed out")
-// may still keep the lease: the renewal is retried, with backoff, until the
-// lease may have lapsed (or for a third of its TTL if that moment has passed
-// already). If etcd has not answered by then, the waiter keeps its place
-// and tries again at once: etcd never renews a lease it expired (it answers
-// "not found" once the expiry is applied, and we queue again then), so a
-// renewal that succeeds late proves that our lease, and our entry with it,
-// were never dropped. Giving up the place on a slow answer instead would
-// turn a busy etcd into a storm: every waiter queueing again at once, each
-// with a new lease and a new join, while the old entries wait to expire.
-// Nothing is granted on a lease of unknown state: the read when woken checks
-// that our entry exists, and freshen renews an old lease before the grant.
-// This is why a waiter's lease is not the lease engine's: the engine gives
-// a grant up at its local deadline.
+// renewWhileWaiting keeps a waiter's lease, and so its place, alive. A busy
+// or leaderless etcd may still keep the lease: the renewal is retried until
+// the lease may have lapsed (or for a third of its TTL). Unanswered by then,
+// the waiter keeps its place and tries again at once: etcd never renews a
+// lease it expired, so a late success proves the lease and our entry lived,
+// while giving up on a slow answer would make a busy etcd a storm of
+// re-joins. Nothing is granted on a lease of unknown state (the read when
+// woken, freshen). Hence not the lease engine, which gives a grant up at
+// its local deadline.
 func (a *attempt) renewWhileWaiting(ctx context.Context) error {
 	until := a.l.safeUntil()
 	if soon := time.Now().Add(a.l.ttl / 3); until.Before(soon) {
