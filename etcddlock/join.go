@@ -195,13 +195,11 @@ func (a *attempt) join(ctx context.Context) error {
 	label, mode, entry, _ := parseTail(r.tail.Value)
 	a.atJoin = true
 	a.evaluateAt(a.rev)
-	if !isEntry(a.dir, entry) || entry == a.key || a.semaphore() {
-		// Not an entry's key, or ours (a tail left by a hand-made
-		// change), or a permit's, which counts.
-		return nil
+	if !isEntry(a.dir, entry) || entry == a.key {
+		return nil // not an entry's key, or ours: a tail left by a hand-made change
 	}
 	// The tail's entry is just ahead: a lock, a writer, or a reader behind
-	// a writer waits for it with no read.
+	// a writer waits for it with no read; a permit counts, knowing it.
 	a.pred, a.predRev = entry, r.tail.ModRevision
 	if p := queue.Decide(a.listing([]queue.Entry{{Mode: mode, Label: label}}, false)); p.Verdict == queue.WaitFor {
 		a.proof, a.atJoin, a.step = p.ExclusiveRelease, false, stepWait
@@ -297,15 +295,9 @@ func (a *attempt) tryShared(ctx context.Context) error {
 		if a.semaphore() {
 			n = a.req.Limit + queueReadLimit
 		}
-		kvs, rev, err := a.readQueue(ctx, int64(n))
+		kvs, rev, err := a.readOldest(ctx, n, a.req.Limit)
 		if err != nil {
 			return err
-		}
-		if n > 0 && len(kvs) == n && countEntries(a.dir, kvs) < a.req.Limit {
-			// Markers among the oldest keys: count them all.
-			if kvs, rev, err = a.readQueue(ctx, 0); err != nil {
-				return err
-			}
 		}
 		shared, exclusive := 0, 0
 		for _, kv := range kvs {
@@ -352,37 +344,33 @@ func (a *attempt) took(r txnReply) bool {
 	return true
 }
 
-// readQueue reads the queue's keys with their values, oldest first, up to
-// limit keys (0: all), and returns them with the read's revision.
-func (a *attempt) readQueue(ctx context.Context, limit int64) ([]*mvccpb.KeyValue, int64, error) {
+// readOldest reads the queue's oldest n keys (0: all) with their values,
+// or all of them if fewer than want of those n are entries (markers among
+// them), and returns them with the read's revision.
+func (a *attempt) readOldest(ctx context.Context, n, want int) ([]*mvccpb.KeyValue, int64, error) {
 	var resp *clientv3.GetResponse
-	err := retry(ctx, func(ctx context.Context) (err error) {
-		// Range over the queue with the values, oldest first.
-		resp, err = a.d.kv.Get(ctx, a.dir, clientv3.WithPrefix(), clientv3.WithLimit(limit),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-		return err
-	})
+	read := func(n int) error {
+		return retry(ctx, func(ctx context.Context) (err error) {
+			// Range over the queue with the values, oldest first.
+			resp, err = a.d.kv.Get(ctx, a.dir, clientv3.WithPrefix(), clientv3.WithLimit(int64(n)),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+			return err
+		})
+	}
+	err := read(n)
+	if err == nil && n > 0 && len(resp.Kvs) == n && countEntries(a.dir, resp.Kvs) < want {
+		err = read(0)
+	}
 	if err != nil {
 		return nil, 0, a.d.wrapErr("read the queue", err)
 	}
 	return resp.Kvs, resp.Header.Revision, nil
 }
 
-// someEntry returns the oldest entry of the queue, or nil if the queue has
-// none (markers aside).
+// someEntry returns the oldest entry of the queue, or nil if it has none.
 func (a *attempt) someEntry(ctx context.Context) (*mvccpb.KeyValue, error) {
-	kvs, _, err := a.readQueue(ctx, queueReadLimit)
-	if err != nil {
-		return nil, err
-	}
-	if kv := firstEntry(a.dir, kvs); kv != nil || len(kvs) < queueReadLimit {
-		return kv, nil
-	}
-	// Only markers among the oldest keys: read them all.
-	if kvs, _, err = a.readQueue(ctx, 0); err != nil {
-		return nil, err
-	}
-	return firstEntry(a.dir, kvs), nil
+	kvs, _, err := a.readOldest(ctx, queueReadLimit, 1)
+	return firstEntry(a.dir, kvs), err
 }
 
 // firstEntry returns the first entry among kvs, or nil if there is none.

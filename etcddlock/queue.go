@@ -40,21 +40,15 @@ const foreignLabel = "?"
 // errCompacted means that a read at a past revision found it compacted.
 var errCompacted = errors.New("etcddlock: revision compacted")
 
-// evaluate reads the queue at a revision not older than a.minRev and plans
-// our wait (stepEvaluate).
+// evaluate reads the queue at a.minRev or later and plans our wait
+// (stepEvaluate).
 func (a *attempt) evaluate(ctx context.Context) error {
 	if a.rev == 0 {
 		return errRequeue
 	}
 	atJoin := a.atJoin
 	a.atJoin = false
-	var (
-		p     queue.Plan
-		ahead []*mvccpb.KeyValue
-		err   error
-	)
-	switch {
-	case a.semaphore():
+	if a.semaphore() {
 		// The first count reads the queue as at our entry's creation:
 		// then "not granted" is exactly "somebody may have seen us wait"
 		// (and waits for our touch).
@@ -62,21 +56,20 @@ func (a *attempt) evaluate(ctx context.Context) error {
 		if atJoin {
 			at = a.rev
 		}
-		p, ahead, err = a.evalPermit(ctx, atJoin && a.pred != "", at)
-	default:
-		values := a.req.Mode == driver.Shared // a reader needs the modes
-		p, ahead, err = a.scan(ctx, a.minRev, 0, values, func(ahead []*mvccpb.KeyValue, all bool) queue.Plan {
-			return queue.Decide(a.listing(a.entries(ahead, values), all))
-		})
+		return a.follow(a.evalPermit(ctx, atJoin && a.pred != "", at))
 	}
+	values := a.req.Mode == driver.Shared // a reader needs the modes
+	return a.follow(a.scan(ctx, a.minRev, 0, values, func(ahead []*mvccpb.KeyValue, all bool) queue.Plan {
+		return queue.Decide(a.listing(a.entries(ahead, values), all))
+	}))
+}
+
+// follow sets what we wait for from p, a plan over the entries ahead, or
+// returns err.
+func (a *attempt) follow(p queue.Plan, ahead []*mvccpb.KeyValue, err error) error {
 	if err != nil {
 		return err
 	}
-	return a.follow(p, ahead)
-}
-
-// follow sets what we wait for from p, a plan over the entries ahead.
-func (a *attempt) follow(p queue.Plan, ahead []*mvccpb.KeyValue) error {
 	a.pred, a.predRev, a.ahead, a.proof = "", 0, nil, p.ExclusiveRelease
 	switch p.Verdict {
 	case queue.Granted:
@@ -149,12 +142,10 @@ func (a *attempt) getQueue(ctx context.Context, minRev int64, opts ...clientv3.O
 // them, plans. errRequeue: our entry is gone.
 func (a *attempt) scan(ctx context.Context, minRev, at int64, values bool, decide func(ahead []*mvccpb.KeyValue, all bool) queue.Plan) (queue.Plan, []*mvccpb.KeyValue, error) {
 	for limit := int64(queueReadLimit); ; limit *= 8 {
-		opts := []clientv3.OpOption{clientv3.WithLimit(limit), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)}
+		// At revision 0: the current one.
+		opts := []clientv3.OpOption{clientv3.WithLimit(limit), clientv3.WithRev(at), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend)}
 		if !values {
 			opts = append(opts, clientv3.WithKeysOnly())
-		}
-		if at != 0 {
-			opts = append(opts, clientv3.WithRev(at))
 		}
 		resp, err := a.getQueue(ctx, minRev, opts...)
 		if err != nil {
@@ -186,12 +177,8 @@ func (a *attempt) scan(ctx context.Context, minRev, at int64, values bool, decid
 func (a *attempt) evalPermit(ctx context.Context, tailKnown bool, at int64) (queue.Plan, []*mvccpb.KeyValue, error) {
 	limit := a.req.Limit
 	for n := int64(limit + 1 + queueReadLimit); ; n *= 8 {
-		opts := []clientv3.OpOption{clientv3.WithKeysOnly(), clientv3.WithLimit(n),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
-		if at != 0 {
-			opts = append(opts, clientv3.WithRev(at))
-		}
-		resp, err := a.getQueue(ctx, a.minRev, opts...)
+		resp, err := a.getQueue(ctx, a.minRev, clientv3.WithKeysOnly(), clientv3.WithLimit(n), clientv3.WithRev(at),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 		if errors.Is(err, errCompacted) {
 			// Compacted: count now, and touch as if we had waited.
 			a.waited, at, n = true, 0, n/8

@@ -179,7 +179,7 @@ func (a *attempt) renewals(ctx context.Context) (<-chan renewal, func() error) {
 	out, done := make(chan renewal, 1), make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTimer(a.renewIn())
+		t := time.NewTimer(a.l.renewIn())
 		defer t.Stop()
 		for i := 0; ; i++ {
 			select {
@@ -187,15 +187,20 @@ func (a *attempt) renewals(ctx context.Context) (<-chan renewal, func() error) {
 			case <-ctx.Done():
 				return
 			}
-			r := renewal{err: a.renewWhileWaiting(ctx)}
-			if r.err == nil && i%3 == 0 {
+			r := renewal{err: a.l.renewWaiting(ctx, a.d.lc)}
+			switch {
+			case errors.Is(r.err, driver.ErrNotHeld):
+				r.err = a.loseLease() // the lease is gone: so is our entry
+			case r.err != nil && r.err != ctx.Err():
+				r.err = a.d.wrapErr("renew the lease", r.err)
+			case r.err == nil && i%3 == 0:
 				r.rev, r.gone, r.err = a.checkQueue(ctx)
 			}
 			if r.err != nil || r.gone {
 				out <- r
 				return
 			}
-			t.Reset(a.renewIn())
+			t.Reset(a.l.renewIn())
 		}
 	}()
 	return out, func() error {
@@ -299,39 +304,4 @@ func (a *attempt) aheadGone(ctx context.Context, minRev int64) (int64, bool, err
 		}
 	}
 	return resp.Header.Revision, there < len(a.ahead), nil
-}
-
-// renewIn is the time until a third of the TTL after the last renewal.
-func (a *attempt) renewIn() time.Duration {
-	return time.Until(a.l.since().Add(a.l.ttl / 3))
-}
-
-// renewWhileWaiting keeps a waiter's lease, and so its place, alive. A busy
-// or leaderless etcd may still keep the lease: the renewal is retried until
-// the lease may have lapsed (or for a third of its TTL). Unanswered by then,
-// the waiter keeps its place and tries again at once: etcd never renews a
-// lease it expired, so a late success proves the lease and our entry lived,
-// while giving up on a slow answer would make a busy etcd a storm of
-// re-joins. Nothing is granted on a lease of unknown state (the read when
-// woken, freshen). Hence not the lease engine, which gives a grant up at
-// its local deadline.
-func (a *attempt) renewWhileWaiting(ctx context.Context) error {
-	until := a.l.safeUntil()
-	if soon := time.Now().Add(a.l.ttl / 3); until.Before(soon) {
-		until = soon
-	}
-	kctx, cancel := context.WithDeadline(ctx, until)
-	defer cancel()
-	err := retry(kctx, func(kctx context.Context) error { return a.l.keepAlive(kctx, a.d.lc) })
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil:
-		return ctx.Err()
-	case errors.Is(err, driver.ErrNotHeld):
-		return a.loseLease() // the lease is gone: so is our entry
-	case kctx.Err() != nil:
-		return nil // overdue: renewIn is past, so the loop tries again at once
-	}
-	return a.d.wrapErr("renew the lease", err)
 }
