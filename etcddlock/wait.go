@@ -74,9 +74,9 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 	if h := a.d.beforeWatch; h != nil && a.pred != "" {
 		h(ctx, a.pred) // tests only: the window between our read and the watch
 	}
+	seen := a.seen // renewals write a.seen meanwhile
 	renewed, stopRenewals := a.renewals(ctx)
 	defer stopRenewals()
-	seen := a.seen // renewals write a.seen meanwhile
 	// Watch create: the keys that start with the entry's key (the entry
 	// and its marker), or the directory's deletes for a semaphore's first
 	// waiter; from now, not a.seen+1: etcd serves a watch that starts in
