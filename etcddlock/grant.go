@@ -248,6 +248,48 @@ func (g *grant) Release(ctx context.Context) error {
 	return nil
 }
 
+// strayMarkers returns the release markers in the queue dir, for a holder
+// of it whose entry is key: a call whose join reply was lost and that holds
+// the key without having waited for anybody (the entry ahead of it when it
+// joined may have been released for it before the retry that found its
+// entry), or one granted by a read of the queue after a wait (see
+// grant.strays). Such a marker is ours to delete: it would stay until the
+// releaser's lease is used again or ends. While we hold the key, every
+// marker of the queue is of an entry ahead of ours, gone, and has served or
+// was left by a waiter that gave up or died: nobody waits for an entry
+// older than ours, a watch that saw the release received the marker with
+// it, and one that starts later reads the queue instead. Nor can a new one
+// come while we hold (only an Exclusive holder's release writes one). Our
+// own entry's marker is left out: our release writes it. Best effort: it
+// gives up on error, and the markers then go with their leases.
+func (d *etcdDriver) strayMarkers(ctx context.Context, dir, key string) []string {
+	var markers []string
+	for limit := int64(queueReadLimit); ; limit *= 8 {
+		var resp *clientv3.GetResponse
+		err := retry(ctx, func(ctx context.Context) (err error) {
+			// Range over the queue, keys only, sorted by value: markers
+			// (the empty values) first.
+			resp, err = d.kv.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+				clientv3.WithSort(clientv3.SortByValue, clientv3.SortAscend), clientv3.WithLimit(limit))
+			return err
+		})
+		if err != nil {
+			return markers
+		}
+		markers = markers[:0]
+		for _, kv := range resp.Kvs {
+			if k := string(kv.Key); !isEntry(dir, k) && k != markerKey(key) {
+				markers = append(markers, k)
+			}
+		}
+		// Done unless every key read was a marker and more may follow
+		// (at most one marker per live lease: the loop ends).
+		if !resp.More || countEntries(dir, resp.Kvs) > 0 {
+			return markers
+		}
+	}
+}
+
 // leaseAlive reports whether etcd still keeps our lease, by renewing it
 // (LeaseKeepAlive, once): etcd never renews a lease it has expired.
 func (g *grant) leaseAlive(ctx context.Context) bool {

@@ -73,7 +73,7 @@ func (d *etcdDriver) List(ctx context.Context, prefix string) ([]*driver.LockInf
 
 // describe builds a LockInfo from a queue's entries, oldest first. The
 // kind is the one the entries carry (all carry one: see the kind check in
-// acquire.go); the holders are the entries the grant rule grants, a prefix
+// join.go); the holders are the entries the grant rule grants, a prefix
 // of the queue (grants happen in queue order), each with its TTL left.
 func (d *etcdDriver) describe(ctx context.Context, key string, kvs []*mvccpb.KeyValue) (*driver.LockInfo, error) {
 	info := &driver.LockInfo{Key: key, Limit: 1}

@@ -10,65 +10,45 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// wait returns once the grant rule grants our entry (queue.go).
+// wait waits for what the plan names to change (stepWait).
 func (a *attempt) wait(ctx context.Context) error {
-	var b backoff
-	for !a.admitted() {
-		a.waited = true
-		if a.pred != "" {
-			// If it goes in a release, however we learn it, the marker
-			// is ours to delete.
-			a.lastPred = a.pred
-		}
-		rev, released, err := a.waitChange(ctx)
-		switch {
-		case err == nil && released:
-			// The entry we waited for went in its holder's release, with
-			// a marker: it was an Exclusive holder, so every older entry
-			// had gone before, and none can come (etcd numbers new
-			// entries above every existing one); and only readers were
-			// between it and ours when we read the queue (nothing, if we
-			// are Exclusive: we waited for the entry just ahead), nor can
-			// one come. The rule grants us: no read.
-			// It is not checked that our own entry still exists: an
-			// entry deleted by hand while its lease lives goes unseen
-			// here (docs/etcd.md); one whose lease expired is caught by
-			// freshen, as its last renewal is then older than the TTL.
-			a.pred, a.ahead, a.byRead = "", nil, false
-		case err == nil:
-			// It went otherwise (a waiter that gave up or died, a
-			// holder whose lease expired, a Shared holder's release), or
-			// was granted (a semaphore's waiter), or before our watch
-			// started: read the queue to find what is ahead of us now,
-			// and check that our entry still exists.
-			b = backoff{}
-			a.byRead = true
-			err = a.evaluate(ctx, rev, false, false)
-		case errors.Is(err, errWatch):
-			a.byRead = true
-			if err = b.wait(ctx); err == nil {
-				err = a.evaluate(ctx, a.seen, false, false)
-			}
-		}
-		if err != nil {
-			return err
+	a.waited = true
+	if a.pred != "" {
+		// If it goes in a release, however we learn it, the marker is
+		// ours to delete.
+		a.lastPred = a.pred
+	}
+	rev, released, err := a.waitChange(ctx)
+	switch {
+	case err == nil && released:
+		// Released by its Exclusive holder: nothing older is left, only
+		// readers were between (nothing, if we are Exclusive), and none
+		// can come. Our own entry is not read: one whose lease expired is
+		// caught by freshen; one deleted by hand goes unseen (docs/etcd.md).
+		a.byRead = false
+		a.granted()
+	case err == nil:
+		// Gone otherwise, or granted (a semaphore's waiter): read the
+		// queue, which also checks that our entry still exists.
+		a.rewatch, a.byRead = backoff{}, true
+		a.evaluateAt(rev)
+	case errors.Is(err, errWatch):
+		a.byRead = true
+		if err = a.rewatch.wait(ctx); err == nil {
+			a.evaluateAt(a.seen)
 		}
 	}
-	if a.waited && a.semaphore() {
-		return a.touch(ctx)
-	}
-	return nil
+	return err
 }
 
-// touch tells the waiter behind a semaphore's newly granted waiter, which
-// waits for our entry to go or be granted (queue.go), that it was granted:
-// a write to our entry that changes nothing but its mod revision.
+// touch tells the waiter behind a semaphore's newly granted waiter that it
+// was granted: a write to our entry that changes only its mod revision
+// (stepTouch).
 func (a *attempt) touch(ctx context.Context) error {
 	var resp *clientv3.TxnResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
 		// Txn: if our entry is the one we created, put it again, same
-		// value, same lease. Idempotent: a retry only wakes that
-		// waiter once more.
+		// value and lease (a retry only wakes that waiter once more).
 		resp, err = a.d.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
 			Then(clientv3.OpPut(a.key, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())).
@@ -81,184 +61,100 @@ func (a *attempt) touch(ctx context.Context) error {
 	if !resp.Succeeded {
 		return errRequeue // our entry is gone
 	}
+	a.step = stepFreshen
 	return nil
 }
 
-// waitChange waits until what we wait for changes, keeping our lease alive
-// meanwhile: the entry a.pred goes (or, for a semaphore, is granted), or
-// one of the entries a.ahead goes. It returns a revision at which the
-// change had happened, and whether it was the release of a.pred by its
-// holder, with a marker.
+// waitChange waits, renewing our lease, until a.pred goes (or, a
+// semaphore's, is granted) or one of a.ahead goes. It returns a revision
+// at which that had happened, and whether a release marker proves our grant.
 func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err error) {
 	wctx, cancel := context.WithCancel(watchCtx(ctx))
 	defer cancel()
 	if h := a.d.beforeWatch; h != nil && a.pred != "" {
 		h(ctx, a.pred) // tests only: the window between our read and the watch
 	}
-	// Renewals run beside the wait, so that a release is acted on at once
-	// even while a renewal waits for a busy etcd (under a burst of
-	// thousands of waiters, keep-alives can take seconds); and they start
-	// before the watch does. etcd's client sends a gRPC stream's watch
-	// creations one at a time, each waiting for its reply, and all of a
-	// Client's watches share one stream: a waiter's watch can take
-	// seconds to start behind those of the waiters that queued just
-	// before it. Renewing only once it had started let the lease of a
-	// waiter deep in that line lapse; its entry went, the waiter behind
-	// it woke, read the queue, and watched again at the back of the line,
-	// where its own lease lapsed too: a queue of 10,000 (bench, section
-	// queue) drained a few hundred in 30 s, thousands of leases lapsing
-	// and re-queueing (TestWait_renewsWhileWatchStarts).
-	renew := time.NewTimer(a.renewIn())
-	defer renew.Stop()
-	renewals := 0
-	renewed := make(chan renewal, 1)
-	var stopRenewal context.CancelFunc // non-nil while a renewal runs
-	// stop ends a renewal in flight, and reports errRequeue if it found our
-	// lease or our entry gone: then nothing may be granted.
-	stop := func() error {
-		if stopRenewal == nil {
-			return nil
-		}
-		stopRenewal()
-		stopRenewal = nil
-		if r := <-renewed; errors.Is(r.err, errRequeue) {
-			return r.err
-		}
-		return nil
-	}
-	defer stop()
-	// What we wait for and the revision at which it existed, as known
-	// before the watch: a renewal's queue check updates a.seen meanwhile.
-	seen := a.seen
-	// Watch create: the keys that start with the entry's key — the entry
-	// and its release marker, no other — or, for a semaphore's first
-	// waiter, the directory's deletes; starting now. Not from a.seen+1:
-	// etcd serves a watch that starts in the past ("unsynced") from a
-	// catch-up loop that runs every 100 ms, so a delete would reach us up
-	// to 100 ms late. A watch that starts at the current revision is
-	// synced: etcd hands it each event as the event is applied.
+	seen := a.seen // renewals write a.seen meanwhile
+	renewed, stopRenewals := a.renewals(ctx)
+	defer stopRenewals()
+	// Watch create: the keys that start with the entry's key (the entry
+	// and its marker), or the directory's deletes for a semaphore's first
+	// waiter; from now, not a.seen+1: etcd serves a watch that starts in
+	// the past from a catch-up loop that runs every 100 ms.
 	var wch clientv3.WatchChan
 	if a.ahead != nil {
 		wch = a.d.w.Watch(wctx, a.dir, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 	} else {
 		wch = a.d.w.Watch(wctx, a.pred, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
 	}
-	marker := ""
-	if a.pred != "" {
-		marker = markerKey(a.pred)
-	}
 	started := false // the watch's created response has come
 	for {
 		select {
 		case wr, ok := <-wch:
-			if !started {
-				// The first response: the watch's creation.
-				if !ok || wr.Err() != nil || !wr.Created {
-					if ctx.Err() != nil {
-						return 0, false, ctx.Err()
-					}
-					if ok && isAuthErr(wr.Err()) {
-						return 0, false, a.d.wrapErr("watch", wr.Err())
-					}
-					return 0, false, errWatch
-				}
-				started = true
-				start := wr.Header.Revision
-				if start <= seen {
-					continue
-				}
-				// The watch sees what happens after its start only: the
-				// change may have happened in between. (a.pred, a.ahead
-				// and a.dir, which the read uses, are not touched by a
-				// renewal.)
-				check := a.predGone
-				if a.ahead != nil {
-					check = a.aheadGone
-				}
-				rev, gone, err := check(ctx, start)
-				if err == nil && gone {
-					err = stop()
-				}
-				if err != nil || gone {
-					return rev, false, err
+			// The first response is the watch's creation.
+			failed := !ok || wr.Err() != nil || started && wr.Canceled || !started && !wr.Created
+			switch {
+			case failed && ctx.Err() != nil:
+				return 0, false, ctx.Err()
+			case failed && !started && ok && isAuthErr(wr.Err()):
+				return 0, false, a.d.wrapErr("watch", wr.Err())
+			case failed:
+				return 0, false, errWatch
+			case started:
+				if gone, released := a.change(wr.Events); gone != 0 {
+					// A renewal that found our place gone wins.
+					return gone, released, stopRenewals()
 				}
 				continue
 			}
-			if !ok || wr.Canceled || wr.Err() != nil {
-				if ctx.Err() != nil {
-					return 0, false, ctx.Err()
-				}
-				return 0, false, errWatch
+			// Created: the change may have come before the watch started.
+			started = true
+			if wr.Header.Revision <= seen {
+				continue
 			}
-			// etcd sends a watch all the events of one revision in one
-			// response (mvcc's watcherBatch never splits a revision), so
-			// the marker of a release comes with its delete.
-			var gone, marked int64
-			for _, ev := range wr.Events {
-				switch key := string(ev.Kv.Key); {
-				case a.ahead != nil:
-					if a.ahead[key] && ev.Type == mvccpb.DELETE {
-						gone = ev.Kv.ModRevision
-					}
-				case key == a.pred && ev.Type == mvccpb.DELETE:
-					gone = ev.Kv.ModRevision
-				case key == a.pred && (a.semaphore() || ev.Kv.CreateRevision != a.predRev):
-					// Put again: a semaphore's waiter granted (touch),
-					// or a new entry of the same name (its lease used
-					// again by its client's next call). Only a
-					// semaphore's waiter waits for a waiter's grant; for
-					// another kind a put of the same entry (same create
-					// revision) is its holder's Publish (an election's
-					// Proclaim), which grants nobody.
-					//
-					// The new entry is defence in depth (103512b), not
-					// a path that runs: the entry we waited for was
-					// deleted before it came back, and either this watch
-					// saw that delete, or the delete came before the
-					// watch's start and so did the put (it follows the
-					// delete), which the read at the start then finds
-					// (predChanged; TestWait_predecessorRecreatedBeforeWatch).
-					// Counted in 10,000-waiter bench drains, before and
-					// after 103512b: 0. Nor did 103512b fix the bench
-					// stall it names (a few hundred of 10,000 drained in
-					// 30 s): main stalls the same on a busy machine, and
-					// 103512b^ drains all on an idle one. That stall is
-					// watch creations queued one at a time on a
-					// client's stream, waiters' leases lapsing meanwhile
-					// (see the renewal above, docs/etcd.md).
-					gone = ev.Kv.ModRevision
-				case key == marker && ev.Type == mvccpb.PUT:
-					marked = ev.Kv.ModRevision
-				}
+			check := a.predGone
+			if a.ahead != nil {
+				check = a.aheadGone
 			}
-			if gone != 0 {
-				if err := stop(); err != nil {
-					return 0, false, err
-				}
-				// Only a release puts a marker, in the write that deletes
-				// the entry it names, if that entry is the releaser's and
-				// Exclusive.
-				return gone, marked == gone && a.ahead == nil, nil
+			rev, gone, err := check(ctx, wr.Header.Revision)
+			if err == nil && gone {
+				err = stopRenewals()
 			}
-		case <-renew.C:
-			// The check of the queue at the first renewal, then once a
-			// TTL: see checkQueue.
-			check := renewals%3 == 0
-			renewals++
-			rctx, cancel := context.WithCancel(ctx)
-			stopRenewal = cancel
-			go func() { renewed <- a.renewal(rctx, check) }()
+			if err != nil || gone {
+				return rev, false, err
+			}
 		case r := <-renewed:
-			stopRenewal()
-			stopRenewal = nil
-			if r.err != nil || r.gone {
-				return r.rev, false, r.err
-			}
-			renew.Reset(a.renewIn())
+			return r.rev, false, r.err
 		case <-ctx.Done():
 			return 0, false, ctx.Err()
 		}
 	}
+}
+
+// change decodes a watch response: the revision at which what we wait for
+// went (0: it did not), and whether a release marker came with it (etcd
+// never splits a revision's events across responses).
+func (a *attempt) change(evs []*clientv3.Event) (gone int64, released bool) {
+	var marked int64
+	for _, ev := range evs {
+		switch key := string(ev.Kv.Key); {
+		case a.ahead != nil:
+			if a.ahead[key] && ev.Type == mvccpb.DELETE {
+				gone = ev.Kv.ModRevision
+			}
+		case key == a.pred && ev.Type == mvccpb.DELETE:
+			gone = ev.Kv.ModRevision
+		case key == a.pred && (a.semaphore() || ev.Kv.CreateRevision != a.predRev):
+			// A semaphore's waiter's touch, or a new entry of that name
+			// (its lease reused); for another kind a put of the same
+			// entry is a Publish, which grants nobody.
+			gone = ev.Kv.ModRevision
+		case key == markerKey(a.pred) && ev.Type == mvccpb.PUT:
+			marked = ev.Kv.ModRevision
+		}
+	}
+	// Only an Exclusive holder's release puts a marker, with its delete.
+	return gone, a.proof && gone != 0 && marked == gone
 }
 
 // renewal is the outcome of a waiter's renewal: an error, or whether the
@@ -269,32 +165,64 @@ type renewal struct {
 	err  error
 }
 
-// renewal renews our lease, and checks the queue if check is set. It runs
-// beside waitChange, which meanwhile only reads what the renewal does not
-// write (a.pred, a.ahead, a.dir; not a.seen nor a.l).
-func (a *attempt) renewal(ctx context.Context, check bool) renewal {
-	if err := a.renewWhileWaiting(ctx); err != nil || !check {
-		return renewal{err: err}
+// renewals renews our lease a third of its TTL after each renewal,
+// checking the queue at the first and then once a TTL (checkQueue). They
+// run beside the wait, so that a release is acted on at once while a
+// renewal waits for a busy etcd, and start before the watch: a Client's
+// watches are created one at a time, and one can take longer than a TTL
+// to start (docs/etcd.md). A renewal that ends the wait (an error, or what
+// we wait for gone) comes on the channel; stop ends them, and returns
+// errRequeue if one found our place gone. Meanwhile the wait reads only
+// what a renewal does not write (not a.seen, a.l).
+func (a *attempt) renewals(ctx context.Context) (<-chan renewal, func() error) {
+	ctx, cancel := context.WithCancel(ctx)
+	out, done := make(chan renewal, 1), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTimer(a.l.renewIn())
+		defer t.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return
+			}
+			r := renewal{err: a.l.renewWaiting(ctx, a.d.lc)}
+			switch {
+			case errors.Is(r.err, driver.ErrNotHeld):
+				r.err = a.loseLease() // the lease is gone: so is our entry
+			case r.err != nil && r.err != ctx.Err():
+				r.err = a.d.wrapErr("renew the lease", r.err)
+			case r.err == nil && i%3 == 0:
+				r.rev, r.gone, r.err = a.checkQueue(ctx)
+			}
+			if r.err != nil || r.gone {
+				out <- r
+				return
+			}
+			t.Reset(a.l.renewIn())
+		}
+	}()
+	return out, func() error {
+		cancel()
+		<-done
+		select {
+		case r := <-out:
+			if errors.Is(r.err, errRequeue) {
+				return r.err
+			}
+		default:
+		}
+		return nil
 	}
-	rev, gone, err := a.checkQueue(ctx)
-	return renewal{rev, gone, err}
 }
 
-// checkQueue reads, at a waiter's first renewal and then once a TTL, whether
-// our entry and the entry we wait for still exist. Neither is needed while
-// nobody edits the queue by hand, and both are cheap (two keys, once a
-// TTL: a burst of 10,000 waiters already sends 3,000 keep-alives a second,
-// one each third of a TTL, and does not need as many reads as well).
-// Our entry: a hand-deleted entry whose lease lives would otherwise be
-// granted the key at the release ahead of it, as the grant does not read
-// the queue; this check narrows that to a deletion in the last TTL before
-// the grant. The entry ahead: the tail that named it in our
-// join vouches for it only while the queue is not edited by hand; without
-// the check, a waiter could wait for an entry deleted before its watch
-// began, forever. It returns errRequeue if our entry is gone, and whether
-// the entry ahead is (or changed), at the revision returned. A semaphore's
-// first waiter, which waits for entries it read itself, checks its own
-// entry only.
+// checkQueue reads whether our entry and the entry we wait for still exist
+// (errRequeue: ours is gone; gone: pred is, or changed, at the revision
+// returned). Both only matter when the queue is edited by hand: a deleted
+// entry of ours would be granted at the release ahead (narrowed to a
+// deletion in the last TTL), and a deleted pred that the join's tail named
+// would be waited for forever. Two keys once a TTL: cheap.
 func (a *attempt) checkQueue(ctx context.Context) (int64, bool, error) {
 	var resp *clientv3.TxnResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
@@ -333,13 +261,8 @@ func (a *attempt) checkQueue(ctx context.Context) (int64, bool, error) {
 }
 
 // predChanged reports whether kvs, a read of a.pred, shows it gone or, for
-// a semaphore's waiter, written since it was created: a semaphore's waiter
-// that was granted writes to its entry (touch), and nothing else writes to
-// a waiter's entry. Other kinds look at the create revision alone: the
-// entry they wait for may be a holder that rewrote its metadata (Publish),
-// which changes its mod revision and grants nobody; counted as a change,
-// it would make every wait behind a leader that proclaimed read the queue
-// again at each watch start and each check, and find it unchanged.
+// a semaphore's waiter, touched. Other kinds look at the create revision
+// alone: a holder's Publish changes its mod revision and grants nobody.
 func (a *attempt) predChanged(kvs []*mvccpb.KeyValue) bool {
 	if len(kvs) == 0 || kvs[0].CreateRevision != a.predRev {
 		return true
@@ -347,8 +270,8 @@ func (a *attempt) predChanged(kvs []*mvccpb.KeyValue) bool {
 	return a.semaphore() && kvs[0].ModRevision != a.predRev
 }
 
-// predGone reads whether the entry we wait for is gone (or changed), at a
-// revision not older than minRev, and returns that revision.
+// predGone reads whether a.pred is gone (or changed) at minRev or later,
+// and returns that revision.
 func (a *attempt) predGone(ctx context.Context, minRev int64) (int64, bool, error) {
 	var resp *clientv3.GetResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
@@ -366,9 +289,8 @@ func (a *attempt) predGone(ctx context.Context, minRev int64) (int64, bool, erro
 	return resp.Header.Revision, a.predChanged(resp.Kvs), nil
 }
 
-// aheadGone reads whether one of the entries ahead of a semaphore's first
-// waiter is gone, at a revision not older than minRev, and returns that
-// revision: the oldest keys of the queue, keys only.
+// aheadGone reads whether one of a.ahead is gone at minRev or later, and
+// returns that revision.
 func (a *attempt) aheadGone(ctx context.Context, minRev int64) (int64, bool, error) {
 	resp, err := a.getQueue(ctx, minRev, clientv3.WithKeysOnly(), clientv3.WithLimit(int64(len(a.ahead)+queueReadLimit)),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
@@ -382,47 +304,4 @@ func (a *attempt) aheadGone(ctx context.Context, minRev int64) (int64, bool, err
 		}
 	}
 	return resp.Header.Revision, there < len(a.ahead), nil
-}
-
-// renewIn is the time until the lease should be renewed: a third of its TTL
-// after the last renewal, as the lease engine does for holders.
-func (a *attempt) renewIn() time.Duration {
-	return time.Until(a.l.since().Add(a.l.ttl / 3))
-}
-
-// renewWhileWaiting keeps a waiter's lease, and so its place, alive.
-//
-// A busy or leaderless etcd ("too many requests", "no leader", "timed out")
-// may still keep the lease: the renewal is retried, with backoff, until the
-// lease may have lapsed (or for a third of its TTL if that moment has passed
-// already). If etcd has not answered by then, the waiter keeps its place
-// and tries again at once: etcd never renews a lease it expired (it answers
-// "not found" once the expiry is applied, and we queue again then), so a
-// renewal that succeeds late proves that our lease, and our entry with it,
-// were never dropped. Giving up the place on a slow answer instead would
-// turn a busy etcd into a storm: every waiter queueing again at once, each
-// with a new lease and a new join, while the old entries wait to expire.
-// Nothing is granted on a lease of unknown state: the read when woken checks
-// that our entry exists, and freshen renews an old lease before the grant.
-func (a *attempt) renewWhileWaiting(ctx context.Context) error {
-	until := a.l.safeUntil()
-	if soon := time.Now().Add(a.l.ttl / 3); until.Before(soon) {
-		until = soon
-	}
-	kctx, cancel := context.WithDeadline(ctx, until)
-	defer cancel()
-	err := retry(kctx, func(kctx context.Context) error { return a.l.keepAlive(kctx, a.d.lc) })
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil:
-		return ctx.Err()
-	case errors.Is(err, driver.ErrNotHeld):
-		// The lease is gone: so is our entry.
-		a.l, a.dirty = nil, false
-		return errRequeue
-	case kctx.Err() != nil:
-		return nil // overdue: renewIn is past, so the caller tries again at once
-	}
-	return a.d.wrapErr("renew the lease", err)
 }

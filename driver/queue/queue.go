@@ -36,20 +36,23 @@
 // make the next listing set the child watch. A granted entry whose Plan
 // says Notify writes its node when its listing shows a node behind it.
 //
-// etcd (etcddlock) reads the queue in pages by create revision. An
-// Exclusive entry's findPred reads keys only, newest first: its Listing is
-// the entry just ahead, with an empty Label (mode unknown), not Complete;
-// the release marker in the revision of that entry's delete is the
-// ExclusiveRelease proof. A reader's evalReader reads values newest first:
-// a Listing of the entries read so far, not Complete until the read reached
-// the head, OtherKind AsExclusive (an entry of another kind counts as a
-// writer); NeedMore is its next page. A permit's evalPermit reads the
-// oldest limit+1 entries: Complete when it reached its own entry, which
-// gives Granted or WaitAny over those holders; else it knows more than
-// limit entries are ahead (Listing.Before) and reads the one just ahead,
-// which gives WaitFor with Notice: the touch a granted permit writes when
-// Notify says so is that notice. etcd takes no Delete or Release proof from
-// a plain delete: it reads again, which is always allowed.
+// etcd (etcddlock) reads the queue in pages by create revision, at its
+// attempt's stepEvaluate. An Exclusive entry reads keys only, newest first: its
+// Listing is the entries read ahead of it, with empty Labels (modes
+// unknown), Complete when the read reached the head; the release marker in
+// the revision of the delete of the entry just ahead is the
+// ExclusiveRelease proof. A reader reads values newest first: a Listing of
+// the entries read so far, Complete when the read reached the head,
+// OtherKind AsExclusive (an entry of another kind counts as a writer);
+// NeedMore is its next page. A permit reads the oldest limit+1 entries,
+// all Shared of its label (the kind check): Complete when it reached its
+// own entry, which gives Granted or WaitAny over those holders; else more
+// than limit entries are ahead (Listing.Before), and the entry just ahead,
+// which the tail named at its join or a read finds, gives WaitFor with
+// Notice: the touch a granted permit writes when Notify says so is that
+// notice. At a join, the tail names the entry just ahead with its mode: a
+// WaitFor there needs no read. etcd takes no Delete or Release proof from a
+// plain delete: it reads again, which is always allowed.
 package queue
 
 import "github.com/dlockdev/dlock/driver"

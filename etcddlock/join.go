@@ -1,0 +1,291 @@
+package etcddlock
+
+import (
+	"context"
+
+	"github.com/dlockdev/dlock/driver"
+	"github.com/dlockdev/dlock/driver/queue"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The kind check. Every write that creates an entry is a Txn guarded by a
+// witness of the queue's kind, compared in that same Txn: the queue is
+// empty (markers aside), or the tail, which names the newest entry and
+// carries its label, carries ours, or an entry of our label read just
+// before still exists (behind), or no key was created since a read that
+// showed only entries of our label (tryShared). So, by induction over the
+// writes, all entries of a queue have one label at every revision: of two
+// calls of different kinds that join at once, etcd fails the second one's
+// witness, and it writes nothing (KindMismatch). Only a hand-made change
+// breaks the induction; an entry whose header dlock cannot have written
+// counts as Exclusive (parseEntry), so that a reader never shares with it.
+//
+// The operations of these Txns follow, one line each.
+
+// absent: our entry does not exist (a retry after a lost reply finds it:
+// its name is our lease's id, and the lease is ours alone).
+func (a *attempt) absent() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)
+}
+
+// readOurs reads our entry, made by an earlier Txn whose reply was lost.
+func (a *attempt) readOurs() clientv3.Op { return clientv3.OpGet(a.key) }
+
+// puts create our entry and the tail naming it, on our lease, and delete
+// the marker of our lease's last release.
+func (a *attempt) puts() []clientv3.Op {
+	return append([]clientv3.Op{
+		clientv3.OpPut(a.key, entryValue(a.label, a.req.Mode, a.req.Metadata), clientv3.WithLease(a.l.id)),
+		clientv3.OpPut(tailKey(a.dir), tailValue(a.label, a.req.Mode, a.key), clientv3.WithLease(a.l.id)),
+	}, a.l.dropMarker()...)
+}
+
+// readTail reads the tail: the newest entry and its kind.
+func (a *attempt) readTail() clientv3.Op { return clientv3.OpGet(tailKey(a.dir)) }
+
+// tailOurs: the tail carries our label (etcd compares values byte-wise).
+func (a *attempt) tailOurs() []clientv3.Cmp {
+	lo, hi := tailBounds(a.label, a.dir)
+	tail := clientv3.Value(tailKey(a.dir))
+	return []clientv3.Cmp{clientv3.Compare(tail, ">", lo), clientv3.Compare(tail, "<", hi)}
+}
+
+// tailExists: there is a tail, whatever it carries.
+func (a *attempt) tailExists() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(tailKey(a.dir)), ">", 0)
+}
+
+// readNewest reads the newest keys of the queue, with their kinds.
+func (a *attempt) readNewest() clientv3.Op {
+	return clientv3.OpGet(a.dir, clientv3.WithPrefix(), clientv3.WithLimit(queueReadLimit),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))
+}
+
+// ifEmpty runs then if the queue has no key, or only markers (empty
+// values; etcd fails a value comparison over no keys, hence two steps).
+func (a *attempt) ifEmpty(then []clientv3.Op, els ...clientv3.Op) clientv3.Op {
+	return clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.dir), "=", 0).WithPrefix()}, then,
+		[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(a.dir), "=", "").WithPrefix()}, then, els)})
+}
+
+// txnReply is the reply of a Txn that may create our entry, decoded once.
+type txnReply struct {
+	rev     int64
+	ours    *mvccpb.KeyValue   // our entry, made earlier: the Txn found it
+	created bool               // the Txn created our entry
+	tail    *mvccpb.KeyValue   // the tail it read, if any
+	newest  []*mvccpb.KeyValue // the newest keys of the queue, if it read them
+}
+
+// commit sends If(absent, cmps) Then(then) Else(readOurs) and decodes the
+// reply. An unknown outcome marks the attempt dirty: the puts may yet land.
+func (a *attempt) commit(ctx context.Context, cmps []clientv3.Cmp, then ...clientv3.Op) (txnReply, error) {
+	var resp *clientv3.TxnResponse
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		resp, err = a.d.kv.Txn(ctx).If(append([]clientv3.Cmp{a.absent()}, cmps...)...).Then(then...).Else(a.readOurs()).Commit()
+		if err != nil && !rejected(err) {
+			a.dirty = true
+		}
+		return err
+	})
+	if err != nil {
+		return txnReply{}, err
+	}
+	r := txnReply{rev: resp.Header.Revision}
+	if !resp.Succeeded {
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+			r.ours = kvs[0]
+		}
+		return r, nil
+	}
+	r.decode(resp.Responses, tailKey(a.dir))
+	return r, nil
+}
+
+// decode walks the branches the Txn took: a put is our create; a read of
+// the tail key is the tail, any other read the queue's newest keys.
+func (r *txnReply) decode(ops []*etcdserverpb.ResponseOp, tail string) {
+	for _, op := range ops {
+		switch {
+		case op.GetResponsePut() != nil:
+			r.created = true
+		case op.GetResponseTxn() != nil:
+			r.decode(op.GetResponseTxn().Responses, tail)
+		case op.GetResponseRange() != nil:
+			kvs := op.GetResponseRange().Kvs
+			if len(kvs) == 1 && string(kvs[0].Key) == tail {
+				r.tail = kvs[0]
+			} else {
+				r.newest = kvs
+			}
+		}
+	}
+}
+
+// created records that the write at rev created our entry (and dropped
+// the lease's marker).
+func (a *attempt) created(rev int64) {
+	a.rev, a.seen = rev, rev
+	a.l.marker = ""
+}
+
+// joinedUnseen goes on from a Txn that found our entry, made by an earlier
+// one whose reply was lost.
+func (a *attempt) joinedUnseen(r txnReply) error {
+	if r.ours == nil || r.ours.CreateRevision == 0 {
+		return errRequeue
+	}
+	a.rev, a.lostJoin, a.atJoin = r.ours.CreateRevision, true, true
+	a.evaluateAt(r.rev)
+	return nil
+}
+
+// txnErr handles an error from the Txn that creates our entry.
+func (a *attempt) txnErr(what string, err error) error {
+	if isLeaseNotFound(err) {
+		// The lease expired between taking and using it: take another.
+		return a.loseLease()
+	}
+	return a.d.wrapErr(what, err)
+}
+
+// kindErr returns the error for a queue whose entries are of label.
+func (a *attempt) kindErr(label string) error {
+	return driver.KindMismatch(label, a.req.Kind, a.req.Limit)
+}
+
+// join puts our entry at the end of the queue (stepJoin). A tail of our
+// kind: read it and queue, one key read (a sorted read of the queue at
+// every join would cost etcd's apply loop a walk of every entry, quadratic
+// in a burst of waiters). A tail of another kind: read it, write nothing.
+// No tail: queue if the queue is empty, else (its newest waiter gave up)
+// read its newest keys, for stepBehind.
+func (a *attempt) join(ctx context.Context) error {
+	puts := a.puts()
+	r, err := a.commit(ctx, nil, clientv3.OpTxn(a.tailOurs(), append([]clientv3.Op{a.readTail()}, puts...),
+		[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{a.tailExists()}, []clientv3.Op{a.readTail()},
+			[]clientv3.Op{a.ifEmpty(puts, a.readNewest())})}))
+	switch {
+	case err != nil:
+		return a.txnErr("queue", err)
+	case r.ours != nil:
+		return a.joinedUnseen(r)
+	case !r.created && r.tail != nil:
+		if label, _, _, ok := parseTail(r.tail.Value); ok && label != a.label {
+			return a.kindErr(label)
+		}
+		// A tail dlock did not write: go by the entries.
+		a.step = stepBehind
+		return nil
+	case !r.created:
+		a.witness, a.step = firstEntry(a.dir, r.newest), stepBehind
+		return nil
+	}
+	a.created(r.rev)
+	if r.tail == nil {
+		a.granted() // queued into an empty queue: the oldest entry
+		return nil
+	}
+	// The tail is written with the newest entry, on its lease, and deleted
+	// when it goes: it names an entry that exists, created at the tail's
+	// mod revision. Only a hand-made change breaks this (see checkQueue).
+	label, mode, entry, _ := parseTail(r.tail.Value)
+	a.atJoin = true
+	a.evaluateAt(a.rev)
+	if !isEntry(a.dir, entry) || entry == a.key {
+		return nil // not an entry's key, or ours: a tail left by a hand-made change
+	}
+	// The tail's entry is just ahead: a lock, a writer, or a reader behind
+	// a writer waits for it with no read; a permit counts, knowing it.
+	a.pred, a.predRev = entry, r.tail.ModRevision
+	if p := queue.Decide(a.listing([]queue.Entry{{Mode: mode, Label: label}}, false)); p.Verdict == queue.WaitFor {
+		a.proof, a.atJoin, a.step = p.ExclusiveRelease, false, stepWait
+	}
+	return nil
+}
+
+// behind queues behind entries that have no tail (stepBehind): it reads an
+// entry, unless the join did, and creates ours if that entry, the kind's
+// witness, still exists; else it reads again, and joins again when only
+// markers are left.
+func (a *attempt) behind(ctx context.Context) error {
+	w := a.witness
+	a.witness = nil
+	if w == nil {
+		var err error
+		if w, err = a.someEntry(ctx); err != nil {
+			return err
+		}
+		if w == nil {
+			a.step = stepJoin
+			return nil
+		}
+	}
+	if label, _, _ := parseEntry(w.Value); label != a.label {
+		return a.kindErr(label)
+	}
+	r, err := a.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(string(w.Key)), "=", w.CreateRevision)}, a.puts()...)
+	switch {
+	case err != nil:
+		return a.txnErr("queue", err)
+	case r.created:
+		a.created(r.rev)
+		a.atJoin = true
+		a.evaluateAt(a.rev)
+	case r.ours != nil:
+		return a.joinedUnseen(r)
+	}
+	return nil
+}
+
+// readOldest reads the queue's oldest n keys (0: all) with their values,
+// or all of them if fewer than want of those n are entries (markers among
+// them), and returns them with the read's revision.
+func (a *attempt) readOldest(ctx context.Context, n, want int) ([]*mvccpb.KeyValue, int64, error) {
+	var resp *clientv3.GetResponse
+	read := func(n int) error {
+		return retry(ctx, func(ctx context.Context) (err error) {
+			// Range over the queue with the values, oldest first.
+			resp, err = a.d.kv.Get(ctx, a.dir, clientv3.WithPrefix(), clientv3.WithLimit(int64(n)),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+			return err
+		})
+	}
+	err := read(n)
+	if err == nil && n > 0 && len(resp.Kvs) == n && countEntries(a.dir, resp.Kvs) < want {
+		err = read(0)
+	}
+	if err != nil {
+		return nil, 0, a.d.wrapErr("read the queue", err)
+	}
+	return resp.Kvs, resp.Header.Revision, nil
+}
+
+// someEntry returns the oldest entry of the queue, or nil if it has none.
+func (a *attempt) someEntry(ctx context.Context) (*mvccpb.KeyValue, error) {
+	kvs, _, err := a.readOldest(ctx, queueReadLimit, 1)
+	return firstEntry(a.dir, kvs), err
+}
+
+// firstEntry returns the first entry among kvs, or nil if there is none.
+func firstEntry(dir string, kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
+	for _, kv := range kvs {
+		if isEntry(dir, string(kv.Key)) {
+			return kv
+		}
+	}
+	return nil
+}
+
+// countEntries returns how many of kvs are entries, not markers.
+func countEntries(dir string, kvs []*mvccpb.KeyValue) int {
+	n := 0
+	for _, kv := range kvs {
+		if isEntry(dir, string(kv.Key)) {
+			n++
+		}
+	}
+	return n
+}

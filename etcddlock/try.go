@@ -1,0 +1,112 @@
+package etcddlock
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dlockdev/dlock/driver"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// try makes the one attempt of TryLock, TryAcquire and TryRLock
+// (stepTry): granted only if the rule grants an entry at the queue's end.
+func (a *attempt) try(ctx context.Context) error {
+	// Create our entry if the queue is empty, else read the tail's kind.
+	r, err := a.commit(ctx, nil, a.ifEmpty(a.puts(), a.readTail()))
+	if err != nil {
+		return a.txnErr("take the lock", err)
+	}
+	if a.took(r) {
+		return nil
+	}
+	// Held, or waited for. Another kind's queue refuses us; an Exclusive
+	// entry is never granted behind anybody (TryLock never barges); a
+	// Shared one may be.
+	label, known := "", false
+	if r.tail != nil {
+		label, _, _, known = parseTail(r.tail.Value)
+	}
+	if !known && a.req.Mode == driver.Exclusive {
+		// No tail (its entry gave up): an entry says the queue's kind.
+		kv, err := a.someEntry(ctx)
+		if err != nil {
+			return err
+		}
+		if kv != nil {
+			label, _, _ = parseEntry(kv.Value)
+			known = label != ""
+		}
+	}
+	switch {
+	case known && label != a.label:
+		return a.kindErr(label)
+	case a.req.Mode == driver.Shared:
+		return a.tryShared(ctx)
+	}
+	return driver.ErrLocked
+}
+
+// tryMaxRounds bounds the reads of tryShared when the queue changes under
+// it: each round failed because another call created a key meanwhile.
+const tryMaxRounds = 8
+
+// tryShared tries a Shared entry at the end of a queue that is not empty:
+// it reads the queue, applies the rule, and creates our entry if no key was
+// created since the read. The entries are then a subset of those read, all
+// of our kind, and the rule, more permissive as entries go, grants us.
+func (a *attempt) tryShared(ctx context.Context) error {
+	for range tryMaxRounds {
+		// A semaphore needs limit entries to refuse us; a reader, the
+		// whole queue (one writer anywhere refuses it).
+		n := 0
+		if a.semaphore() {
+			n = a.req.Limit + queueReadLimit
+		}
+		kvs, rev, err := a.readOldest(ctx, n, a.req.Limit)
+		if err != nil {
+			return err
+		}
+		shared, exclusive := 0, 0
+		for _, kv := range kvs {
+			if !isEntry(a.dir, string(kv.Key)) {
+				continue
+			}
+			label, m, _ := parseEntry(kv.Value)
+			if label != a.label {
+				return a.kindErr(label)
+			}
+			if m == driver.Shared {
+				shared++
+			} else {
+				exclusive++
+			}
+		}
+		if !driver.Admits(a.req.Limit, driver.Shared, shared, exclusive) {
+			return driver.ErrLocked
+		}
+		r, err := a.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.dir), "<", rev+1).WithPrefix()}, a.puts()...)
+		if err != nil {
+			return a.txnErr("take the lock", err)
+		}
+		if a.took(r) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: the queue changed at each of %d tries", driver.ErrLocked, tryMaxRounds)
+}
+
+// took goes on from a try's Txn if it created our entry, or found it made
+// by an earlier try whose reply was lost (a try creates its entry only
+// where the rule grants it), and reports whether it did.
+func (a *attempt) took(r txnReply) bool {
+	switch {
+	case r.created:
+		a.created(r.rev)
+	case r.ours != nil:
+		a.rev, a.seen = r.ours.CreateRevision, r.rev
+	default:
+		return false
+	}
+	a.granted()
+	return true
+}
