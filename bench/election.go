@@ -1,9 +1,8 @@
 package main
 
-// The election section (issue 13): how fast leadership changes hands and
-// how fast an observer learns of a change, on dlock's three backends
-// (Client.Election) beside etcd's concurrency.Election, on the same servers
-// in the same run.
+// The election section: how fast leadership changes hands and how fast an
+// observer learns of a change, on dlock's three backends (Client.Election)
+// beside etcd's concurrency.Election, on the same servers in the same run.
 //
 // Three runs per library, each with fresh clients and a fresh key:
 //   - hand-over: candidates take turns leading (Campaign, hold, Resign,

@@ -1,8 +1,8 @@
 package main
 
-// The elections measured by the election section (issue 13): dlock's
-// Client.Election on its three backends, and etcd's concurrency.Election,
-// behind one small interface so that one harness drives them all.
+// The elections measured by the election section: dlock's Client.Election
+// on its three backends, and etcd's concurrency.Election, behind one small
+// interface so that one harness drives them all.
 
 import (
 	"context"

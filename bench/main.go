@@ -4,8 +4,8 @@
 //
 //	cd bench && ./run.sh            # everything, 9–13 minutes on 2 cores
 //	cd bench && go run . -quick     # a smoke test: short windows, small scale
-//	cd bench && ./run.sh -only modes  # only the semaphore and RWMutex (issue 12)
-//	cd bench && ./run.sh -only election  # only leader election (issue 13)
+//	cd bench && ./run.sh -only modes  # only the semaphore and RWMutex
+//	cd bench && ./run.sh -only election  # only leader election
 //	cd bench && ./run.sh -only memory    # only server memory per lock, and what released keys leave
 //
 // It starts its own redis-server, ZooKeeper (the Debian package's jars) and
@@ -38,7 +38,7 @@ type config struct {
 	ns       []int
 	queueN   int
 	from     string
-	// modes are the workloads of the modes section (issue 12).
+	// modes are the workloads of the modes section.
 	modes []modeWorkload
 	// modesHold is how long each holder of the modes section holds its
 	// lease (-modes-hold; default modeHold).

@@ -1,8 +1,8 @@
 package main
 
-// The workloads of issue 12: a semaphore and a read-write lock, on dlock's
-// three backends, beside dlock's lock measured by the same harness (no Go
-// peer offers a fair, crash-safe semaphore on these servers).
+// The workloads of the modes section: a semaphore and a read-write lock, on
+// dlock's three backends, beside dlock's lock measured by the same harness
+// (no Go peer offers a fair, crash-safe semaphore on these servers).
 
 import (
 	"context"
@@ -26,16 +26,16 @@ type modeWorkload struct {
 }
 
 // modeWorkloads are the workloads in the order of the tables. The lock is
-// the reference the issue asks for: the same harness, hold time and
-// contenders, so its figures compare with the others one for one.
+// the reference: the same harness, hold time and contenders, so its
+// figures compare with the others one for one.
 var modeWorkloads = []modeWorkload{
 	{Name: "lock", Limit: 1},
 	{Name: "semaphore", Limit: 4},
 	{Name: "rwmutex", ReadP: 0.9},
 }
 
-// modeContenders are the contender counts of the modes section: the
-// issue's 32, and 2 and 128 for requests per grant.
+// modeContenders are the contender counts of the modes section: 32 for
+// the main tables, and 2 and 128 for requests per grant.
 var modeContenders = []int{2, 32, 128}
 
 const (

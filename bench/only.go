@@ -30,9 +30,9 @@ func (sel onlySelection) sections() []string {
 }
 
 // onlySections is what -only selects when its value names sections rather
-// than libraries: workloads of the modes section (issue 12: "modes",
-// "semaphore", "rwmutex", see modeSelection), the election section (issue
-// 13: "election") and the memory section ("memory"), comma-separated. ok is
+// than libraries: workloads of the modes section ("modes", "semaphore",
+// "rwmutex", see modeSelection), the election section ("election") and the
+// memory section ("memory"), comma-separated. ok is
 // false when the value is a library regexp.
 func onlySections(only string) (sel onlySelection, ok bool) {
 	if only == "" {

@@ -454,7 +454,7 @@ func sumOverlaps(res *results, lib string) int64 {
 	return n
 }
 
-// targets compares dlock's figures with the targets of issue 5.
+// targets compares dlock's figures with dlock's performance targets.
 func targets(res *results) [][]string {
 	var rows [][]string
 	verdict := func(ok bool) string {

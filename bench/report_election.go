@@ -60,7 +60,7 @@ func bound(r electionRun, what string) string {
 	return fmt.Sprintf("up to %d %s after %d not measured, within %s", r.Max, what, r.Warm, fmtDur(r.Limit))
 }
 
-// electionReport writes the section of issue 13: election hand-over and
+// electionReport writes the election section: election hand-over and
 // Observe latency on dlock's backends beside etcd's concurrency.Election.
 func electionReport(m *md, res *results) {
 	m.p("## Leader election (issue 13)")

@@ -48,7 +48,7 @@ func modeWindow(res *results) (window, hold time.Duration, seed uint64) {
 	return window.Round(10 * time.Millisecond), hold, seed
 }
 
-// modesReport writes the section of issue 12: the semaphore and the
+// modesReport writes the modes section: the semaphore and the
 // RWMutex, with dlock's lock beside them.
 func modesReport(m *md, res *results) {
 	m.p("## Semaphore and read-write lock (issue 12)")

@@ -134,7 +134,7 @@ var _ = register("Client_Close", func(s *suite) {
 	default:
 		s.t.Fatal("lease still open after Close")
 	}
-	// Issue 10, item 6: the docs promised ErrClosed, the code gave
+	// Close, not a release, ended it: the docs promise ErrClosed, not
 	// ErrReleased.
 	if !errors.Is(la.Err(), dlock.ErrClosed) {
 		s.t.Fatalf("Err of a lease released by Close = %v, want ErrClosed", la.Err())
@@ -149,10 +149,10 @@ var _ = register("Client_Close", func(s *suite) {
 })
 
 // Close on a server that stopped answering returns within about one TTL,
-// however many leases it holds (issue 10, item 6). The old Close released
-// its leases one after another, each with a timeout of a TTL, and so took
-// n × TTL here; the watchdog, at n/2 × TTL, leaves a wide margin on both
-// sides: the new Close needs one TTL and the time to close its connection.
+// however many leases it holds. A Close that released its leases one after
+// another, each with a timeout of a TTL, would take n × TTL here; Close
+// needs one TTL and the time to close its connection, so the watchdog, at
+// n/2 × TTL, leaves a wide margin on both sides.
 var _ = register("Client_Close_unreachableServerIsBounded", func(s *suite) {
 	const n = 20
 	a, link := s.faulty()
@@ -189,8 +189,8 @@ var _ = register("Client_Close_unreachableServerIsBounded", func(s *suite) {
 
 // A Lock or Do nested in a Do of the same key on the same Client would wait
 // for itself until ctx ends: it fails at once with ErrReentrant and leaves
-// nothing on the server, and one of another key still works (issue 11:
-// dlock is not reentrant, and says so where the Client can know).
+// nothing on the server, and one of another key still works (dlock is not
+// reentrant, and says so where the Client can know).
 var _ = register("Do_nestedSameKey_ErrReentrant", func(s *suite) {
 	c := s.client()
 	key, other := s.key(), s.key()

@@ -8,11 +8,11 @@ import (
 	"github.com/dlockdev/dlock"
 )
 
-// Helpers of the leader-election scenarios (issue 13). An election is a
-// queue of kind election: its holder is the leader, its waiters are the
-// candidates in arrival order; so the scenarios order candidates and check
-// the queue as those of semaphores do (see modes.go), and follow the
-// published state with Election.Leader and Election.Observe.
+// Helpers of the leader-election scenarios. An election is a queue of kind
+// election: its holder is the leader, its waiters are the candidates in
+// arrival order; so the scenarios order candidates and check the queue as
+// those of semaphores do (see modes.go), and follow the published state
+// with Election.Leader and Election.Observe.
 //
 // Proclaim and Observe need the optional driver interfaces
 // driver.Publisher and driver.Observer. A backend that lacks them makes

@@ -9,9 +9,9 @@ import (
 	"github.com/dlockdev/dlock"
 )
 
-// Scenarios of Election.Observe (issue 13): the current state first, then
-// every change in order, "no leader" included; a slow observer gets the
-// latest state, never an older one after a newer one.
+// Scenarios of Election.Observe: the current state first, then every change
+// in order, "no leader" included; a slow observer gets the latest state,
+// never an older one after a newer one.
 
 // state is what an observer expects: a leader's token and value, or
 // nobody (token 0).

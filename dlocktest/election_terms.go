@@ -10,7 +10,7 @@ import (
 )
 
 // Scenarios of terms: who leads, in which order, with which token and
-// value (issue 13).
+// value.
 
 // Many candidates campaign and resign at once: never two valid
 // Leaderships, every term's token above the one before, and Leader shows

@@ -9,10 +9,10 @@ import (
 	"github.com/dlockdev/dlock"
 )
 
-// Scenarios of one key serving several kinds (issue 12): a key is a lock, a
-// semaphore of one limit or a read-write lock while anybody holds or waits,
-// refuses calls of another kind without touching the server, and serves
-// any kind once free; its fencing tokens go up across all of them.
+// Scenarios of one key serving several kinds: a key is a lock, a semaphore
+// of one limit or a read-write lock while anybody holds or waits, refuses
+// calls of another kind without touching the server, and serves any kind
+// once free; its fencing tokens go up across all of them.
 
 // named is a call with a name for messages.
 type named struct {

@@ -9,9 +9,8 @@ import (
 	"github.com/dlockdev/dlock"
 )
 
-// Helpers of the scenarios of semaphores and read-write locks (issue 12),
-// which order several contenders of one key and check the queue between
-// steps.
+// Helpers of the scenarios of semaphores and read-write locks, which order
+// several contenders of one key and check the queue between steps.
 //
 // The queue is observed with Inspect, and the scenarios rely on what the
 // grant rule makes of it: an entry that the rule admits is a holder as

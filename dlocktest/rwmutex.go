@@ -8,8 +8,8 @@ import (
 	"github.com/dlockdev/dlock"
 )
 
-// Scenarios of Client.RWMutex (issue 12): one writer or many readers, in
-// one queue in arrival order.
+// Scenarios of Client.RWMutex: one writer or many readers, in one queue in
+// arrival order.
 
 var _ = register("RWMutex_safety_readersAndWriters", func(s *suite) {
 	const clients, rounds = 8, 10
@@ -31,7 +31,7 @@ var _ = register("RWMutex_safety_readersAndWriters", func(s *suite) {
 	s.checkNothingLeft(key)
 })
 
-// The issue's example: a writer holds; R1, R2 wait; W2 waits; R3 waits. The
+// A mixed queue: a writer holds; R1, R2 wait; W2 waits; R3 waits. The
 // release grants R1 and R2 together, W2 and R3 still wait (R3 arrived after
 // a waiting writer); then W2, then R3.
 var _ = register("RWMutex_fifo_readersAtHeadGrantedTogether", func(s *suite) {

@@ -9,9 +9,9 @@ import (
 	"github.com/dlockdev/dlock"
 )
 
-// Scheduled jobs (issue 13): Do with NoWait skips instead of queueing, and
-// HoldAtLeast keeps the key held after the job, in the background, until
-// the minimum hold has passed; Close leaves such a lease to the server's TTL.
+// Scheduled jobs: Do with NoWait skips instead of queueing, and HoldAtLeast
+// keeps the key held after the job, in the background, until the minimum
+// hold has passed; Close leaves such a lease to the server's TTL.
 
 // Do_noWait_skipsWhileHeld: a Do with NoWait on a held key returns ErrLocked
 // at once without running its job and leaves no waiter behind. Before

@@ -10,10 +10,10 @@ import (
 	"github.com/dlockdev/dlock"
 )
 
-// Scenarios of Client.Semaphore (issue 12). The first permits are taken
-// with TryAcquire where a scenario needs several held at once: a backend
-// that serves a semaphore as a lock then fails at once (ErrLocked) instead
-// of at the watchdog.
+// Scenarios of Client.Semaphore. The first permits are taken with
+// TryAcquire where a scenario needs several held at once: a backend that
+// serves a semaphore as a lock then fails at once (ErrLocked) instead of at
+// the watchdog.
 
 // call is one contender's request in contend: the mode it asks for, the
 // call, and whether the call is a Try one (whose ErrLocked skips the round).

@@ -55,13 +55,13 @@ func (w *bumpingWatcher) Watch(ctx context.Context, key string, opts ...clientv3
 
 // A waiting Lock ended by Client.Close, or by its context, returns the same
 // error wherever the call was: here, in its read of the queue after its
-// join, the read of the entry ahead at its watch's start. It used to add the step ("etcd at ADDR: read the queue: context
-// canceled") when the cancellation landed during a read, and not when it
-// landed during the wait for a watch event; TestErrorMessages, which pins
-// the latter (testdata/errors.golden, lock-closed-while-waiting and
-// lock-cancelled-while-waiting), failed under load when Close came during
-// the read. This test fails on the code before cancelledErr (acquire.go)
-// with that text.
+// join, the read of the entry ahead at its watch's start. An error that
+// added the step ("etcd at ADDR: read the queue: context canceled") when
+// the cancellation landed during a read, and not when it landed during the
+// wait for a watch event, would make TestErrorMessages, which pins the
+// latter (testdata/errors.golden, lock-closed-while-waiting and
+// lock-cancelled-while-waiting), fail under load when Close came during
+// the read; cancelledErr (acquire.go) gives the one text.
 func TestAcquire_cancelledDuringReadSameError(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)

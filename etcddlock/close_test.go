@@ -31,11 +31,10 @@ func (d *lateGrantDriver) Acquire(ctx context.Context, req *driver.AcquireReques
 	return g, nil
 }
 
-// A grant that arrives while Close runs is released under Close's deadline
-// (issue 10, item 6). The old code released it with no deadline at all, and
-// etcddlock retries a release for as long as its context lasts: with etcd
-// unreachable, Close never returned and the watchdog (10 TTLs, where the
-// new Close needs one) fails the test.
+// A grant that arrives while Close runs is released under Close's deadline:
+// etcddlock retries a release for as long as its context lasts, so one
+// without a deadline would keep Close from returning while etcd is
+// unreachable. The watchdog is 10 TTLs; Close needs one.
 func TestClient_Close_grantDuringCloseIsReleasedWithDeadline(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)

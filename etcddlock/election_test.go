@@ -249,11 +249,10 @@ func TestElection_proclaimLostReply(t *testing.T) {
 
 // A candidate waiting behind a leader ignores the leader's Proclaims: a
 // Publish rewrites the leader's entry, which the candidate watches (for its
-// delete and its release marker), and before the fix the candidate took
-// the put for a semaphore's touch: it read the queue at every Proclaim (and,
-// as the entry's mod revision no longer matched its create revision, at
-// every watch start and every check after it). Pins: with the old wait.go,
-// queue reads > 0.
+// delete and its release marker); a candidate that took the put for a
+// semaphore's touch would read the queue at every Proclaim (and, as the
+// entry's mod revision no longer matches its create revision, at every
+// watch start and every check after it). Pins: no queue reads.
 func TestElection_candidateIgnoresProclaims(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)

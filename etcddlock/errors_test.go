@@ -16,8 +16,7 @@ import (
 
 // TestErrorMessages pins the text of every error a user of the etcd backend
 // can see, against real servers: testdata/errors.golden. Each detail must
-// appear once (issue 11). Rewrite the file with -update after a deliberate
-// change.
+// appear once. Rewrite the file with -update after a deliberate change.
 func TestErrorMessages(t *testing.T) {
 	testserver.SkipIfShort(t)
 	ctx := testCtx(t)

@@ -16,13 +16,13 @@ import (
 	"go.uber.org/zap"
 )
 
-// The SIGSTOP proofs (issue 14): holder A, a child process, locks a key
-// with a TTL of 2 s and is frozen; the parent's Lock waits until etcd has
-// expired A's lease, and writes "B" through a guard; A wakes and writes "A"
-// with its lease, without looking at it first, as a holder that did not
-// notice its pause. Through the guard, A's write is refused and the data
-// holds "B"; with the guard off, A's write lands (the negative control,
-// which shows that the first test would catch a broken guard).
+// The SIGSTOP proofs: holder A, a child process, locks a key with a TTL of
+// 2 s and is frozen; the parent's Lock waits until etcd has expired A's
+// lease, and writes "B" through a guard; A wakes and writes "A" with its
+// lease, without looking at it first, as a holder that did not notice its
+// pause. Through the guard, A's write is refused and the data holds "B";
+// with the guard off, A's write lands (the negative control, which shows
+// that the first test would catch a broken guard).
 
 // fenceRoles are the child roles of this package (TestMain).
 var fenceRoles = map[string]testproc.Role{"fence-holder": fenceHolder}

@@ -18,7 +18,7 @@ import (
 
 // Eight contenders, each with its own client, take one key in turn: every
 // request and stream message they send, divided by the grants, is at most
-// 5 (issue 5's target): a join Txn, a watch create and cancel, a release
+// 5 (dlock's target): a join Txn, a watch create and cancel, a release
 // Txn, and now and then a check read after creating a watch. No read of the
 // queue at all: every wake-up comes with its release marker.
 func TestContended_requestsPerGrant(t *testing.T) {
@@ -224,13 +224,12 @@ func TestMarkers_doNotAccumulate(t *testing.T) {
 // behind woke on the revoked entry (no marker), and its read of the queue,
 // after the release, grants it the key: it never watched the holder's
 // entry, so it knew nothing of that marker. The marker is on the holder's
-// lease, which goes back to the holder's idle pool and lives on: the
-// conformance scenario Lock_cancelAtHandOff_nextWaiterServed found it left
-// (about 1 run in 80 under load). The read here is held until the holder
-// has released, which makes that interleaving certain. Before the fix, this
-// fails with the holder's marker left in etcd; now the waiter granted by a
-// read deletes, at its release, the markers of the queue, all of entries
-// that are gone.
+// lease, which goes back to the holder's idle pool and lives on (the
+// conformance scenario Lock_cancelAtHandOff_nextWaiterServed leaves it
+// about 1 run in 80 under load, unless it is cleaned up). The read here is
+// held until the holder has released, which makes that interleaving
+// certain. The waiter granted by a read deletes, at its release, the
+// markers of the queue, all of entries that are gone, so no marker is left.
 func TestHandOff_waiterAheadGivesUpBeforeRelease_noMarkerLeft(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)

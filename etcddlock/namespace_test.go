@@ -13,11 +13,11 @@ import (
 
 // New takes the connection of the etcd client it is given, and nothing of
 // the namespace wrappers a program may have put on cli.KV, cli.Watcher and
-// cli.Lease: Options.Prefix places dlock's keys. The old New wrote through
-// cli.KV (namespaced) but watched and leased through new ones of its own
-// (not namespaced), so a waiter watched keys that were never written and
-// waited for its fallback queue check; this test failed there with the
-// lock's entry under "nstest/dlock/" instead of "dlock/".
+// cli.Lease: Options.Prefix places dlock's keys. Writing through cli.KV
+// (namespaced) but watching and leasing through new ones (not namespaced)
+// would make a waiter watch keys that are never written and wait for its
+// fallback queue check; the lock's entry would then be under
+// "nstest/dlock/" instead of "dlock/".
 func TestNew_ignoresNamespaceOfClient(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -33,16 +33,16 @@ const (
 // predGone), which finds an entry of that name with a new create revision
 // and takes it for the predecessor's end (predChanged).
 //
-// What it pins, checked by hand: with that read disabled, the test fails
-// (Lock ends at the watchdog), with or without 103512b. It passes with the
-// read, with or without 103512b: 103512b's case in the watch's loop (a put
-// of the entry ahead with a new create revision) is a second line behind
-// this read. The loop can only see such a put without the delete before
-// it if the delete came before the watch's start revision and the put
-// after; the read at the start, at a revision not older than the watch's
-// created header, then sees the entry gone or re-created, and returns
-// before the loop runs. No sequence of client calls reaches that case
-// while the read is there; this test keeps the read honest.
+// What it pins: with that read disabled, the test fails (Lock ends at the
+// watchdog), whether or not the watch's loop takes a put of the entry ahead
+// with a new create revision for its end; with the read, it passes either
+// way: that case in the loop is a second line behind this read. The loop
+// can only see such a put without the delete before it if the delete came
+// before the watch's start revision and the put after; the read at the
+// start, at a revision not older than the watch's created header, then sees
+// the entry gone or re-created, and returns before the loop runs. No
+// sequence of client calls reaches that case while the read is there; this
+// test keeps the read honest.
 func TestWait_predecessorRecreatedBeforeWatch(t *testing.T) {
 	testPredecessorRecreated(t, func(ctx context.Context, c *dlock.Client, key string, ttl time.Duration) (func(context.Context) error, error) {
 		l, err := c.Lock(ctx, key, dlock.WithTTL(ttl))

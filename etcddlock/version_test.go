@@ -61,8 +61,7 @@ func serverVersion(t *testing.T, ctx context.Context, admin *clientv3.Client, ad
 // An etcd whose leader can revoke a live lease (here Debian's 3.4.23) is
 // refused by New and Open with ErrUnsafeServer, naming the member and its
 // version, and nothing is left on the server; AllowUnsafeVersion
-// (allow_unsafe_version=true) accepts it, and locks then work there. On the
-// old code New and Open accepted it.
+// (allow_unsafe_version=true) accepts it, and locks then work there.
 func TestOpen_refusesEtcdThatRevokesLiveLeases(t *testing.T) {
 	ctx := testCtx(t)
 	srv := startDebianEtcd(t)

@@ -65,15 +65,13 @@ const waitRenewTTL = 6 * time.Second
 // Under a burst of waiters, etcd's client creates a Client's watches one
 // after the other on one gRPC stream, and a waiter's watch could take
 // longer than its TTL to start (bench, section queue, 10,000 waiters:
-// creation p99 12–35 s). Before the fix its lease lapsed meanwhile: its
-// entry went, the waiter behind it woke and watched again at the back of
-// the line, where the same happened to it; the queue drained a few hundred
-// of 10,000 in 30 s (docs/etcd.md). Here the waiter's watch is held until
-// etcd shows its lease renewed, or gone.
-//
-// What it pins: on the code before the fix (renewals set up after the
-// created response), the lease lapses while the watch is held and the
-// test fails at "lapsed"; checked by hand.
+// creation p99 12–35 s). A lease that lapsed meanwhile would take its
+// entry with it: the waiter behind would wake and watch again at the back
+// of the line, where the same would happen to it, and the queue would
+// drain a few hundred of 10,000 in 30 s (docs/etcd.md). Here the waiter's
+// watch is held until etcd shows its lease renewed, or gone: with renewals
+// set up after the created response, the lease lapses while the watch is
+// held and the test fails at "lapsed".
 func TestWait_renewsWhileWatchStarts(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)

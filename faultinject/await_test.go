@@ -39,15 +39,13 @@ func holdUntilReaped(p *proc, ev faultinject.Event) {
 
 // A reply that a holder writes just before it exits must be returned by
 // await, never reported as "exited while …", however the reader and the
-// exit are scheduled. This pins the failure of issue 10, item 9: on a busy
-// machine TestScenario2_LostAcquireReply/redis/naive failed with "holder A
-// exited while close", because the harness closed exited as soon as Wait
-// returned — Wait had also closed the stdout pipe (cmd.StdoutPipe) with the
-// reply possibly unread in it — and await's select could take the exit
-// first. With the reader held until the process has been reaped, the old
-// harness failed this test in every run, by construction; unheld, it failed
-// in every run here too (sh exits before the reader has read), but that
-// case depends on scheduling.
+// exit are scheduled. Wait closes the stdout pipe (cmd.StdoutPipe) with the
+// reply possibly unread in it, so a harness that closed exited as soon as
+// Wait returned would let await's select take the exit first: on a busy
+// machine a scenario would then fail with "holder A exited while close".
+// With the reader held until the process has been reaped, such a harness
+// fails this test in every run, by construction; unheld, the outcome
+// depends on scheduling (sh exits before the reader has read).
 func TestAwaitReplyBeforeExit(t *testing.T) {
 	t.Run("reader held until reaped", func(t *testing.T) {
 		for range 5 {
@@ -68,8 +66,7 @@ func TestAwaitReplyBeforeExit(t *testing.T) {
 }
 
 // A notice written just before the holder exits is found by notice, for the
-// same reason: the old harness's notice returned "not found" when the exit
-// won.
+// same reason: notice must not answer "not found" when the exit wins.
 func TestNoticeBeforeExit(t *testing.T) {
 	for range 5 {
 		p := fakeHolder(t, `{"ev":"done","name":"fake","at":1}`, holdUntilReaped)

@@ -18,18 +18,17 @@ import (
 // it answered a renewal of one of its clients. A holds a key through the
 // follower F (and only F); B waits for the key on the leader L. A few
 // milliseconds after one of A's renewals succeeds, the quorum link F↔L is
-// blackholed (a fault proxy sits on F's connection to L's quorum port).
-// The leader alone expires sessions, and it hears of F's clients only from
-// F's replies to its pings (every half tick); a sync that F forwards does
-// not touch the session there. So the leader counts A's session from the
-// last ping reply it got — which reported the renewal before the last —
-// while a client that counted from its last renewal would still believe in
-// its lease when the leader expires the session and gives the key to B
-// (issue 10, item 8: B was granted the key 0.8–2.8 s before A's Done
-// closed, 10 times out of 10, on today's code). The check is an ordering:
-// A's local deadline (the moment its Done is closed at the latest; Done
-// and Err compare the clock with it on every call) must be before B's Lock
-// returned with the key.
+// blackholed (a fault proxy sits on F's connection to L's quorum port). The
+// leader alone expires sessions, and it hears of F's clients only from F's
+// replies to its pings (every half tick); a sync that F forwards does not
+// touch the session there. So the leader counts A's session from the last
+// ping reply it got — which reported the renewal before the last — while a
+// client that counted from its last renewal would still believe in its
+// lease when the leader expires the session and gives the key to B (0.8–2.8
+// s before A's Done closed, in every trial of such a client). The check is
+// an ordering: A's local deadline (the moment its Done is closed at the
+// latest; Done and Err compare the clock with it on every call) must be
+// before B's Lock returned with the key.
 //
 // A's pings are dropped on its way to F (as in scenario 1), so that only
 // its renewals keep its session alive: the renewal before the last is then

@@ -13,12 +13,6 @@ import (
 // fails only with DLOCK_KNOWN_BUGS=fail, so that the suite stays green for
 // everybody else meanwhile; the entry goes with the fix, and the scenario
 // fails again if the bug comes back.
-//
-// Found so far: redisdlock trusted a hand-off notice that had waited while a
-// later poll found the caller queued again (the grant it announced had
-// lapsed and passed on), so Lock returned a lease the server had given to
-// somebody else. Seen by TestScenario1_PausedWaiter and the soak; fixed in
-// redisdlock (commit badd712).
 var knownBugs = map[string]string{}
 
 // knownBug reports a failure that matches a known product bug: an error

@@ -253,8 +253,8 @@ func TestCheckResponse_ignoresOtherAnswers(t *testing.T) {
 // never go down; every refused token must be lower than a token admitted
 // before it; the highest token is always admitted; and the handler never
 // runs twice at once (checked by a counter and by -race on the log). With
-// the fence's mutex taken out of Guard.handler, this test failed in 2 of 3
-// runs (overlaps and data races); TestGuard_hungHandlerStallsOnlyItsFence
+// the fence's mutex taken out of Guard.handler, this test fails in about 2
+// of 3 runs (overlaps and data races); TestGuard_hungHandlerStallsOnlyItsFence
 // fails every time.
 func TestGuard_concurrentRequests_keepTokenOrder(t *testing.T) {
 	const clients, perClient = 16, 25
@@ -435,11 +435,10 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// RoundTrip must not modify the caller's request, and must take one the
-// way http.Transport does, a nil Header included (a request built as a
-// struct, passed by a proxy or another RoundTripper). Before this test
-// Transport set its headers into the clone's nil Header map: this test
-// panicked with "assignment to entry in nil map".
+// RoundTrip must not modify the caller's request, and must take one the way
+// http.Transport does, a nil Header included (a request built as a struct,
+// passed by a proxy or another RoundTripper): setting headers into the
+// clone's nil Header map would panic with "assignment to entry in nil map".
 func TestTransport_leavesRequestAlone(t *testing.T) {
 	var sent http.Header
 	tr := &httpfence.Transport{Fence: "ledger", Token: 9, Base: roundTripFunc(func(r *http.Request) (*http.Response, error) {

@@ -16,8 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Election tests (issue 13): the kind "election" on the one queue,
-// Proclaim through publish.lua, Observe through the per-key notice channel.
+// Election tests: the kind "election" on the one queue, Proclaim through
+// publish.lua, Observe through the per-key notice channel.
 
 // electionClients makes clients of one deployment for the scenarios, which
 // run on a single server and on a Cluster.

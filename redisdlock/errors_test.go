@@ -15,8 +15,8 @@ import (
 
 // TestErrorMessages pins the text of every error a user of the Redis
 // backend can see, against real servers: testdata/errors.golden. Each
-// detail must appear once (issue 11: `lock "k": dlock: key is locked by
-// another owner: key "k" is held by another owner` said the key and the
+// detail must appear once (not `lock "k": dlock: key is locked by another
+// owner: key "k" is held by another owner`, which says the key and the
 // category twice). Rewrite the file with -update after a deliberate change.
 func TestErrorMessages(t *testing.T) {
 	testserver.SkipIfShort(t)
@@ -51,7 +51,7 @@ func TestErrorMessages(t *testing.T) {
 		TTL: 3 * time.Second,
 	})
 
-	// A key used as another kind (issue 12): the error names what it is.
+	// A key used as another kind: the error names what it is.
 	kc, err := open(ctx, t, srv.Addr())
 	if err != nil {
 		t.Fatal(err)

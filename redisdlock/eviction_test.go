@@ -12,13 +12,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Issue 10, item 2. Under an evicting maxmemory-policy Redis may evict a
-// held lock's hash under memory pressure and grant the key a second time
-// (the review saw it with volatile-lru and allkeys-lru: lock keys all have
-// an expiry, so volatile-* policies take them too). New and Open refuse such
-// a server with ErrUnsafeServer, naming the policy and the address, and
-// leave nothing on it; AllowEviction (allow_eviction=true) accepts it. On
-// the old code New and Open succeeded.
+// Under an evicting maxmemory-policy Redis may evict a held lock's hash
+// under memory pressure and grant the key a second time (volatile-lru and
+// allkeys-lru alike: lock keys all have an expiry, so volatile-* policies
+// take them too). New and Open refuse such a server with ErrUnsafeServer,
+// naming the policy and the address, and leave nothing on it;
+// AllowEviction (allow_eviction=true) accepts it.
 func TestOpen_refusesEvictingServer(t *testing.T) {
 	srv := testserver.StartRedis(t, "--maxmemory", "10mb", "--maxmemory-policy", "allkeys-lru")
 	ctx := testCtx(t)

@@ -57,7 +57,7 @@ func fenceHolder(ctx context.Context, p *testproc.Peer) error {
 	return nil
 }
 
-// frozenHolderRun plays the proof of ISSUE14: child A holds the key and is
+// frozenHolderRun plays the frozen-holder proof: child A holds the key and is
 // frozen (SIGSTOP) past its TTL; the parent's Lock waits until the server
 // lets A's lease run out, takes the key with a higher token and writes "B"
 // through the fence; A is thawed and writes "A" with its old token, through

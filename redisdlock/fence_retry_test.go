@@ -180,9 +180,9 @@ func stageRetry(t *testing.T, p *replyDropper, lostRequest bool, write func() er
 // id: the fence finds the id recorded and runs nothing. INCR counts once
 // and the caller learns that it was applied (ErrReplyLost); Set, whose
 // reply says nothing, returns nil. With MaxRetries -1 there is no retry
-// and the caller sees the network error. Before write ids (fence.lua of
-// the token alone) this test failed: the INCR with go-redis' retries
-// counted 2 and returned nil. (The NOSCRIPT fallback of Script.Run is no
+// and the caller sees the network error. Without write ids (a fence.lua of
+// the token alone) the INCR with go-redis' retries would count 2 and
+// return nil. (The NOSCRIPT fallback of Script.Run is no
 // such retry: the server answers NOSCRIPT without running anything.)
 func TestFence_lostReply_appliedOnce(t *testing.T) {
 	ctx, direct := fenceRig(t)
@@ -230,8 +230,8 @@ func TestFence_lostReply_appliedOnce(t *testing.T) {
 // before go-redis' retry reaches the server: the retry is recognized by
 // its id, which the fence checks before the tokens, and reported applied
 // (ErrReplyLost), not stale — it did land, before the newer write. A
-// fence that remembered only the last write's id (or none, the code before
-// write ids) reports it stale here. The counts say what ran: once each.
+// fence that remembered only the last write's id (or none) would report it
+// stale here. The counts say what ran: once each.
 func TestFence_lostReply_retryAfterNewerHolder(t *testing.T) {
 	ctx, direct := fenceRig(t)
 	p := newReplyDropper(t, direct.Options().Addr)

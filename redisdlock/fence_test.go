@@ -481,12 +481,10 @@ func TestFence_ring(t *testing.T) {
 }
 
 // Do's DEL and UNLINK take further keys after the first: those are keys
-// too, checked as Del's are. Without that check (the code before this
-// test), Do(token, "DEL", key, f.Key()) ran in the script and deleted the
-// fence's record, so that the next write of a stale holder was taken as
-// the fence's first; another fence's record went the same way. On that
-// code this test failed: every Do below returned nil, and the other
-// fence's record was gone.
+// too, checked as Del's are. Without that check, Do(token, "DEL", key,
+// f.Key()) would run in the script and delete the fence's record, so that
+// the next write of a stale holder would be taken as the fence's first;
+// another fence's record would go the same way.
 func TestFence_Do_delOfMoreKeys_areKeys(t *testing.T) {
 	ctx, rdb := fenceRig(t)
 	f := redisdlock.NewFence(rdb, "{del}")
@@ -533,9 +531,9 @@ func TestFence_Do_delOfMoreKeys_areKeys(t *testing.T) {
 
 // Any write to a key under FenceKeyPrefix would change some fence's record
 // (a fence writing another's, e.g. "{orders}" and "{orders}:b" share a
-// Cluster slot): refused. Before this test only the fence's own record was:
-// Set of token 1 to the other fence's record went through, and the other
-// fence took token 2 as newer than the 1 000 000 it had recorded.
+// Cluster slot): refused, not only writes to the fence's own record. A Set
+// of token 1 to the other fence's record would make that fence take token
+// 2 as newer than the 1 000 000 it had recorded.
 func TestFence_otherFencesRecord_refused(t *testing.T) {
 	ctx, rdb := fenceRig(t)
 	a, b := redisdlock.NewFence(rdb, "{o}"), redisdlock.NewFence(rdb, "{o}:b")

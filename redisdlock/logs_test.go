@@ -60,8 +60,8 @@ func openDown(ctx context.Context, p *testproc.Peer) error {
 }
 
 // Open of a server that is down fails with ErrUnavailable and writes
-// nothing to stderr (its first request used to make go-redis dial, fail
-// and print).
+// nothing to stderr (go-redis dials on the first request, and would print
+// its failure).
 func TestOpen_serverDown_nothingOnStderr(t *testing.T) {
 	h := testproc.Start(t, "redis-open-down", "URL=redis://"+testserver.Addr(testserver.FreePort(t))+"/0")
 	h.Expect(t, "refused")

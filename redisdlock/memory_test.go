@@ -105,8 +105,8 @@ func checkLeft(t *testing.T, ctx context.Context, rdb redis.Cmdable, slots map[i
 // 20,000 distinct keys locked and released once: the server keeps a record
 // and a trace per slot used (at most 2 × 16,384 keys whatever the number of
 // keys), nothing per key; and once the traces expired, at the released
-// holders' deadlines, the records alone. On the code before, DBSIZE grew by
-// 20,000: one fence per key, for good.
+// holders' deadlines, the records alone. A fence per key would grow DBSIZE
+// by 20,000, for good.
 func TestMemory_distinctKeysLeaveOnlySlotRecords(t *testing.T) {
 	srv, ctx, admin, _ := costRig(t)
 	var clients []*dlock.Client
@@ -294,7 +294,7 @@ func TestUnlock_deadPermitNotInTrace(t *testing.T) {
 	}
 }
 
-// A server that holds a fence of the code before (dlock:{K}:f, one per key
+// A server that holds a fence of an earlier version (dlock:{K}:f, one per key
 // ever locked) must not hand out a token below it: the next grant of the key
 // reads it with the slot's record, takes a token above it, and deletes it,
 // so the old fences drain as their keys are locked again. The fence here is

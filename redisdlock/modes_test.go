@@ -1,6 +1,6 @@
 package redisdlock_test
 
-// Tests of issue 12 on the Redis backend: semaphores and read-write locks
+// Tests of the modes on the Redis backend: semaphores and read-write locks
 // served by the one holders hash and queue of the scripts.
 
 import (

@@ -388,7 +388,7 @@ func TestAcquire_failedAttemptLeavesNothing(t *testing.T) {
 // renew what it does not know it has); the key expires and passes on. When
 // the waiter's network comes back, the old hand-off notice arrives late:
 // Lock must not return that lost grant, but keep waiting and return a new
-// one (found by the fault-injection suite's paused-waiter scenario).
+// one (the fault-injection suite's paused-waiter scenario makes it too).
 func TestLock_lateNoticeOfLostGrantIgnored(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	ctx := testCtx(t)

@@ -1,8 +1,8 @@
 package redisdlock_test
 
-// Regression tests for the safety bugs of issue 10 (an outside review):
-// a retried release that reported a false ErrNotHeld, an evicting
-// maxmemory-policy, and the server's wall clock stepping back or ahead.
+// Safety tests against the server's faults: a retried release that must
+// not report a false ErrNotHeld, and the server's wall clock stepping back
+// or ahead (an evicting maxmemory-policy is in eviction_test.go).
 // The clock is stepped for one redis-server alone (testserver.Clock).
 
 import (
@@ -19,13 +19,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Item 1. The reply to a release with nobody waiting is lost after the
-// server ran it, and go-redis resends it on a new connection. The first
-// attempt freed the key; the resent one must report what the first did —
-// Unlock (and Do) return nil — and not ErrNotHeld ("your work may have
-// overlapped another holder's"), which nobody's did. On the old code the
-// resent release.lua found no hash and nothing remembering the grant, and
-// returned 0: Unlock and Do failed with ErrNotHeld.
+// The reply to a release with nobody waiting is lost after the server ran
+// it, and go-redis resends it on a new connection. The first attempt freed
+// the key; the resent one must report what the first did — Unlock (and Do)
+// return nil — and not ErrNotHeld ("your work may have overlapped another
+// holder's"), which nobody's did. So the resent release.lua must find
+// something remembering the grant, though the hash is gone.
 func TestUnlock_lostReplyWithNobodyWaiting(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	ctx := testCtx(t)
@@ -61,14 +60,11 @@ func TestUnlock_lostReplyWithNobodyWaiting(t *testing.T) {
 	}
 }
 
-// Item 3. Fencing tokens never go down while the server keeps its data,
-// whatever its wall clock does. The server's clock steps back 5 s (an NTP
-// step), once after a release and once after a holder vanished (its key
-// expired unreleased). Each time the next grant must get a higher token.
-// On the old code both failed with a token ≈5·10⁶ lower than the previous
-// one: a free key kept its last token only when the clock had not passed it
-// yet, and then for one second only (the fence key's PX 1000), so the next
-// token came from the stepped-back clock.
+// Fencing tokens never go down while the server keeps its data, whatever
+// its wall clock does. The server's clock steps back 5 s (an NTP step),
+// once after a release and once after a holder vanished (its key expired
+// unreleased). Each time the next grant must get a higher token, not one
+// taken from the stepped-back clock (≈5·10⁶ lower than the one before).
 func TestToken_increasesWhenServerClockStepsBack(t *testing.T) {
 	srv, clock := testserver.StartRedisSteppedClock(t)
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
@@ -136,13 +132,12 @@ func TestToken_increasesWhenServerClockStepsBack(t *testing.T) {
 	})
 }
 
-// Item 4. The server's wall clock jumps 60 s ahead while a key is held.
+// The server's wall clock jumps 60 s ahead while a key is held.
 // Redis expires keys by that clock, so the key is free at once and another
 // client takes it: dlock cannot prevent that (doc.go, # Safety). What it
 // must do is end the holder's lease at its next renewal, and say why: the
-// error names the server's clock. On the old code the renewal found the key
-// gone too, but the error said only that it "expired or passed to another
-// owner", with nothing pointing at the server's clock.
+// error names the server's clock, not only that the key "expired or passed
+// to another owner": the user must be pointed at the server's clock.
 //
 // The TTL is 15 s, so the first renewal (at 5 s) comes long before the
 // lease's local deadline (≈14.8 s), which would end it with another error.
@@ -179,7 +174,7 @@ func TestLease_lostAtRenewalWhenServerClockJumpsAhead(t *testing.T) {
 	}
 }
 
-// Item 4, the other side. A forward jump smaller than what is left of the
+// The other side: a forward jump smaller than what is left of the
 // key's TTL expires nothing: the renewal after it finds the key still the
 // holder's, so nobody else can have held it, and the lease goes on. Ending
 // it there would be a false alarm.

@@ -56,7 +56,7 @@ func TestConformance_cluster(t *testing.T) {
 }
 
 // On a Cluster, New and Open ask every master for its maxmemory-policy: one
-// that may evict is enough to refuse (issue 10, item 2).
+// that may evict is enough to refuse.
 func TestOpen_refusesEvictingClusterMaster(t *testing.T) {
 	addrs := testserver.StartRedisCluster(t, 3)
 	ctx := testCtx(t)

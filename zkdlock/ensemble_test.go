@@ -60,11 +60,10 @@ func (c *syncConn) sent(i int) time.Time {
 // lag apart). With a tick time given and without (the lag is then 9/32 of
 // the session timeout).
 //
-// On an engine or a grant that counts from the latest renewal (issue 10,
-// item 8: on a 3-node ensemble another client was granted the key while
-// the holder, cut off right after a renewal, still believed it held it)
-// the deadline after a renewal is that renewal's start plus the timeout,
-// and the test fails.
+// On an engine or a grant that counts from the latest renewal the deadline
+// after a renewal is that renewal's start plus the timeout, and the test
+// fails: on a 3-node ensemble another client can be granted the key while
+// the holder, cut off right after a renewal, still believes it holds it.
 func TestLease_ensemble_countsFromTheRenewalBefore(t *testing.T) {
 	srv := testserver.SharedZooKeeper(t)
 	for _, tc := range []struct {

@@ -15,8 +15,8 @@ import (
 
 // TestErrorMessages pins the text of every error a user of the ZooKeeper
 // backend can see, against a real server: testdata/errors.golden. Each
-// detail must appear once (issue 11). Rewrite the file with -update after a
-// deliberate change.
+// detail must appear once. Rewrite the file with -update after a deliberate
+// change.
 func TestErrorMessages(t *testing.T) {
 	testserver.SkipIfShort(t)
 	ctx := testCtx(t)

@@ -159,13 +159,13 @@ func frozenHolderRun(t *testing.T, guard, conn string) (result, data string) {
 	return result, data
 }
 
-// TestFence_frozenHolderRejected is the proof for the ZooKeeper
-// guard: a holder frozen past its session timeout wakes and writes under
-// MultiHeld after the next holder wrote; its write is refused with
-// dlock.ErrStaleToken and the data holds the next holder's "B". Through
-// a connection of the holder's own (its session outlived the freeze) and
-// through the lock's own (its session expired, it took a new one): the
-// check is on a path, so the session does not matter.
+// TestFence_frozenHolderRejected is the frozen-holder proof for the
+// ZooKeeper guard: a holder frozen past its session timeout wakes and
+// writes under MultiHeld after the next holder wrote; its write is refused
+// with dlock.ErrStaleToken and the data holds the next holder's "B".
+// Through a connection of the holder's own (its session outlived the
+// freeze) and through the lock's own (its session expired, it took a new
+// one): the check is on a path, so the session does not matter.
 func TestFence_frozenHolderRejected(t *testing.T) {
 	for _, conn := range []string{"own", "lock"} {
 		t.Run("conn="+conn, func(t *testing.T) {

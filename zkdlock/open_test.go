@@ -11,10 +11,9 @@ import (
 
 // New retries a request of its set-up whose answer was lost to a broken
 // connection, as every lock call does: an ensemble electing a leader, or a
-// server going away, breaks connections for a moment. The old New gave up
-// at once with "create root …: zk: connection closed" (faultinject's
-// ensemble scenario hit it when a holder opened its client just after a
-// restart); this test failed there.
+// server going away, breaks connections for a moment. Giving up at once
+// with "create root …: zk: connection closed" would fail a holder that
+// opens its client just after a restart (faultinject's ensemble scenario).
 func TestNew_rootCreateReplyLost_retried(t *testing.T) {
 	srv := testserver.SharedZooKeeper(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -252,8 +252,8 @@ func TestWatch_closesWithCtxAndSession(t *testing.T) {
 // TestPublish_renewReadBeforeIt_stillOurs pins a renewal whose read of the
 // node was answered before a Publish landed and reached the grant after
 // it: the version it shows is an earlier one of ours, not somebody else's
-// write (before the fix: ErrNotHeld, "written by somebody else", and the
-// term lost after its own Proclaim).
+// write (taking it for one would give ErrNotHeld, "written by somebody
+// else", and lose the term after its own Proclaim).
 func TestPublish_renewReadBeforeIt_stillOurs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

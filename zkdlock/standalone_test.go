@@ -17,10 +17,10 @@ import (
 // on a key (create, list ‖ watch, release), 3 after, besides the creation of
 // the key node.
 //
-// On the code before detection (a Client assumed an ensemble unless told
-// Standalone) New read nothing, and the first Lock of a Client made with
-// New sent two syncs a lag apart (8.4 s with this 30 s session timeout):
-// the test fails on the check count and on the syncs.
+// Without detection (a Client that assumed an ensemble unless told
+// Standalone) New would read nothing, and the first Lock of a Client made
+// with New would send two syncs a lag apart (8.4 s with this 30 s session
+// timeout): the test checks the count and the syncs.
 func TestNew_detectsStandalone_firstLockNeedsNoProof(t *testing.T) {
 	ctx := testCtx(t)
 	srv := testserver.SharedZooKeeper(t)

@@ -13,11 +13,11 @@ import (
 	"github.com/dlockdev/dlock/zkdlock"
 )
 
-// A TTL that ZooKeeper cannot honour is refused, not ignored (issue 10, item
-// 7): every lease lasts the session timeout there, and the old code took
-// WithTTL(5s) on a client whose leases last 1s without a word, so a caller
-// who relied on five seconds lost the key after one. The refusal leaves
-// nothing on the server, and a TTL equal to the session timeout works.
+// A TTL that ZooKeeper cannot honour is refused, not ignored: every lease
+// lasts the session timeout there, so a caller whose WithTTL(5s) were taken
+// without a word on a client whose leases last 1s, and who relied on five
+// seconds, would lose the key after one. The refusal leaves nothing on the
+// server, and a TTL equal to the session timeout works.
 func TestClient_Lock_ttlOtherThanSessionTimeoutRefused(t *testing.T) {
 	srv := testserver.SharedZooKeeper(t)
 	ctx := testCtx(t)

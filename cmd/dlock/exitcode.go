@@ -43,8 +43,8 @@ const (
 	exitSignal = 128
 )
 
-// Exit statuses of dlock leader and dlock elect (issue 13); the table
-// above applies to them too.
+// Exit statuses of dlock leader and dlock elect; the table above applies to
+// them too.
 const (
 	// exitNoLeader: dlock leader found nobody leading the election.
 	exitNoLeader = 81

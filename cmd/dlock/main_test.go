@@ -120,8 +120,8 @@ func startBackend(t *testing.T, scheme string) *backend {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		// Port 0 is resolved by listening and closing before etcd binds
-		// the port: another test's server may take it in between (seen in
-		// a fresh-clone run). A few tries with new ports settle it.
+		// the port: another test's server may take it in between. A few
+		// tries with new ports settle it.
 		var node *etcdNode
 		var err error
 		for range 5 {

@@ -13,12 +13,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// dlock run in an interactive shell's terminal (issue 10, item 5: PROGRAM
-// now runs in a process group of its own, which must not cost it the
-// terminal). In a background process group, reading the terminal stops a
-// process (SIGTTIN), and Ctrl-C and Ctrl-Z do not reach it: dlock hands
-// PROGRAM's group the terminal, as a shell hands it to a job, and follows
-// its stops, so that Ctrl-Z stops the whole job and `fg` resumes it.
+// dlock run in an interactive shell's terminal: PROGRAM runs in a process
+// group of its own, which must not cost it the terminal. In a background
+// process group, reading the terminal stops a process (SIGTTIN), and Ctrl-C
+// and Ctrl-Z do not reach it: dlock hands PROGRAM's group the terminal, as
+// a shell hands it to a job, and follows its stops, so that Ctrl-Z stops
+// the whole job and `fg` resumes it.
 func TestRun_terminal(t *testing.T) {
 	b := startBackend(t, "etcd")
 	sh := startShell(t, b.url)

@@ -202,9 +202,9 @@ func (g *doneAtRelease) Release(ctx context.Context) error {
 }
 
 // Done is closed, with the reason given, before the server hears of the
-// release, which may hand the key to the next waiter at once (issue 10,
-// item 6: Client.Close released leases under a running Client.Do, whose
-// context stayed live until the server had answered).
+// release, which may hand the key to the next waiter at once: a
+// Client.Close that releases leases under a running Client.Do must not
+// leave the Do's context live until the server has answered.
 func TestEngine_releaseWith_endsLeaseBeforeServerRelease(t *testing.T) {
 	g := &doneAtRelease{fakeGrant: newFake(time.Hour)}
 	g.e = Start("k", g, nil)
@@ -299,7 +299,7 @@ var _ driver.LaggingGrant = (*laggingGrant)(nil)
 // than ValidFrom, at the start and after every renewal; the renewals stay
 // on the schedule of the requests. Fails on an engine that ignores
 // HeardFrom (the deadline counts from ValidFrom and from each renewal's
-// start: issue 10, item 8).
+// start).
 func TestEngine_laggingGrant_countsFromHeardFrom(t *testing.T) {
 	const v = 3 * time.Second
 	g := &laggingGrant{fakeGrant: newFake(v)}

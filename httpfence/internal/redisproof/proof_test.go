@@ -109,11 +109,11 @@ func (s *valueStore) get() string {
 	return s.value
 }
 
-// frozenHolderWrites plays the proof: holder A, in a child process,
-// locks the key and is frozen with SIGSTOP; the test's own client locks the
-// key once A's lease has run out on Redis (Lock waits for it) and writes
-// "B" with its token; A is thawed and writes "A" with its old token. It
-// returns A's result line and the service's value.
+// frozenHolderWrites plays the frozen-holder proof: holder A, in a child
+// process, locks the key and is frozen with SIGSTOP; the test's own client
+// locks the key once A's lease has run out on Redis (Lock waits for it) and
+// writes "B" with its token; A is thawed and writes "A" with its old token.
+// It returns A's result line and the service's value.
 func frozenHolderWrites(t *testing.T, guarded bool) (result, value string) {
 	r := testserver.StartRedis(t)
 	data := &valueStore{}

@@ -17,10 +17,10 @@ import (
 	"github.com/dlockdev/dlock/sqlfence"
 )
 
-// The concurrency checker (the "Concurrency"): many holders write
-// through the guard at once, and a witness of the commit order that does
-// not depend on the guard lets a checker confirm that no write with an
-// older token committed after one with a newer token.
+// The concurrency checker: many holders write through the guard at once,
+// and a witness of the commit order that does not depend on the guard lets
+// a checker confirm that no write with an older token committed after one
+// with a newer token.
 //
 // The witness: every writing transaction ends with
 //

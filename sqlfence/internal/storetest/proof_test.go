@@ -87,10 +87,11 @@ func plainTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
 	return tx.Commit()
 }
 
-// TestFence_frozenHolderRejected is the proof on each store: a
-// holder frozen (SIGSTOP) past its lease's TTL, whose lock a second holder
-// then takes and writes "B" under, wakes and writes "A" through the guard
-// with its old token: the write is refused as stale and the row holds "B".
+// TestFence_frozenHolderRejected is the frozen-holder proof on each store:
+// a holder frozen (SIGSTOP) past its lease's TTL, whose lock a second
+// holder then takes and writes "B" under, wakes and writes "A" through the
+// guard with its old token: the write is refused as stale and the row holds
+// "B".
 func TestFence_frozenHolderRejected(t *testing.T) {
 	each(t, func(t *testing.T, s store) { frozenHolderProof(t, s, true) })
 }
