@@ -140,6 +140,13 @@ var _ = register("Election_leaderInfo", func(s *suite) {
 	if !after.Since.Equal(info.Since) || after.Metadata != info.Metadata {
 		s.t.Fatalf("Proclaim moved the term's start or metadata: %+v became %+v", info, after)
 	}
+	// The same value again is no error and changes nothing.
+	if err := term.Proclaim(s.ctx, "10.0.0.2:8080"); err != nil {
+		s.t.Fatalf("Proclaim of the same value: %v", err)
+	}
+	if again := s.expectLeader(c, key, "after Proclaim of the same value", term, "10.0.0.2:8080"); !again.Since.Equal(after.Since) || again.Metadata != after.Metadata {
+		s.t.Fatalf("Proclaim of the same value changed the leader's info: %+v became %+v", after, again)
+	}
 	// An empty value is a value.
 	if err := term.Proclaim(s.ctx, ""); err != nil {
 		s.t.Fatalf("Proclaim(\"\"): %v", err)
@@ -151,7 +158,8 @@ var _ = register("Election_leaderInfo", func(s *suite) {
 })
 
 // Proclaim after Resign, or by a term the server has dropped, fails with
-// ErrNotHeld and never changes the value of the leader that came next.
+// ErrNotHeld (and so does Resign of a dropped term) and never changes the
+// value of the leader that came next.
 var _ = register("Election_proclaimAfterLossFails", func(s *suite) {
 	key := s.key()
 	c := s.client()
@@ -188,7 +196,8 @@ var _ = register("Election_proclaimAfterLossFails", func(s *suite) {
 	s.expectLeader(c, key, "after the dropped leader's Proclaim", d, "d")
 	s.waitDone(b.Lease(), "its entry was deleted on the server")
 	s.expectNotHeld("Proclaim of a lost term", key, b.Proclaim(s.ctx, "b again"))
-	s.expectLeader(c, key, "after the lost leader's Proclaim", d, "d")
+	s.expectNotHeld("Resign of a lost term", key, b.Resign(s.ctx))
+	s.expectLeader(c, key, "after the lost leader's Proclaim and Resign", d, "d")
 	if d.Token() <= b.Token() {
 		s.t.Fatalf("token %d after the key was deleted not above %d", d.Token(), b.Token())
 	}

@@ -15,7 +15,7 @@ var _ = register("RWMutex_safety_readersAndWriters", func(s *suite) {
 	const clients, rounds = 8, 10
 	key := s.key()
 	res := newSharedResource(0)
-	s.contend(clients, rounds, res, func(c *dlock.Client, i, r int) call {
+	s.contend(clients, clients, rounds, res, func(c *dlock.Client, i, r int) call {
 		rw := c.RWMutex(key)
 		writer := (i+r)%4 == 0
 		switch try := (i+2*r)%5 == 4; {

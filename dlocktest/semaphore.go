@@ -23,17 +23,22 @@ type call struct {
 	try     bool
 }
 
-// contend runs clients contenders of rounds critical sections each through
-// res; pick gives client i's call of round r. It fails the test with what
-// res found.
-func (s *suite) contend(clients, rounds int, res *sharedResource, pick func(c *dlock.Client, i, r int) call) {
+// contend runs contenders of rounds critical sections each through res,
+// contender i on client i%clients (several contenders share a client when
+// clients < contenders, as goroutines of one process do); pick gives
+// contender i's call of round r. It fails the test with what res found.
+func (s *suite) contend(contenders, clients, rounds int, res *sharedResource, pick func(c *dlock.Client, i, r int) call) {
 	s.t.Helper()
+	cs := make([]*dlock.Client, clients)
+	for i := range cs {
+		cs[i] = s.client()
+	}
 	var wg sync.WaitGroup
-	errs := make(chan error, clients)
-	for i := range clients {
-		c := s.client()
+	errs := make(chan error, contenders)
+	for i := range contenders {
+		c := cs[i%clients]
 		wg.Go(func() {
-			who := fmt.Sprintf("client%d", i)
+			who := fmt.Sprintf("contender%d", i)
 			for r := range rounds {
 				k := pick(c, i, r)
 				l, err := k.acquire(s.ctx, s.ttl())
@@ -48,7 +53,9 @@ func (s *suite) contend(clients, rounds int, res *sharedResource, pick func(c *d
 					errs <- fmt.Errorf("%s, round %d: lease mode %v, want %v", who, r, l.Mode(), k.mode)
 				}
 				res.enter(who, k.mode, l.Token())
-				runtime.Gosched() // give an overlapping holder a chance to show up
+				for range 20 { // give an overlapping holder a chance to show up
+					runtime.Gosched()
+				}
 				res.exit(k.mode)
 				if err := l.Unlock(s.ctx); err != nil {
 					errs <- fmt.Errorf("%s, round %d: Unlock: %w", who, r, err)
@@ -63,11 +70,13 @@ func (s *suite) contend(clients, rounds int, res *sharedResource, pick func(c *d
 	}
 }
 
+// Never more than limit permits held at once, and no token given twice,
+// with two contenders on each client, as goroutines of one process.
 var _ = register("Semaphore_safety_manyContenders", func(s *suite) {
-	const limit, clients, rounds = 3, 8, 10
+	const limit, contenders, clients, rounds = 3, 12, 6, 8
 	key := s.key()
 	res := newSharedResource(limit)
-	s.contend(clients, rounds, res, func(c *dlock.Client, i, r int) call {
+	s.contend(contenders, clients, rounds, res, func(c *dlock.Client, i, r int) call {
 		sem := c.Semaphore(key, limit)
 		if (i+r)%5 == 4 {
 			return call{dlock.Shared, sem.TryAcquire, true}
