@@ -15,7 +15,7 @@ import (
 // Many candidates campaign and resign at once: never two valid
 // Leaderships, every term's token above the one before, and Leader shows
 // the term's own token and value while it lasts.
-var _ = register("Election_oneLeaderUnderContention", func(s *suite) {
+func testElection_oneLeaderUnderContention(s *suite) {
 	key := s.key()
 	const clients, terms = 6, 4
 	s.needElections(s.client())
@@ -57,12 +57,12 @@ var _ = register("Election_oneLeaderUnderContention", func(s *suite) {
 	}
 	s.expectNoLeader(observer, key, "after every candidate resigned")
 	s.checkNothingLeft(key)
-})
+}
 
 // Candidates are elected in arrival order; Resign hands over to the next
 // at once (Inspect shows the next as leader as soon as Resign returns);
 // tokens grow with every term.
-var _ = register("Election_arrivalOrder_resignHandsOver", func(s *suite) {
+func testElection_arrivalOrder_resignHandsOver(s *suite) {
 	key := s.key()
 	c := s.client()
 	s.needElections(c)
@@ -109,11 +109,11 @@ var _ = register("Election_arrivalOrder_resignHandsOver", func(s *suite) {
 		s.t.Fatalf("second Resign: err = %v, want ErrNotHeld", err)
 	}
 	s.checkNothingLeft(key)
-})
+}
 
 // Leader shows the value, the token and the start of the term, which
 // Proclaim does not move; ErrNoLeader when nobody leads.
-var _ = register("Election_leaderInfo", func(s *suite) {
+func testElection_leaderInfo(s *suite) {
 	key := s.key()
 	c := s.client()
 	s.needElections(c)
@@ -155,12 +155,12 @@ var _ = register("Election_leaderInfo", func(s *suite) {
 	s.resign("a", term)
 	s.expectNoLeader(c, key, "after Resign")
 	s.checkNothingLeft(key)
-})
+}
 
 // Proclaim after Resign, or by a term the server has dropped, fails with
 // ErrNotHeld (and so does Resign of a dropped term) and never changes the
 // value of the leader that came next.
-var _ = register("Election_proclaimAfterLossFails", func(s *suite) {
+func testElection_proclaimAfterLossFails(s *suite) {
 	key := s.key()
 	c := s.client()
 	s.needElections(c)
@@ -203,12 +203,12 @@ var _ = register("Election_proclaimAfterLossFails", func(s *suite) {
 	}
 	s.resign("d", d)
 	s.checkNothingLeft(key)
-})
+}
 
 // An election's key refuses the other kinds and they refuse it, without
 // changing anything on the server; a free key serves either, its tokens
 // still growing.
-var _ = register("Election_kindMismatch", func(s *suite) {
+func testElection_kindMismatch(s *suite) {
 	key := s.key()
 	a, b := s.client(), s.client()
 	s.needElections(a)
@@ -252,4 +252,4 @@ var _ = register("Election_kindMismatch", func(s *suite) {
 	s.tokenAbove("lock after an election", l, next.Lease())
 	s.unlock(l)
 	s.checkNothingLeft(key)
-})
+}

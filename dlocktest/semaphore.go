@@ -72,7 +72,7 @@ func (s *suite) contend(contenders, clients, rounds int, res *sharedResource, pi
 
 // Never more than limit permits held at once, and no token given twice,
 // with two contenders on each client, as goroutines of one process.
-var _ = register("Semaphore_safety_manyContenders", func(s *suite) {
+func testSemaphore_safety_manyContenders(s *suite) {
 	const limit, contenders, clients, rounds = 3, 12, 6, 8
 	key := s.key()
 	res := newSharedResource(limit)
@@ -84,12 +84,12 @@ var _ = register("Semaphore_safety_manyContenders", func(s *suite) {
 		return call{dlock.Shared, sem.Acquire, false}
 	})
 	s.checkNothingLeft(key)
-})
+}
 
 // With more contenders than permits, every permit is in use: the first
 // limit are granted without waiting, the next waits, and each release
 // grants exactly one waiter, the first.
-var _ = register("Semaphore_saturation_allPermitsGranted", func(s *suite) {
+func testSemaphore_saturation_allPermitsGranted(s *suite) {
 	const limit = 3
 	key := s.key()
 	c := s.client()
@@ -122,11 +122,11 @@ var _ = register("Semaphore_saturation_allPermitsGranted", func(s *suite) {
 		s.unlock(l)
 	}
 	s.checkNothingLeft(key)
-})
+}
 
 // A release of several permits at once (Close of a client that holds them
 // all) grants as many waiters, in order, and no more.
-var _ = register("Semaphore_releaseOfSeveral_grantsAsMany", func(s *suite) {
+func testSemaphore_releaseOfSeveral_grantsAsMany(s *suite) {
 	const limit = 3
 	key := s.key()
 	owner, c := s.client(), s.client()
@@ -157,9 +157,9 @@ var _ = register("Semaphore_releaseOfSeveral_grantsAsMany", func(s *suite) {
 		s.unlock(l)
 	}
 	s.checkNothingLeft(key)
-})
+}
 
-var _ = register("Semaphore_fifo", func(s *suite) {
+func testSemaphore_fifo(s *suite) {
 	const limit, waiters = 2, 5
 	key := s.key()
 	c := s.client()
@@ -185,9 +185,9 @@ var _ = register("Semaphore_fifo", func(s *suite) {
 		s.unlock(l)
 	}
 	s.checkNothingLeft(key)
-})
+}
 
-var _ = register("Semaphore_tryAcquire", func(s *suite) {
+func testSemaphore_tryAcquire(s *suite) {
 	const limit = 2
 	key := s.key()
 	a, b := s.client(), s.client()
@@ -212,12 +212,12 @@ var _ = register("Semaphore_tryAcquire", func(s *suite) {
 	s.unlock(lw)
 	s.unlock(t5)
 	s.checkNothingLeft(key)
-})
+}
 
 // The lock's Lease_holderCutOff_lostBeforeNextGrant for a permit: the
 // waiter behind a dead holder gets its permit within the holder's TTL, and
 // not before the holder's lease has ended locally.
-var _ = register("Semaphore_holderCutOff_lostBeforeNextGrant", func(s *suite) {
+func testSemaphore_holderCutOff_lostBeforeNextGrant(s *suite) {
 	const limit = 2
 	a, link := s.faulty()
 	b, c, d := s.client(), s.client(), s.client()
@@ -246,9 +246,9 @@ var _ = register("Semaphore_holderCutOff_lostBeforeNextGrant", func(s *suite) {
 	s.expectErr("TryAcquire after the stale holder's Unlock (b and c hold)", err, dlock.ErrLocked)
 	s.unlock(lb)
 	s.unlock(lc)
-})
+}
 
-var _ = register("Semaphore_cancelWhileWaiting_leavesNothing", func(s *suite) {
+func testSemaphore_cancelWhileWaiting_leavesNothing(s *suite) {
 	const limit = 2
 	key := s.key()
 	c := s.client()
@@ -271,9 +271,9 @@ var _ = register("Semaphore_cancelWhileWaiting_leavesNothing", func(s *suite) {
 	s.unlock(h1)
 	s.unlock(ln)
 	s.checkNothingLeft(key)
-})
+}
 
-var _ = register("Semaphore_RWMutex_clientClose", func(s *suite) {
+func testSemaphore_RWMutex_clientClose(s *suite) {
 	const limit = 2
 	semKey, rwKey := s.key(), s.key()
 	a, b := s.client(), s.client()
@@ -306,9 +306,9 @@ var _ = register("Semaphore_RWMutex_clientClose", func(s *suite) {
 	s.unlock(rb)
 	s.checkNothingLeft(semKey)
 	s.checkNothingLeft(rwKey)
-})
+}
 
-var _ = register("Semaphore_limitBelowOne_invalidOption", func(s *suite) {
+func testSemaphore_limitBelowOne_invalidOption(s *suite) {
 	key := s.key()
 	c := s.client()
 	for _, limit := range []int{0, -1} {
@@ -322,9 +322,9 @@ var _ = register("Semaphore_limitBelowOne_invalidOption", func(s *suite) {
 	if info, err := c.Inspect(s.ctx, key); err == nil && (len(info.Holders) != 0 || len(info.Waiters) != 0) {
 		s.t.Fatalf("after refused limits, Inspect = %+v, want a free key", info)
 	}
-})
+}
 
-var _ = register("Semaphore_inspect_kindLimitHoldersWaiters", func(s *suite) {
+func testSemaphore_inspect_kindLimitHoldersWaiters(s *suite) {
 	const limit = 3
 	key := s.key()
 	c := s.client()
@@ -370,12 +370,12 @@ var _ = register("Semaphore_inspect_kindLimitHoldersWaiters", func(s *suite) {
 		s.t.Fatalf("Inspect of a free key = %+v, want no holder, no waiters", info)
 	}
 	s.checkNothingLeft(key)
-})
+}
 
 // Lock_cancelAtHandOff_nextWaiterServed for a permit: the first waiter
 // gives up at the moment a permit is handed to it; the second gets one
 // either way.
-var _ = register("Semaphore_cancelAtHandOff_nextWaiterServed", func(s *suite) {
+func testSemaphore_cancelAtHandOff_nextWaiterServed(s *suite) {
 	const limit = 2
 	key := s.key()
 	c := s.client()
@@ -400,4 +400,4 @@ var _ = register("Semaphore_cancelAtHandOff_nextWaiterServed", func(s *suite) {
 	}
 	s.unlock(h1)
 	s.checkNothingLeft(key)
-})
+}
