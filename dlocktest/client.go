@@ -10,7 +10,7 @@ import (
 	"github.com/dlockdev/dlock"
 )
 
-var _ = register("BadInput_rejected", func(s *suite) {
+func testBadInput_rejected(s *suite) {
 	c := s.client()
 	bad := map[string]string{
 		"":                       "empty",
@@ -53,9 +53,9 @@ var _ = register("BadInput_rejected", func(s *suite) {
 		s.unlock(l)
 		s.checkNothingLeft(l.Key())
 	}
-})
+}
 
-var _ = register("Inspect_showsHolderAndWaiters", func(s *suite) {
+func testInspect_showsHolderAndWaiters(s *suite) {
 	key := s.key()
 	a, b := s.client(), s.client()
 	la := s.lock(a, key, s.ttl(), dlock.WithMetadata(dlock.Metadata{Note: "nightly job"}))
@@ -105,9 +105,9 @@ var _ = register("Inspect_showsHolderAndWaiters", func(s *suite) {
 	if info := s.inspect(a, key); len(info.Holders) != 0 || len(info.Waiters) != 0 {
 		s.t.Fatalf("Inspect of a free key = %+v, want no holder, no waiters", info)
 	}
-})
+}
 
-var _ = register("Client_Close", func(s *suite) {
+func testClient_Close(s *suite) {
 	key, key2 := s.key(), s.key()
 	a, b := s.client(), s.client()
 	la := s.lock(a, key, s.ttl())
@@ -146,14 +146,14 @@ var _ = register("Client_Close", func(s *suite) {
 	s.unlock(lb)
 	s.checkNothingLeft(key)
 	s.checkNothingLeft(key2)
-})
+}
 
 // Close on a server that stopped answering returns within about one TTL,
 // however many leases it holds. A Close that released its leases one after
 // another, each with a timeout of a TTL, would take n × TTL here; Close
 // needs one TTL and the time to close its connection, so the watchdog, at
 // n/2 × TTL, leaves a wide margin on both sides.
-var _ = register("Client_Close_unreachableServerIsBounded", func(s *suite) {
+func testClient_Close_unreachableServerIsBounded(s *suite) {
 	const n = 20
 	a, link := s.faulty()
 	leases := make([]*dlock.Lease, n)
@@ -185,13 +185,13 @@ var _ = register("Client_Close_unreachableServerIsBounded", func(s *suite) {
 			s.t.Fatalf("Err of a lease ended by Close = %v, want ErrClosed (or ErrLeaseLost)", err)
 		}
 	}
-})
+}
 
 // A Lock or Do nested in a Do of the same key on the same Client would wait
 // for itself until ctx ends: it fails at once with ErrReentrant and leaves
 // nothing on the server, and one of another key still works (dlock is not
 // reentrant, and says so where the Client can know).
-var _ = register("Do_nestedSameKey_ErrReentrant", func(s *suite) {
+func testDo_nestedSameKey_ErrReentrant(s *suite) {
 	c := s.client()
 	key, other := s.key(), s.key()
 	var nestedLock, nestedTry, nestedDo, deeper error
@@ -215,4 +215,4 @@ var _ = register("Do_nestedSameKey_ErrReentrant", func(s *suite) {
 	}
 	s.checkNothingLeft(key)
 	s.checkNothingLeft(other)
-})
+}

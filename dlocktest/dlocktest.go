@@ -142,12 +142,97 @@ type testCase struct {
 	fn   func(*suite)
 }
 
-// tests is filled by the files of this package, one per area.
-var tests []testCase
-
-func register(name string, fn func(*suite)) struct{} {
-	tests = append(tests, testCase{name, fn})
-	return struct{}{}
+// tests is every scenario Run runs, in order, by the file that holds it.
+// The names are the subtests' and are cited in docs and commands (-run):
+// keep them.
+var tests = []testCase{
+	// client.go
+	{"BadInput_rejected", testBadInput_rejected},
+	{"Inspect_showsHolderAndWaiters", testInspect_showsHolderAndWaiters},
+	{"Client_Close", testClient_Close},
+	{"Client_Close_unreachableServerIsBounded", testClient_Close_unreachableServerIsBounded},
+	{"Do_nestedSameKey_ErrReentrant", testDo_nestedSameKey_ErrReentrant},
+	// election_faults.go
+	{"Election_cutOffLeaderReplacedAfterTTL", testElection_cutOffLeaderReplacedAfterTTL},
+	{"Election_clientCloseResigns", testElection_clientCloseResigns},
+	// election_lead.go
+	{"Election_leadRunsWhileLeading", testElection_leadRunsWhileLeading},
+	// election_observe.go
+	{"Election_observeEveryChangeInOrder", testElection_observeEveryChangeInOrder},
+	{"Election_observeSlowReaderGetsLatest", testElection_observeSlowReaderGetsLatest},
+	// election_terms.go
+	{"Election_oneLeaderUnderContention", testElection_oneLeaderUnderContention},
+	{"Election_arrivalOrder_resignHandsOver", testElection_arrivalOrder_resignHandsOver},
+	{"Election_leaderInfo", testElection_leaderInfo},
+	{"Election_proclaimAfterLossFails", testElection_proclaimAfterLossFails},
+	{"Election_kindMismatch", testElection_kindMismatch},
+	// exclusion.go
+	{"TryLock_heldByOther", testTryLock_heldByOther},
+	{"Lock_waitsForRelease", testLock_waitsForRelease},
+	{"MutualExclusion_manyClients", testMutualExclusion_manyClients},
+	{"MutualExclusion_tryLockRace", testMutualExclusion_tryLockRace},
+	// kinds.go
+	{"Semaphore_RWMutex_kindMismatch", testSemaphore_RWMutex_kindMismatch},
+	{"Semaphore_RWMutex_tokensIncreaseAcrossModesAndKinds", testSemaphore_RWMutex_tokensIncreaseAcrossModesAndKinds},
+	{"Semaphore_RWMutex_tokensIncreaseAcrossServerRestart", testSemaphore_RWMutex_tokensIncreaseAcrossServerRestart},
+	// lease.go
+	{"Lease_renewsItself", testLease_renewsItself},
+	{"Lease_holderCutOff_lostBeforeNextGrant", testLease_holderCutOff_lostBeforeNextGrant},
+	{"Lease_keyDeleted_lost", testLease_keyDeleted_lost},
+	{"Do_cancelsContextOnLoss", testDo_cancelsContextOnLoss},
+	{"Do_runsAndUnlocks", testDo_runsAndUnlocks},
+	{"Token_increasesAcrossGrants", testToken_increasesAcrossGrants},
+	{"Token_increasesAcrossServerRestart", testToken_increasesAcrossServerRestart},
+	// multi.go
+	{"MultiLock_heldTogether_leasesInCallerOrder", testMultiLock_heldTogether_leasesInCallerOrder},
+	{"MultiLock_oneHeldByOther_allOrNone", testMultiLock_oneHeldByOther_allOrNone},
+	{"MultiLock_cancelWhileWaitingOnSecond_leavesNothing", testMultiLock_cancelWhileWaitingOnSecond_leavesNothing},
+	{"MultiLock_clientClose_endsAll", testMultiLock_clientClose_endsAll},
+	{"MultiLock_keyDeleted_doneCloses", testMultiLock_keyDeleted_doneCloses},
+	{"MultiLock_holderCutOff_lostBeforeNextGrant", testMultiLock_holderCutOff_lostBeforeNextGrant},
+	{"MultiLock_badInput_takesNothing", testMultiLock_badInput_takesNothing},
+	{"MultiLock_insideDo_reentrant", testMultiLock_insideDo_reentrant},
+	// multi_contention.go
+	{"MultiLock_oppositeOrders_noDeadlock", testMultiLock_oppositeOrders_noDeadlock},
+	{"MultiLock_randomSubsets_noOverlapNoDeadlock", testMultiLock_randomSubsets_noOverlapNoDeadlock},
+	// queue.go
+	{"Lock_fifo", testLock_fifo},
+	{"Lock_cancelWhileWaiting_leavesNothing", testLock_cancelWhileWaiting_leavesNothing},
+	{"Lock_deadlineWhileHeld", testLock_deadlineWhileHeld},
+	{"Lock_cancelAtHandOff_nextWaiterServed", testLock_cancelAtHandOff_nextWaiterServed},
+	{"Lock_deadWaiterSkipped", testLock_deadWaiterSkipped},
+	// rwmutex.go
+	{"RWMutex_safety_readersAndWriters", testRWMutex_safety_readersAndWriters},
+	{"RWMutex_fifo_readersAtHeadGrantedTogether", testRWMutex_fifo_readersAtHeadGrantedTogether},
+	{"RWMutex_readerWaitsBehindWaitingWriter", testRWMutex_readerWaitsBehindWaitingWriter},
+	{"RWMutex_tryLockAndTryRLock", testRWMutex_tryLockAndTryRLock},
+	{"RWMutex_writerCutOff_lostBeforeReadersGranted", testRWMutex_writerCutOff_lostBeforeReadersGranted},
+	{"RWMutex_cancelWhileWaiting_leavesNothing", testRWMutex_cancelWhileWaiting_leavesNothing},
+	{"RWMutex_deadlineWhileReadersHold", testRWMutex_deadlineWhileReadersHold},
+	{"RWMutex_inspect_kindModesInOrder", testRWMutex_inspect_kindModesInOrder},
+	{"RWMutex_cancelAtHandOff_readersServed", testRWMutex_cancelAtHandOff_readersServed},
+	{"RWMutex_deadWriterWaiting_readersServed", testRWMutex_deadWriterWaiting_readersServed},
+	// schedule.go
+	{"Do_noWait_skipsWhileHeld", testDo_noWait_skipsWhileHeld},
+	{"Do_holdAtLeast_keepsKeyAfterJob", testDo_holdAtLeast_keepsKeyAfterJob},
+	{"OwnedClient_closeInMinimumHold", testOwnedClient_closeInMinimumHold},
+	{"Do_holdAtLeast_releasesAfterHold", testDo_holdAtLeast_releasesAfterHold},
+	{"Lock_holdAtLeast_unlockDefers", testLock_holdAtLeast_unlockDefers},
+	{"Do_holdAtMost_releasesHungJob", testDo_holdAtMost_releasesHungJob},
+	{"Lock_holdAtMost_unlockAfterLimit", testLock_holdAtMost_unlockAfterLimit},
+	{"Lock_holdAtLeastAndMost_unlockReleasesAtMinimum", testLock_holdAtLeastAndMost_unlockReleasesAtMinimum},
+	// semaphore.go
+	{"Semaphore_safety_manyContenders", testSemaphore_safety_manyContenders},
+	{"Semaphore_saturation_allPermitsGranted", testSemaphore_saturation_allPermitsGranted},
+	{"Semaphore_releaseOfSeveral_grantsAsMany", testSemaphore_releaseOfSeveral_grantsAsMany},
+	{"Semaphore_fifo", testSemaphore_fifo},
+	{"Semaphore_tryAcquire", testSemaphore_tryAcquire},
+	{"Semaphore_holderCutOff_lostBeforeNextGrant", testSemaphore_holderCutOff_lostBeforeNextGrant},
+	{"Semaphore_cancelWhileWaiting_leavesNothing", testSemaphore_cancelWhileWaiting_leavesNothing},
+	{"Semaphore_RWMutex_clientClose", testSemaphore_RWMutex_clientClose},
+	{"Semaphore_limitBelowOne_invalidOption", testSemaphore_limitBelowOne_invalidOption},
+	{"Semaphore_inspect_kindLimitHoldersWaiters", testSemaphore_inspect_kindLimitHoldersWaiters},
+	{"Semaphore_cancelAtHandOff_nextWaiterServed", testSemaphore_cancelAtHandOff_nextWaiterServed},
 }
 
 // suite is the state of one subtest.

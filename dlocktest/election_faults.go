@@ -11,7 +11,7 @@ import (
 // replaced after its TTL, its Done closed before the successor's Campaign
 // returns; observers follow; the stale leader, back, cannot Proclaim nor
 // Resign the successor's term.
-var _ = register("Election_cutOffLeaderReplacedAfterTTL", func(s *suite) {
+func testElection_cutOffLeaderReplacedAfterTTL(s *suite) {
 	a, link := s.faulty()
 	c := s.client()
 	s.needElections(c)
@@ -69,12 +69,12 @@ var _ = register("Election_cutOffLeaderReplacedAfterTTL", func(s *suite) {
 	s.resign("b", b)
 	s.expectState(obs, key, "b resigned", nobody)
 	s.checkNothingLeft(key)
-})
+}
 
 // Client.Close ends the client's terms as it releases its leases: the
 // next candidate is elected, and the closed client's term refuses
 // Proclaim and Resign.
-var _ = register("Election_clientCloseResigns", func(s *suite) {
+func testElection_clientCloseResigns(s *suite) {
 	key := s.key()
 	a, c := s.client(), s.client()
 	s.needElections(c)
@@ -98,4 +98,4 @@ var _ = register("Election_clientCloseResigns", func(s *suite) {
 	}
 	s.resign("b", b)
 	s.checkNothingLeft(key)
-})
+}

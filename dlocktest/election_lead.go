@@ -85,7 +85,7 @@ func (s *suite) ctxEnded(lt leadTerm, when string) {
 // campaigns again behind the others, cancels the function's context when
 // the term is lost, and returns when its own context ends, leaving
 // nothing behind.
-var _ = register("Election_leadRunsWhileLeading", func(s *suite) {
+func testElection_leadRunsWhileLeading(s *suite) {
 	key := s.key()
 	c := s.client()
 	s.needElections(c)
@@ -163,4 +163,4 @@ var _ = register("Election_leadRunsWhileLeading", func(s *suite) {
 	}
 	s.expectNoLeader(c, key, "after Lead returned")
 	s.checkNothingLeft(key)
-})
+}

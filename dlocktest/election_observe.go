@@ -75,7 +75,7 @@ func (s *suite) expectState(ch <-chan dlock.LeaderInfo, key, when string, want s
 // An observer that keeps up sees the current state first, then every
 // change in order, and nothing else: each step below waits for the
 // observers to see it before the next, so no state may be skipped.
-var _ = register("Election_observeEveryChangeInOrder", func(s *suite) {
+func testElection_observeEveryChangeInOrder(s *suite) {
 	key := s.key()
 	c := s.client()
 	s.needElections(c)
@@ -135,12 +135,12 @@ var _ = register("Election_observeEveryChangeInOrder", func(s *suite) {
 		}
 	}
 	s.t.Fatal("Observe's channel still sends after its context ended")
-})
+}
 
 // An observer that does not read while the value changes many times gets
 // the states in order, never an older after a newer, and in the end the
 // latest one.
-var _ = register("Election_observeSlowReaderGetsLatest", func(s *suite) {
+func testElection_observeSlowReaderGetsLatest(s *suite) {
 	key := s.key()
 	c := s.client()
 	s.needElections(c)
@@ -181,4 +181,4 @@ var _ = register("Election_observeSlowReaderGetsLatest", func(s *suite) {
 	s.resign("a", a)
 	s.expectState(slow, key, "after Resign", nobody)
 	s.checkNothingLeft(key)
-})
+}

@@ -15,7 +15,7 @@ import (
 // Many candidates campaign and resign at once: never two valid
 // Leaderships, every term's token above the one before, and Leader shows
 // the term's own token and value while it lasts.
-var _ = register("Election_oneLeaderUnderContention", func(s *suite) {
+func testElection_oneLeaderUnderContention(s *suite) {
 	key := s.key()
 	const clients, terms = 6, 4
 	s.needElections(s.client())
@@ -57,12 +57,12 @@ var _ = register("Election_oneLeaderUnderContention", func(s *suite) {
 	}
 	s.expectNoLeader(observer, key, "after every candidate resigned")
 	s.checkNothingLeft(key)
-})
+}
 
 // Candidates are elected in arrival order; Resign hands over to the next
 // at once (Inspect shows the next as leader as soon as Resign returns);
 // tokens grow with every term.
-var _ = register("Election_arrivalOrder_resignHandsOver", func(s *suite) {
+func testElection_arrivalOrder_resignHandsOver(s *suite) {
 	key := s.key()
 	c := s.client()
 	s.needElections(c)
@@ -109,11 +109,11 @@ var _ = register("Election_arrivalOrder_resignHandsOver", func(s *suite) {
 		s.t.Fatalf("second Resign: err = %v, want ErrNotHeld", err)
 	}
 	s.checkNothingLeft(key)
-})
+}
 
 // Leader shows the value, the token and the start of the term, which
 // Proclaim does not move; ErrNoLeader when nobody leads.
-var _ = register("Election_leaderInfo", func(s *suite) {
+func testElection_leaderInfo(s *suite) {
 	key := s.key()
 	c := s.client()
 	s.needElections(c)
@@ -140,6 +140,13 @@ var _ = register("Election_leaderInfo", func(s *suite) {
 	if !after.Since.Equal(info.Since) || after.Metadata != info.Metadata {
 		s.t.Fatalf("Proclaim moved the term's start or metadata: %+v became %+v", info, after)
 	}
+	// The same value again is no error and changes nothing.
+	if err := term.Proclaim(s.ctx, "10.0.0.2:8080"); err != nil {
+		s.t.Fatalf("Proclaim of the same value: %v", err)
+	}
+	if again := s.expectLeader(c, key, "after Proclaim of the same value", term, "10.0.0.2:8080"); !again.Since.Equal(after.Since) || again.Metadata != after.Metadata {
+		s.t.Fatalf("Proclaim of the same value changed the leader's info: %+v became %+v", after, again)
+	}
 	// An empty value is a value.
 	if err := term.Proclaim(s.ctx, ""); err != nil {
 		s.t.Fatalf("Proclaim(\"\"): %v", err)
@@ -148,11 +155,12 @@ var _ = register("Election_leaderInfo", func(s *suite) {
 	s.resign("a", term)
 	s.expectNoLeader(c, key, "after Resign")
 	s.checkNothingLeft(key)
-})
+}
 
 // Proclaim after Resign, or by a term the server has dropped, fails with
-// ErrNotHeld and never changes the value of the leader that came next.
-var _ = register("Election_proclaimAfterLossFails", func(s *suite) {
+// ErrNotHeld (and so does Resign of a dropped term) and never changes the
+// value of the leader that came next.
+func testElection_proclaimAfterLossFails(s *suite) {
 	key := s.key()
 	c := s.client()
 	s.needElections(c)
@@ -188,18 +196,19 @@ var _ = register("Election_proclaimAfterLossFails", func(s *suite) {
 	s.expectLeader(c, key, "after the dropped leader's Proclaim", d, "d")
 	s.waitDone(b.Lease(), "its entry was deleted on the server")
 	s.expectNotHeld("Proclaim of a lost term", key, b.Proclaim(s.ctx, "b again"))
-	s.expectLeader(c, key, "after the lost leader's Proclaim", d, "d")
+	s.expectNotHeld("Resign of a lost term", key, b.Resign(s.ctx))
+	s.expectLeader(c, key, "after the lost leader's Proclaim and Resign", d, "d")
 	if d.Token() <= b.Token() {
 		s.t.Fatalf("token %d after the key was deleted not above %d", d.Token(), b.Token())
 	}
 	s.resign("d", d)
 	s.checkNothingLeft(key)
-})
+}
 
 // An election's key refuses the other kinds and they refuse it, without
 // changing anything on the server; a free key serves either, its tokens
 // still growing.
-var _ = register("Election_kindMismatch", func(s *suite) {
+func testElection_kindMismatch(s *suite) {
 	key := s.key()
 	a, b := s.client(), s.client()
 	s.needElections(a)
@@ -243,4 +252,4 @@ var _ = register("Election_kindMismatch", func(s *suite) {
 	s.tokenAbove("lock after an election", l, next.Lease())
 	s.unlock(l)
 	s.checkNothingLeft(key)
-})
+}

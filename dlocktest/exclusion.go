@@ -9,7 +9,7 @@ import (
 	"github.com/dlockdev/dlock"
 )
 
-var _ = register("TryLock_heldByOther", func(s *suite) {
+func testTryLock_heldByOther(s *suite) {
 	a, b := s.client(), s.client()
 	key := s.key()
 	la := s.tryLock(a, key, s.ttl())
@@ -27,9 +27,9 @@ var _ = register("TryLock_heldByOther", func(s *suite) {
 	}
 	s.unlock(lb)
 	s.checkNothingLeft(key)
-})
+}
 
-var _ = register("Lock_waitsForRelease", func(s *suite) {
+func testLock_waitsForRelease(s *suite) {
 	a, b := s.client(), s.client()
 	key := s.key()
 	la := s.lock(a, key, s.ttl())
@@ -62,9 +62,9 @@ var _ = register("Lock_waitsForRelease", func(s *suite) {
 		s.t.Fatal("waiter not granted the key after release (watchdog)")
 	}
 	s.checkNothingLeft(key)
-})
+}
 
-var _ = register("MutualExclusion_manyClients", func(s *suite) {
+func testMutualExclusion_manyClients(s *suite) {
 	key := s.key()
 	const clients, rounds = 8, 15
 	var res fencedResource
@@ -95,9 +95,9 @@ var _ = register("MutualExclusion_manyClients", func(s *suite) {
 		s.t.Errorf("resource saw %d critical sections, want %d", writes, clients*rounds)
 	}
 	s.checkNothingLeft(key)
-})
+}
 
-var _ = register("MutualExclusion_tryLockRace", func(s *suite) {
+func testMutualExclusion_tryLockRace(s *suite) {
 	// Many clients race TryLock on a free key: exactly one wins each round.
 	const clients, rounds = 8, 10
 	cs := make([]*dlock.Client, clients)
@@ -131,4 +131,4 @@ var _ = register("MutualExclusion_tryLockRace", func(s *suite) {
 		}
 		s.unlock(<-leases)
 	}
-})
+}

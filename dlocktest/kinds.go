@@ -59,7 +59,7 @@ func diffInfo(a, b *dlock.LockInfo) string {
 	return ""
 }
 
-var _ = register("Semaphore_RWMutex_kindMismatch", func(s *suite) {
+func testSemaphore_RWMutex_kindMismatch(s *suite) {
 	key := s.key()
 	a, b := s.client(), s.client()
 	sem3, sem4, rw := b.Semaphore(key, 3), b.Semaphore(key, 4), b.RWMutex(key)
@@ -121,12 +121,12 @@ var _ = register("Semaphore_RWMutex_kindMismatch", func(s *suite) {
 	s.tokenAbove("lock again", l, p4)
 	s.unlock(l)
 	s.checkNothingLeft(key)
-})
+}
 
 // Every grant's token is above every earlier grant's on the key, whatever
 // its kind and mode: permits held at once, readers granted together, and
 // a key that changes kind once free.
-var _ = register("Semaphore_RWMutex_tokensIncreaseAcrossModesAndKinds", func(s *suite) {
+func testSemaphore_RWMutex_tokensIncreaseAcrossModesAndKinds(s *suite) {
 	key := s.key()
 	c := s.client()
 	cs := []*dlock.Client{c, s.client(), s.client()}
@@ -182,9 +182,9 @@ var _ = register("Semaphore_RWMutex_tokensIncreaseAcrossModesAndKinds", func(s *
 		unlockAll(r1, r2)
 	}
 	s.checkNothingLeft(key)
-})
+}
 
-var _ = register("Semaphore_RWMutex_tokensIncreaseAcrossServerRestart", func(s *suite) {
+func testSemaphore_RWMutex_tokensIncreaseAcrossServerRestart(s *suite) {
 	r, ok := s.h.(ServerRestarter)
 	if !ok {
 		s.t.Skip("backend harness cannot restart the server (no ServerRestarter)")
@@ -215,4 +215,4 @@ var _ = register("Semaphore_RWMutex_tokensIncreaseAcrossServerRestart", func(s *
 	r2 := s.held("r2", a.RWMutex(key).TryRLock)
 	s.tokenAbove("reader after a server restart", r2, p4)
 	s.unlock(r2)
-})
+}

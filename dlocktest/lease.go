@@ -8,7 +8,7 @@ import (
 	"github.com/dlockdev/dlock"
 )
 
-var _ = register("Lease_renewsItself", func(s *suite) {
+func testLease_renewsItself(s *suite) {
 	a, b := s.client(), s.client()
 	key := s.key()
 	la := s.lock(a, key, s.ttl())
@@ -44,9 +44,9 @@ var _ = register("Lease_renewsItself", func(s *suite) {
 	if err := la.Unlock(s.ctx); !errors.Is(err, dlock.ErrNotHeld) {
 		s.t.Fatalf("second Unlock: err = %v, want ErrNotHeld", err)
 	}
-})
+}
 
-var _ = register("Lease_holderCutOff_lostBeforeNextGrant", func(s *suite) {
+func testLease_holderCutOff_lostBeforeNextGrant(s *suite) {
 	a, link := s.faulty()
 	b, c := s.client(), s.client()
 	key := s.key()
@@ -81,9 +81,9 @@ var _ = register("Lease_holderCutOff_lostBeforeNextGrant", func(s *suite) {
 	default:
 	}
 	s.unlock(lb)
-})
+}
 
-var _ = register("Lease_keyDeleted_lost", func(s *suite) {
+func testLease_keyDeleted_lost(s *suite) {
 	kd, ok := s.h.(KeyDeleter)
 	if !ok {
 		s.t.Skip("backend harness cannot delete keys (no KeyDeleter)")
@@ -109,9 +109,9 @@ var _ = register("Lease_keyDeleted_lost", func(s *suite) {
 		s.t.Fatalf("after the lost lease's Unlock: err = %v, want ErrLocked (b must still hold)", err)
 	}
 	s.unlock(lb)
-})
+}
 
-var _ = register("Do_cancelsContextOnLoss", func(s *suite) {
+func testDo_cancelsContextOnLoss(s *suite) {
 	kd, ok := s.h.(KeyDeleter)
 	if !ok {
 		s.t.Skip("backend harness cannot delete keys (no KeyDeleter)")
@@ -152,9 +152,9 @@ var _ = register("Do_cancelsContextOnLoss", func(s *suite) {
 	case <-s.ctx.Done():
 		s.t.Fatal("fn's context not cancelled after the lease was lost (watchdog)")
 	}
-})
+}
 
-var _ = register("Do_runsAndUnlocks", func(s *suite) {
+func testDo_runsAndUnlocks(s *suite) {
 	a, b := s.client(), s.client()
 	key := s.key()
 	ran := false
@@ -169,9 +169,9 @@ var _ = register("Do_runsAndUnlocks", func(s *suite) {
 		s.t.Fatalf("Do: ran=%v err=%v, want fn's own error returned as is", ran, err)
 	}
 	s.unlock(s.tryLock(b, key, s.ttl())) // Do unlocked
-})
+}
 
-var _ = register("Token_increasesAcrossGrants", func(s *suite) {
+func testToken_increasesAcrossGrants(s *suite) {
 	key := s.key()
 	cs := []*dlock.Client{s.client(), s.client(), s.client()}
 	var last uint64
@@ -183,9 +183,9 @@ var _ = register("Token_increasesAcrossGrants", func(s *suite) {
 		last = l.Token()
 		s.unlock(l)
 	}
-})
+}
 
-var _ = register("Token_increasesAcrossServerRestart", func(s *suite) {
+func testToken_increasesAcrossServerRestart(s *suite) {
 	r, ok := s.h.(ServerRestarter)
 	if !ok {
 		s.t.Skip("backend harness cannot restart the server (no ServerRestarter)")
@@ -208,4 +208,4 @@ var _ = register("Token_increasesAcrossServerRestart", func(s *suite) {
 		s.t.Fatalf("token after a server restart %d, before %d: want strictly increasing", l2.Token(), l1.Token())
 	}
 	s.unlock(l2)
-})
+}

@@ -95,7 +95,7 @@ func (s *suite) holderNotes(c *dlock.Client, key string) (notes []string, ok boo
 
 func note(n string) dlock.LockOption { return dlock.WithMetadata(dlock.Metadata{Note: n}) }
 
-var _ = register("MultiLock_heldTogether_leasesInCallerOrder", func(s *suite) {
+func testMultiLock_heldTogether_leasesInCallerOrder(s *suite) {
 	a, b := s.client(), s.client()
 	ks := s.multiKeys(3)
 	req := []string{ks[2], ks[0], ks[1]} // not sorted: the caller's order is kept
@@ -158,9 +158,9 @@ var _ = register("MultiLock_heldTogether_leasesInCallerOrder", func(s *suite) {
 			s.t.Errorf("second Unlock's error does not name %q: %v", k, err)
 		}
 	}
-})
+}
 
-var _ = register("MultiLock_oneHeldByOther_allOrNone", func(s *suite) {
+func testMultiLock_oneHeldByOther_allOrNone(s *suite) {
 	a, b, c := s.client(), s.client(), s.client()
 	ks := s.multiKeys(3)
 	req := []string{ks[2], ks[1], ks[0]}
@@ -222,9 +222,9 @@ var _ = register("MultiLock_oneHeldByOther_allOrNone", func(s *suite) {
 	for _, k := range ks {
 		s.checkNothingLeft(k)
 	}
-})
+}
 
-var _ = register("MultiLock_cancelWhileWaitingOnSecond_leavesNothing", func(s *suite) {
+func testMultiLock_cancelWhileWaitingOnSecond_leavesNothing(s *suite) {
 	holder, waiter := s.client(), s.client()
 	ks := s.multiKeys(2)
 	lh := s.lock(holder, ks[1], s.ttl())
@@ -274,9 +274,9 @@ var _ = register("MultiLock_cancelWhileWaitingOnSecond_leavesNothing", func(s *s
 	}
 	s.unlock(lh)
 	s.checkNothingLeft(ks[1])
-})
+}
 
-var _ = register("MultiLock_clientClose_endsAll", func(s *suite) {
+func testMultiLock_clientClose_endsAll(s *suite) {
 	a, b := s.client(), s.client()
 	ks := s.multiKeys(4)
 	m := s.lockAll(a, ks[:2], s.ttl())
@@ -327,9 +327,9 @@ var _ = register("MultiLock_clientClose_endsAll", func(s *suite) {
 	}
 	s.unlock(hb)
 	s.checkNothingLeft(ks[3])
-})
+}
 
-var _ = register("MultiLock_keyDeleted_doneCloses", func(s *suite) {
+func testMultiLock_keyDeleted_doneCloses(s *suite) {
 	kd, ok := s.h.(KeyDeleter)
 	if !ok {
 		s.t.Skip("backend harness cannot delete keys (no KeyDeleter)")
@@ -372,9 +372,9 @@ var _ = register("MultiLock_keyDeleted_doneCloses", func(s *suite) {
 		s.checkFree(b, k)
 		s.checkNothingLeft(k)
 	}
-})
+}
 
-var _ = register("MultiLock_holderCutOff_lostBeforeNextGrant", func(s *suite) {
+func testMultiLock_holderCutOff_lostBeforeNextGrant(s *suite) {
 	a, link := s.faulty()
 	b, c := s.client(), s.client()
 	ks := s.multiKeys(2)
@@ -409,9 +409,9 @@ var _ = register("MultiLock_holderCutOff_lostBeforeNextGrant", func(s *suite) {
 	if err := mb.Unlock(s.ctx); err != nil {
 		s.t.Fatalf("b's Unlock: %v", err)
 	}
-})
+}
 
-var _ = register("MultiLock_badInput_takesNothing", func(s *suite) {
+func testMultiLock_badInput_takesNothing(s *suite) {
 	a, b := s.client(), s.client()
 	ks := s.multiKeys(2)
 	// b holds ks[0]: a call that took the keys before checking them all
@@ -459,9 +459,9 @@ var _ = register("MultiLock_badInput_takesNothing", func(s *suite) {
 	}
 	s.unlock(hb)
 	s.checkNothingLeft(ks[0])
-})
+}
 
-var _ = register("MultiLock_insideDo_reentrant", func(s *suite) {
+func testMultiLock_insideDo_reentrant(s *suite) {
 	a, b := s.client(), s.client()
 	ks := s.multiKeys(2)
 	hb := s.lock(b, ks[0], s.ttl()) // as in badInput: refused before ks[0] is tried
@@ -484,7 +484,7 @@ var _ = register("MultiLock_insideDo_reentrant", func(s *suite) {
 	for _, k := range ks {
 		s.checkNothingLeft(k)
 	}
-})
+}
 
 func errString(err error) string {
 	if err == nil {

@@ -68,7 +68,7 @@ func (s *suite) describeQueues(c *dlock.Client, ks []string) string {
 	return b.String()
 }
 
-var _ = register("MultiLock_oppositeOrders_noDeadlock", func(s *suite) {
+func testMultiLock_oppositeOrders_noDeadlock(s *suite) {
 	// a asks for (k0, k1), b for (k1, k0), while h holds both. Locked in
 	// the callers' orders, a would queue on k0 and b on k1; h's releases
 	// would give each its first key, and each would then wait forever
@@ -126,9 +126,9 @@ var _ = register("MultiLock_oppositeOrders_noDeadlock", func(s *suite) {
 		}
 		s.checkNothingLeft(k)
 	}
-})
+}
 
-var _ = register("MultiLock_randomSubsets_noOverlapNoDeadlock", func(s *suite) {
+func testMultiLock_randomSubsets_noOverlapNoDeadlock(s *suite) {
 	// 8 callers, each with its own client, lock random subsets of 5 keys
 	// (2 to 5 of them, in random order) for a bounded number of rounds;
 	// two of them use TryLockAll. No key may be held twice at once, every
@@ -259,4 +259,4 @@ var _ = register("MultiLock_randomSubsets_noOverlapNoDeadlock", func(s *suite) {
 		s.checkNothingLeft(k)
 	}
 	s.t.Logf("seed %d: %d LockAll/TryLockAll calls, %d TryLockAll refused", multiSeed, callers*rounds, refused)
-})
+}

@@ -9,7 +9,7 @@ import (
 	"github.com/dlockdev/dlock"
 )
 
-var _ = register("Lock_fifo", func(s *suite) {
+func testLock_fifo(s *suite) {
 	key := s.key()
 	holder := s.client()
 	lh := s.lock(holder, key, s.ttl())
@@ -63,9 +63,9 @@ var _ = register("Lock_fifo", func(s *suite) {
 		s.t.Fatalf("waiters served in order %v, want arrival order %v", got, want)
 	}
 	s.checkNothingLeft(key)
-})
+}
 
-var _ = register("Lock_cancelWhileWaiting_leavesNothing", func(s *suite) {
+func testLock_cancelWhileWaiting_leavesNothing(s *suite) {
 	key := s.key()
 	holder, waiter := s.client(), s.client()
 	lh := s.lock(holder, key, s.ttl())
@@ -90,9 +90,9 @@ var _ = register("Lock_cancelWhileWaiting_leavesNothing", func(s *suite) {
 	}
 	s.unlock(lh)
 	s.checkNothingLeft(key)
-})
+}
 
-var _ = register("Lock_deadlineWhileHeld", func(s *suite) {
+func testLock_deadlineWhileHeld(s *suite) {
 	key := s.key()
 	holder, waiter := s.client(), s.client()
 	lh := s.lock(holder, key, s.ttl())
@@ -103,9 +103,9 @@ var _ = register("Lock_deadlineWhileHeld", func(s *suite) {
 	}
 	s.unlock(lh)
 	s.checkNothingLeft(key)
-})
+}
 
-var _ = register("Lock_cancelAtHandOff_nextWaiterServed", func(s *suite) {
+func testLock_cancelAtHandOff_nextWaiterServed(s *suite) {
 	// The first waiter gives up at the moment the key is handed to it. The
 	// second must get the key: nobody may stay stuck behind a ghost.
 	key := s.key()
@@ -146,9 +146,9 @@ var _ = register("Lock_cancelAtHandOff_nextWaiterServed", func(s *suite) {
 		}
 	}
 	s.checkNothingLeft(key)
-})
+}
 
-var _ = register("Lock_deadWaiterSkipped", func(s *suite) {
+func testLock_deadWaiterSkipped(s *suite) {
 	key := s.key()
 	holder, live := s.client(), s.client()
 	dead, link := s.faulty()
@@ -181,4 +181,4 @@ var _ = register("Lock_deadWaiterSkipped", func(s *suite) {
 	case <-s.ctx.Done():
 		s.t.Fatal("live waiter stuck behind a dead one (watchdog)")
 	}
-})
+}

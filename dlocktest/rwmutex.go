@@ -11,11 +11,11 @@ import (
 // Scenarios of Client.RWMutex: one writer or many readers, in one queue in
 // arrival order.
 
-var _ = register("RWMutex_safety_readersAndWriters", func(s *suite) {
+func testRWMutex_safety_readersAndWriters(s *suite) {
 	const clients, rounds = 8, 10
 	key := s.key()
 	res := newSharedResource(0)
-	s.contend(clients, rounds, res, func(c *dlock.Client, i, r int) call {
+	s.contend(clients, clients, rounds, res, func(c *dlock.Client, i, r int) call {
 		rw := c.RWMutex(key)
 		writer := (i+r)%4 == 0
 		switch try := (i+2*r)%5 == 4; {
@@ -29,12 +29,12 @@ var _ = register("RWMutex_safety_readersAndWriters", func(s *suite) {
 		return call{dlock.Shared, rw.RLock, false}
 	})
 	s.checkNothingLeft(key)
-})
+}
 
 // A mixed queue: a writer holds; R1, R2 wait; W2 waits; R3 waits. The
 // release grants R1 and R2 together, W2 and R3 still wait (R3 arrived after
 // a waiting writer); then W2, then R3.
-var _ = register("RWMutex_fifo_readersAtHeadGrantedTogether", func(s *suite) {
+func testRWMutex_fifo_readersAtHeadGrantedTogether(s *suite) {
 	key := s.key()
 	c := s.client()
 	s.inspect(c, key)
@@ -75,11 +75,11 @@ var _ = register("RWMutex_fifo_readersAtHeadGrantedTogether", func(s *suite) {
 	s.tokenAbove("r3", r3, w2)
 	s.unlock(r3)
 	s.checkNothingLeft(key)
-})
+}
 
 // Readers join readers that hold, until a writer waits: then a reader that
 // arrives waits behind the writer, so writers never starve.
-var _ = register("RWMutex_readerWaitsBehindWaitingWriter", func(s *suite) {
+func testRWMutex_readerWaitsBehindWaitingWriter(s *suite) {
 	key := s.key()
 	c := s.client()
 	r0 := s.held("r0", c.RWMutex(key).TryRLock)
@@ -98,9 +98,9 @@ var _ = register("RWMutex_readerWaitsBehindWaitingWriter", func(s *suite) {
 	s.unlock(w)
 	s.unlock(s.granted(pr2))
 	s.checkNothingLeft(key)
-})
+}
 
-var _ = register("RWMutex_tryLockAndTryRLock", func(s *suite) {
+func testRWMutex_tryLockAndTryRLock(s *suite) {
 	key := s.key()
 	a, b := s.client(), s.client()
 	w1 := s.held("w1", a.RWMutex(key).TryLock)
@@ -124,12 +124,12 @@ var _ = register("RWMutex_tryLockAndTryRLock", func(s *suite) {
 	s.tokenAbove("w2", w2, w1, r1, r2)
 	s.unlock(w2)
 	s.checkNothingLeft(key)
-})
+}
 
 // The lock's Lease_holderCutOff_lostBeforeNextGrant for a writer, with
 // two readers waiting: both are granted once the writer's lease has ended,
 // and not before.
-var _ = register("RWMutex_writerCutOff_lostBeforeReadersGranted", func(s *suite) {
+func testRWMutex_writerCutOff_lostBeforeReadersGranted(s *suite) {
 	a, link := s.faulty()
 	c := s.client()
 	key := s.key()
@@ -160,11 +160,11 @@ var _ = register("RWMutex_writerCutOff_lostBeforeReadersGranted", func(s *suite)
 	for _, l := range readers {
 		s.unlock(l)
 	}
-})
+}
 
 // A cancelled waiter of either mode leaves the queue and holds up nobody:
 // readers behind a cancelled writer are granted at once.
-var _ = register("RWMutex_cancelWhileWaiting_leavesNothing", func(s *suite) {
+func testRWMutex_cancelWhileWaiting_leavesNothing(s *suite) {
 	key := s.key()
 	c := s.client()
 	r0 := s.held("r0", c.RWMutex(key).TryRLock)
@@ -199,11 +199,11 @@ var _ = register("RWMutex_cancelWhileWaiting_leavesNothing", func(s *suite) {
 	s.expectQueue(c, key, "after the retried Unlocks", []string{"w5"}, nil)
 	s.unlock(w5)
 	s.checkNothingLeft(key)
-})
+}
 
 // A waiter whose deadline passes while readers hold returns
 // DeadlineExceeded and leaves nothing behind (as Lock_deadlineWhileHeld).
-var _ = register("RWMutex_deadlineWhileReadersHold", func(s *suite) {
+func testRWMutex_deadlineWhileReadersHold(s *suite) {
 	key := s.key()
 	c := s.client()
 	r := s.held("r", c.RWMutex(key).TryRLock)
@@ -216,9 +216,9 @@ var _ = register("RWMutex_deadlineWhileReadersHold", func(s *suite) {
 	s.expectQueue(c, key, "the writer's deadline passed", []string{"r"}, nil)
 	s.unlock(r)
 	s.checkNothingLeft(key)
-})
+}
 
-var _ = register("RWMutex_inspect_kindModesInOrder", func(s *suite) {
+func testRWMutex_inspect_kindModesInOrder(s *suite) {
 	key := s.key()
 	c := s.client()
 	w0 := s.held("w0", c.RWMutex(key).TryLock)
@@ -266,13 +266,13 @@ var _ = register("RWMutex_inspect_kindModesInOrder", func(s *suite) {
 	s.unlock(r2)
 	s.unlock(s.granted(pw3))
 	s.checkNothingLeft(key)
-})
+}
 
 // Lock_cancelAtHandOff_nextWaiterServed for a writer with readers behind
 // it: the writer gives up at the moment the key is handed to it, and the
 // readers behind it are served either way (it left the queue, or it was
 // granted and unlocks).
-var _ = register("RWMutex_cancelAtHandOff_readersServed", func(s *suite) {
+func testRWMutex_cancelAtHandOff_readersServed(s *suite) {
 	key := s.key()
 	c := s.client()
 	for round := range 4 {
@@ -295,12 +295,12 @@ var _ = register("RWMutex_cancelAtHandOff_readersServed", func(s *suite) {
 		s.unlock(s.granted(pr3))
 	}
 	s.checkNothingLeft(key)
-})
+}
 
 // Lock_deadWaiterSkipped for a writer: a waiting writer whose network dies
 // blocks the readers behind it only until its entry goes, although a
 // reader still holds.
-var _ = register("RWMutex_deadWriterWaiting_readersServed", func(s *suite) {
+func testRWMutex_deadWriterWaiting_readersServed(s *suite) {
 	key := s.key()
 	c := s.client()
 	dead, link := s.faulty()
@@ -328,4 +328,4 @@ var _ = register("RWMutex_deadWriterWaiting_readersServed", func(s *suite) {
 	// Let the dead client clean up at once rather than at its Close,
 	// which would wait for its unreachable server.
 	link.Restore()
-})
+}

@@ -16,7 +16,7 @@ import (
 // Do_noWait_skipsWhileHeld: a Do with NoWait on a held key returns ErrLocked
 // at once without running its job and leaves no waiter behind. Before
 // NoWait, Do queued behind the holder (here: until the watchdog).
-var _ = register("Do_noWait_skipsWhileHeld", func(s *suite) {
+func testDo_noWait_skipsWhileHeld(s *suite) {
 	c1, c2 := s.client(), s.client()
 	key := s.key()
 	l := s.lock(c1, key)
@@ -34,13 +34,13 @@ var _ = register("Do_noWait_skipsWhileHeld", func(s *suite) {
 		s.t.Fatalf("Do(NoWait) on a free key = %v (job ran: %v), want nil after running the job", err, ran)
 	}
 	s.checkNothingLeft(key)
-})
+}
 
 // Do_holdAtLeast_keepsKeyAfterJob: Do returns when the job does, the key
 // stays held (the lease is renewed, not lost) through the minimum hold, and
 // another instance's Do(NoWait) skips; Close then stops renewing without
 // releasing, and the server frees the key within the TTL.
-var _ = register("Do_holdAtLeast_keepsKeyAfterJob", func(s *suite) {
+func testDo_holdAtLeast_keepsKeyAfterJob(s *suite) {
 	c1, c2 := s.client(), s.client()
 	key := s.key()
 	lease, err := doKeepingLease(s.ctx, c1, key, dlock.NoWait(), dlock.HoldAtLeast(time.Hour))
@@ -77,7 +77,7 @@ var _ = register("Do_holdAtLeast_keepsKeyAfterJob", func(s *suite) {
 	l := s.lock(c2, key) // waits for the server's TTL
 	s.unlock(l)
 	s.checkNothingLeft(key)
-})
+}
 
 // OwnedClient_closeInMinimumHold: Close of a Client built by the backend's
 // New on a server client its owner keeps ends a lease in its minimum hold
@@ -85,7 +85,7 @@ var _ = register("Do_holdAtLeast_keepsKeyAfterJob", func(s *suite) {
 // free before Close returns or once the server expires the lease's TTL, as
 // the harness says (OwnedClientMaker.CloseReleases). A backend that left
 // the key to the owner's session would hold it for as long as that lives.
-var _ = register("OwnedClient_closeInMinimumHold", func(s *suite) {
+func testOwnedClient_closeInMinimumHold(s *suite) {
 	o, ok := s.h.(OwnedClientMaker)
 	if !ok {
 		s.t.Skip("backend harness cannot build a Client on a server client it owns (no OwnedClientMaker)")
@@ -138,12 +138,12 @@ var _ = register("OwnedClient_closeInMinimumHold", func(s *suite) {
 	}
 	s.unlock(l2)
 	s.checkNothingLeft(key)
-})
+}
 
 // Do_holdAtLeast_releasesAfterHold: once the minimum hold has passed the
 // Client releases the key by itself (ErrReleased, not a loss), and a waiter
 // gets it.
-var _ = register("Do_holdAtLeast_releasesAfterHold", func(s *suite) {
+func testDo_holdAtLeast_releasesAfterHold(s *suite) {
 	c1, c2 := s.client(), s.client()
 	key := s.key()
 	lease, err := doKeepingLease(s.ctx, c1, key, dlock.HoldAtLeast(200*time.Millisecond))
@@ -157,11 +157,11 @@ var _ = register("Do_holdAtLeast_releasesAfterHold", func(s *suite) {
 	}
 	s.unlock(l)
 	s.checkNothingLeft(key)
-})
+}
 
 // Lock_holdAtLeast_unlockDefers: Unlock inside the minimum hold returns nil
 // at once and leaves the key held; a second Unlock says not held.
-var _ = register("Lock_holdAtLeast_unlockDefers", func(s *suite) {
+func testLock_holdAtLeast_unlockDefers(s *suite) {
 	c1, c2 := s.client(), s.client()
 	key := s.key()
 	l := s.lock(c1, key, dlock.HoldAtLeast(time.Hour))
@@ -179,7 +179,7 @@ var _ = register("Lock_holdAtLeast_unlockDefers", func(s *suite) {
 	if _, err := c2.Lock(s.ctx, key, dlock.NoWait()); !errors.Is(err, dlock.ErrLocked) {
 		s.t.Fatalf("Lock(NoWait) inside the minimum hold = %v, want ErrLocked", err)
 	}
-})
+}
 
 // doKeepingLease runs Do of key with opts and a job that does nothing but
 // keep its lease, and returns that lease with Do's error: the minimum-hold
@@ -201,7 +201,7 @@ func doKeepingLease(ctx context.Context, c *dlock.Client, key string, opts ...dl
 // here for the job, which waited for it, until the watchdog); the job's
 // context is cancelled with a cause that names the limit, and Do and
 // Lease.Err report ErrHoldLimit.
-var _ = register("Do_holdAtMost_releasesHungJob", func(s *suite) {
+func testDo_holdAtMost_releasesHungJob(s *suite) {
 	c1, c2 := s.client(), s.client()
 	key := s.key()
 	const limit = 300 * time.Millisecond
@@ -234,11 +234,11 @@ var _ = register("Do_holdAtMost_releasesHungJob", func(s *suite) {
 	}
 	s.unlock(next)
 	s.checkNothingLeft(key)
-})
+}
 
 // Lock_holdAtMost_unlockAfterLimit: a Lock's lease ends at its maximum
 // hold, and the Unlock that comes later says so: not held, at the limit.
-var _ = register("Lock_holdAtMost_unlockAfterLimit", func(s *suite) {
+func testLock_holdAtMost_unlockAfterLimit(s *suite) {
 	c1, c2 := s.client(), s.client()
 	key := s.key()
 	l := s.lock(c1, key, dlock.HoldAtMost(200*time.Millisecond))
@@ -252,12 +252,12 @@ var _ = register("Lock_holdAtMost_unlockAfterLimit", func(s *suite) {
 	}
 	s.unlock(s.tryLock(c2, key)) // Unlock returned once the release was done
 	s.checkNothingLeft(key)
-})
+}
 
 // Lock_holdAtLeastAndMost_unlockReleasesAtMinimum: with both holds equal,
 // an early Unlock leaves the release to the minimum hold, and the lease
 // ends released, never at its maximum (which would say the job hung).
-var _ = register("Lock_holdAtLeastAndMost_unlockReleasesAtMinimum", func(s *suite) {
+func testLock_holdAtLeastAndMost_unlockReleasesAtMinimum(s *suite) {
 	c1, c2 := s.client(), s.client()
 	key := s.key()
 	const d = 300 * time.Millisecond
@@ -270,4 +270,4 @@ var _ = register("Lock_holdAtLeastAndMost_unlockReleasesAtMinimum", func(s *suit
 	}
 	s.unlock(l2)
 	s.checkNothingLeft(key)
-})
+}

@@ -23,17 +23,22 @@ type call struct {
 	try     bool
 }
 
-// contend runs clients contenders of rounds critical sections each through
-// res; pick gives client i's call of round r. It fails the test with what
-// res found.
-func (s *suite) contend(clients, rounds int, res *sharedResource, pick func(c *dlock.Client, i, r int) call) {
+// contend runs contenders of rounds critical sections each through res,
+// contender i on client i%clients (several contenders share a client when
+// clients < contenders, as goroutines of one process do); pick gives
+// contender i's call of round r. It fails the test with what res found.
+func (s *suite) contend(contenders, clients, rounds int, res *sharedResource, pick func(c *dlock.Client, i, r int) call) {
 	s.t.Helper()
+	cs := make([]*dlock.Client, clients)
+	for i := range cs {
+		cs[i] = s.client()
+	}
 	var wg sync.WaitGroup
-	errs := make(chan error, clients)
-	for i := range clients {
-		c := s.client()
+	errs := make(chan error, contenders)
+	for i := range contenders {
+		c := cs[i%clients]
 		wg.Go(func() {
-			who := fmt.Sprintf("client%d", i)
+			who := fmt.Sprintf("contender%d", i)
 			for r := range rounds {
 				k := pick(c, i, r)
 				l, err := k.acquire(s.ctx, s.ttl())
@@ -48,7 +53,9 @@ func (s *suite) contend(clients, rounds int, res *sharedResource, pick func(c *d
 					errs <- fmt.Errorf("%s, round %d: lease mode %v, want %v", who, r, l.Mode(), k.mode)
 				}
 				res.enter(who, k.mode, l.Token())
-				runtime.Gosched() // give an overlapping holder a chance to show up
+				for range 20 { // give an overlapping holder a chance to show up
+					runtime.Gosched()
+				}
 				res.exit(k.mode)
 				if err := l.Unlock(s.ctx); err != nil {
 					errs <- fmt.Errorf("%s, round %d: Unlock: %w", who, r, err)
@@ -63,11 +70,13 @@ func (s *suite) contend(clients, rounds int, res *sharedResource, pick func(c *d
 	}
 }
 
-var _ = register("Semaphore_safety_manyContenders", func(s *suite) {
-	const limit, clients, rounds = 3, 8, 10
+// Never more than limit permits held at once, and no token given twice,
+// with two contenders on each client, as goroutines of one process.
+func testSemaphore_safety_manyContenders(s *suite) {
+	const limit, contenders, clients, rounds = 3, 12, 6, 8
 	key := s.key()
 	res := newSharedResource(limit)
-	s.contend(clients, rounds, res, func(c *dlock.Client, i, r int) call {
+	s.contend(contenders, clients, rounds, res, func(c *dlock.Client, i, r int) call {
 		sem := c.Semaphore(key, limit)
 		if (i+r)%5 == 4 {
 			return call{dlock.Shared, sem.TryAcquire, true}
@@ -75,12 +84,12 @@ var _ = register("Semaphore_safety_manyContenders", func(s *suite) {
 		return call{dlock.Shared, sem.Acquire, false}
 	})
 	s.checkNothingLeft(key)
-})
+}
 
 // With more contenders than permits, every permit is in use: the first
 // limit are granted without waiting, the next waits, and each release
 // grants exactly one waiter, the first.
-var _ = register("Semaphore_saturation_allPermitsGranted", func(s *suite) {
+func testSemaphore_saturation_allPermitsGranted(s *suite) {
 	const limit = 3
 	key := s.key()
 	c := s.client()
@@ -113,11 +122,11 @@ var _ = register("Semaphore_saturation_allPermitsGranted", func(s *suite) {
 		s.unlock(l)
 	}
 	s.checkNothingLeft(key)
-})
+}
 
 // A release of several permits at once (Close of a client that holds them
 // all) grants as many waiters, in order, and no more.
-var _ = register("Semaphore_releaseOfSeveral_grantsAsMany", func(s *suite) {
+func testSemaphore_releaseOfSeveral_grantsAsMany(s *suite) {
 	const limit = 3
 	key := s.key()
 	owner, c := s.client(), s.client()
@@ -148,9 +157,9 @@ var _ = register("Semaphore_releaseOfSeveral_grantsAsMany", func(s *suite) {
 		s.unlock(l)
 	}
 	s.checkNothingLeft(key)
-})
+}
 
-var _ = register("Semaphore_fifo", func(s *suite) {
+func testSemaphore_fifo(s *suite) {
 	const limit, waiters = 2, 5
 	key := s.key()
 	c := s.client()
@@ -176,9 +185,9 @@ var _ = register("Semaphore_fifo", func(s *suite) {
 		s.unlock(l)
 	}
 	s.checkNothingLeft(key)
-})
+}
 
-var _ = register("Semaphore_tryAcquire", func(s *suite) {
+func testSemaphore_tryAcquire(s *suite) {
 	const limit = 2
 	key := s.key()
 	a, b := s.client(), s.client()
@@ -203,12 +212,12 @@ var _ = register("Semaphore_tryAcquire", func(s *suite) {
 	s.unlock(lw)
 	s.unlock(t5)
 	s.checkNothingLeft(key)
-})
+}
 
 // The lock's Lease_holderCutOff_lostBeforeNextGrant for a permit: the
 // waiter behind a dead holder gets its permit within the holder's TTL, and
 // not before the holder's lease has ended locally.
-var _ = register("Semaphore_holderCutOff_lostBeforeNextGrant", func(s *suite) {
+func testSemaphore_holderCutOff_lostBeforeNextGrant(s *suite) {
 	const limit = 2
 	a, link := s.faulty()
 	b, c, d := s.client(), s.client(), s.client()
@@ -237,9 +246,9 @@ var _ = register("Semaphore_holderCutOff_lostBeforeNextGrant", func(s *suite) {
 	s.expectErr("TryAcquire after the stale holder's Unlock (b and c hold)", err, dlock.ErrLocked)
 	s.unlock(lb)
 	s.unlock(lc)
-})
+}
 
-var _ = register("Semaphore_cancelWhileWaiting_leavesNothing", func(s *suite) {
+func testSemaphore_cancelWhileWaiting_leavesNothing(s *suite) {
 	const limit = 2
 	key := s.key()
 	c := s.client()
@@ -262,9 +271,9 @@ var _ = register("Semaphore_cancelWhileWaiting_leavesNothing", func(s *suite) {
 	s.unlock(h1)
 	s.unlock(ln)
 	s.checkNothingLeft(key)
-})
+}
 
-var _ = register("Semaphore_RWMutex_clientClose", func(s *suite) {
+func testSemaphore_RWMutex_clientClose(s *suite) {
 	const limit = 2
 	semKey, rwKey := s.key(), s.key()
 	a, b := s.client(), s.client()
@@ -297,9 +306,9 @@ var _ = register("Semaphore_RWMutex_clientClose", func(s *suite) {
 	s.unlock(rb)
 	s.checkNothingLeft(semKey)
 	s.checkNothingLeft(rwKey)
-})
+}
 
-var _ = register("Semaphore_limitBelowOne_invalidOption", func(s *suite) {
+func testSemaphore_limitBelowOne_invalidOption(s *suite) {
 	key := s.key()
 	c := s.client()
 	for _, limit := range []int{0, -1} {
@@ -313,9 +322,9 @@ var _ = register("Semaphore_limitBelowOne_invalidOption", func(s *suite) {
 	if info, err := c.Inspect(s.ctx, key); err == nil && (len(info.Holders) != 0 || len(info.Waiters) != 0) {
 		s.t.Fatalf("after refused limits, Inspect = %+v, want a free key", info)
 	}
-})
+}
 
-var _ = register("Semaphore_inspect_kindLimitHoldersWaiters", func(s *suite) {
+func testSemaphore_inspect_kindLimitHoldersWaiters(s *suite) {
 	const limit = 3
 	key := s.key()
 	c := s.client()
@@ -361,12 +370,12 @@ var _ = register("Semaphore_inspect_kindLimitHoldersWaiters", func(s *suite) {
 		s.t.Fatalf("Inspect of a free key = %+v, want no holder, no waiters", info)
 	}
 	s.checkNothingLeft(key)
-})
+}
 
 // Lock_cancelAtHandOff_nextWaiterServed for a permit: the first waiter
 // gives up at the moment a permit is handed to it; the second gets one
 // either way.
-var _ = register("Semaphore_cancelAtHandOff_nextWaiterServed", func(s *suite) {
+func testSemaphore_cancelAtHandOff_nextWaiterServed(s *suite) {
 	const limit = 2
 	key := s.key()
 	c := s.client()
@@ -391,4 +400,4 @@ var _ = register("Semaphore_cancelAtHandOff_nextWaiterServed", func(s *suite) {
 	}
 	s.unlock(h1)
 	s.checkNothingLeft(key)
-})
+}

@@ -138,36 +138,6 @@ func TestElection_resignHandsOverInArrivalOrder(t *testing.T) {
 	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
 }
 
-// Proclaim changes the value the leader publishes (Leader reads it) and
-// fails with ErrNotHeld once the leader's entry is gone: here deleted
-// behind its back, before the lease could learn it (no renewal yet with a
-// long TTL), so that it is the driver's Txn that refuses.
-func TestElection_proclaimAfterLoss(t *testing.T) {
-	srv := testserver.SharedEtcd(t)
-	ctx := testCtx(t)
-	key := "elect-proclaim/" + t.Name()
-	h := newHarness(t)
-	c := openClient(t, ctx, srv.URL())
-	term, err := c.Election(key).Campaign(ctx, "v1", longTTL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := term.Proclaim(ctx, "v2"); err != nil {
-		t.Fatal(err)
-	}
-	wantLeader(t, ctx, c, key, "v2", term.Token())
-	if err := h.DeleteKey(ctx, key); err != nil {
-		t.Fatal(err)
-	}
-	if err := term.Proclaim(ctx, "v3"); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Fatalf("Proclaim after loss: %v, want ErrNotHeld", err)
-	}
-	if err := term.Resign(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Fatalf("Resign after loss: %v, want ErrNotHeld", err)
-	}
-	checkNothingStored(t, ctx, h.admin, key) // the tail went with the lease
-}
-
 // A grant's Publish writes only its own entry: after its release, the next
 // call on the same lease (the driver reuses leases, and entry names with
 // them) creates an entry of the same name, which the old grant's Publish

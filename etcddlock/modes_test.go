@@ -103,22 +103,6 @@ func runModes(t *testing.T, ctx context.Context, clients []*dlock.Client, rounds
 // yield lets other goroutines run: a hold that is no synchronization.
 func yield() { runtime.Gosched() }
 
-// A semaphore never has more than limit valid leases, and with more
-// contenders than permits all of them are used at once at some point.
-func TestSemaphore_neverMoreThanLimit(t *testing.T) {
-	srv := testserver.SharedEtcd(t)
-	ctx := testCtx(t)
-	key := "sem-limit/" + t.Name()
-	const n, limit, rounds = 8, 3, 10
-	clients := make([]*dlock.Client, n)
-	for i := range n {
-		clients[i] = newCounter().client(t, ctx, srv.Addr(), longTTL)
-	}
-	h := runModes(t, ctx, clients, rounds, limit, func(int) acquirer { return permit(key, limit) })
-	t.Logf("at most %d permits held at once", h.maxShared)
-	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
-}
-
 // Saturation, step by step: limit holders hold all permits; TryAcquire
 // then fails; waiters queue; each release grants exactly the first waiter.
 func TestSemaphore_saturation(t *testing.T) {

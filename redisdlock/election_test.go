@@ -216,21 +216,19 @@ func TestElection_kind(t *testing.T) {
 	}
 }
 
-// Proclaim after the grant passed to another owner, while the lease does
-// not know yet (its key was deleted behind its back, and its next renewal
-// is far off): publish.lua's owner check refuses with ErrNotHeld and the new
-// leader's value stays. Without the check in the script (a blind HSET of
-// the 'o' field, say) B's value would be replaced by A's.
-func TestElection_proclaimAfterLoss(t *testing.T) {
+// Proclaim writes the value only: publish.lua keeps the holder record's
+// owner, times and token (no renewal), and writing the same value twice is
+// no error. The record's layout is Redis's own; the suite's
+// Election_leaderInfo and Election_proclaimAfterLossFails check what any
+// backend's Proclaim does.
+func TestElection_proclaimWritesOnlyTheValue(t *testing.T) {
 	clients, admin := singleServer(t)
 	ctx := testCtx(t)
 	const key = "elect/proclaim"
-	a, b := clients(t), clients(t)
-	la, err := a.Election(key).Campaign(ctx, "a", dlock.WithTTL(30*time.Second))
+	la, err := clients(t).Election(key).Campaign(ctx, "a", dlock.WithTTL(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Idempotent, and no renewal: the record's renewed/ttl stay.
 	before := holderRecord(t, admin, key)
 	for range 2 {
 		if err := la.Proclaim(ctx, "a2"); err != nil {
@@ -241,28 +239,8 @@ func TestElection_proclaimAfterLoss(t *testing.T) {
 	if cut(before, 6) != cut(after, 6) || !strings.Contains(after, `"a2"`) {
 		t.Fatalf("Proclaim changed %q into %q: want the same owner, times and token, and the new value", before, after)
 	}
-
-	if err := admin.Del(ctx, redisdlock.RedisKeyForTest(redisdlock.DefaultPrefix, key)).Err(); err != nil {
+	if err := la.Resign(ctx); err != nil {
 		t.Fatal(err)
-	}
-	lb, err := b.Election(key).Campaign(ctx, "b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if la.Err() != nil {
-		t.Fatalf("A's lease already knows: %v (the test needs it not to)", la.Err())
-	}
-	if err := la.Proclaim(ctx, "stale"); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Fatalf("A's Proclaim after losing: %v, want ErrNotHeld", err)
-	}
-	info, err := b.Election(key).Leader(ctx)
-	if err != nil || info.Value != "b" || info.Token != lb.Token() {
-		t.Fatalf("Leader after A's stale Proclaim: %+v, %v; want B's value", info, err)
-	}
-	// And after A's resignation, once its lease knows.
-	_ = la.Resign(ctx)
-	if err := la.Proclaim(ctx, "late"); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Fatalf("Proclaim after Resign: %v, want ErrNotHeld", err)
 	}
 }
 

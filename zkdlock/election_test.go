@@ -178,65 +178,6 @@ func TestElection_proclaim_nextCandidateNotElected(t *testing.T) {
 	}
 }
 
-// TestElection_proclaimAfterLoss_ErrNotHeld: Proclaim fails with
-// ErrNotHeld once the term is over, by Resign, by the expiry of the
-// leader's session, and by its node deleted behind its back; and it never
-// writes the successor's node.
-func TestElection_proclaimAfterLoss_ErrNotHeld(t *testing.T) {
-	ctx := testCtx(t)
-	srv, admin, opts := sharedServer(t, ctx)
-	const key = "lost"
-	proxy := dlocktest.NewProxy(t, srv.Addr())
-	a := newClient(t, ctx, dialZK(t, ctx, proxy.Addr(), connOpts{}), opts)
-	b := plainClient(t, ctx, srv.Addr(), opts)
-
-	// Resigned.
-	ta, err := a.Election(key).Campaign(ctx, "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ta.Resign(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := ta.Proclaim(ctx, "again"); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Fatalf("Proclaim after Resign: %v, want ErrNotHeld", err)
-	}
-
-	// Session expired while cut off; b is elected after.
-	ta, err = a.Election(key).Campaign(ctx, "a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pb := startCampaign(ctx, b, key, "b")
-	waitWaiters(t, ctx, b, key, 1)
-	proxy.Blackhole()
-	tb := pb.term(t, ctx, "b")
-	proxy.Restore()
-	waitDone(t, ctx, ta.Lease(), "its session expired")
-	if err := ta.Proclaim(ctx, "stale"); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Fatalf("Proclaim after the session expired: %v, want ErrNotHeld", err)
-	}
-	li, err := b.Election(key).Leader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if li.Value != "b" || li.Token != tb.Token() {
-		t.Fatalf("Leader = %q (token %d), want b's (token %d)", li.Value, li.Token, tb.Token())
-	}
-
-	// Node deleted by an operator.
-	path := zkdlock.KeyPathForTest(opts.Root, key)
-	for _, name := range children(t, admin, path) {
-		if err := admin.Delete(path+"/"+name, -1); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitDone(t, ctx, tb.Lease(), "its node was deleted")
-	if err := tb.Proclaim(ctx, "gone"); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Fatalf("Proclaim after the node was deleted: %v, want ErrNotHeld", err)
-	}
-}
-
 // observation reads an Observe channel and checks each state against the
 // expected sequence.
 type observation struct {

@@ -5,71 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/zkdlock"
 )
-
-// TestSemaphore_neverMoreThanLimit: 12 contenders on 4 Clients take 3
-// rounds each of a semaphore of 3 permits. Never more than 3 hold at once,
-// and every grant's token is new.
-func TestSemaphore_neverMoreThanLimit(t *testing.T) {
-	ctx := testCtx(t)
-	srv, admin, opts := sharedServer(t, ctx)
-	const key, limit, contenders, rounds = "sem-limit", 3, 12, 3
-	cs := make([]*dlock.Client, 4)
-	for i := range cs {
-		cs[i] = plainClient(t, ctx, srv.Addr(), opts)
-	}
-	var (
-		inUse, most atomic.Int64
-		mu          sync.Mutex
-		tokens      = map[uint64]bool{}
-		wg          sync.WaitGroup
-		errc        = make(chan error, contenders)
-	)
-	for i := range contenders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s := cs[i%len(cs)].Semaphore(key, limit)
-			for range rounds {
-				l, err := s.Acquire(ctx)
-				if err != nil {
-					errc <- err
-					return
-				}
-				n := inUse.Add(1)
-				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-				}
-				mu.Lock()
-				dup := tokens[l.Token()]
-				tokens[l.Token()] = true
-				mu.Unlock()
-				if dup {
-					errc <- fmt.Errorf("token %d granted twice", l.Token())
-				}
-				inUse.Add(-1)
-				if err := l.Unlock(ctx); err != nil {
-					errc <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errc)
-	for err := range errc {
-		t.Error(err)
-	}
-	if m := most.Load(); m > limit {
-		t.Errorf("%d permits held at once, limit %d", m, limit)
-	}
-	checkNothingLeft(t, admin, zkdlock.KeyPathForTest(opts.Root, key))
-}
 
 // TestSemaphore_saturated_everyPermitInUse: with more contenders than
 // permits, all of them are in use (a semaphore that hands out one permit at
