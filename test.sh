@@ -24,17 +24,17 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 [ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 # A C compiler builds the library that steps one redis-server's clock
-# (internal/testserver/clock.go; libfaketime cannot run redis-server).
+# (internal/testing/testserver/clock.go; libfaketime cannot run redis-server).
 command -v cc >/dev/null 2>&1 || need+=(gcc)
 command -v zsh >/dev/null 2>&1 || need+=(zsh) # cmd/dlock: zsh -n on the completion script
-# sqlfence's tests run a PostgreSQL server (internal/testserver/postgres.go
+# sqlfence's tests run a PostgreSQL server (internal/testing/testserver/postgres.go
 # finds Debian's binaries in /usr/lib/postgresql/<version>/bin).
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || need+=(postgresql)
-# ... and a MariaDB server (internal/testserver/mariadb.go: mariadbd, which
+# ... and a MariaDB server (internal/testing/testserver/mariadb.go: mariadbd, which
 # Debian puts in /usr/sbin, and mariadb-install-db).
 { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; } || need+=(mariadb-server)
 # etcddlock's tests check that Debian's etcd (3.4.23, which revokes live
-# leases) is refused (internal/testserver/etcd.go: EtcdDebianBinary).
+# leases) is refused (internal/testing/testserver/etcd.go: EtcdDebianBinary).
 [ -x /usr/bin/etcd ] || need+=(etcd-server)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test.sh: installing ${need[*]}"

@@ -10,7 +10,7 @@ import (
 	"github.com/dlockdev/dlock/dlocktest"
 	"github.com/dlockdev/dlock/driver"
 	"github.com/dlockdev/dlock/etcddlock"
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 )
 
 // lateGrantDriver is a real etcd driver whose Acquire, once etcd has granted

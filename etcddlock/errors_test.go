@@ -9,8 +9,8 @@ import (
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/dlocktest"
 	"github.com/dlockdev/dlock/etcddlock"
-	"github.com/dlockdev/dlock/internal/errtext"
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/errtext"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/etcddlock"
-	"github.com/dlockdev/dlock/internal/testproc"
+	"github.com/dlockdev/dlock/internal/testing/testproc"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )

@@ -8,13 +8,13 @@ import (
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/dlocktest"
 	"github.com/dlockdev/dlock/etcddlock"
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
 // harness gives the conformance suite clients of the shared etcd process
-// (internal/testserver).
+// (internal/testing/testserver).
 type harness struct {
 	srv   *testserver.Etcd
 	admin *clientv3.Client // for fault injection and inspection

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlockdev/dlock/internal/testproc/outage"
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/testproc/outage"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 )
 
 func init() {

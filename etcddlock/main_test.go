@@ -5,15 +5,15 @@ import (
 	"os"
 	"testing"
 
-	"github.com/dlockdev/dlock/internal/leakcheck"
-	"github.com/dlockdev/dlock/internal/testproc"
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/leakcheck"
+	"github.com/dlockdev/dlock/internal/testing/testproc"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 )
 
 // Every client, lease and waiter must stop its goroutines when closed,
 // released or cancelled. The shared etcd process is stopped first: the
 // goroutines that tend it are not ours to check. A child process of the
-// fencing proofs (internal/testproc) runs its role instead, and exits.
+// fencing proofs (internal/testing/testproc) runs its role instead, and exits.
 func TestMain(m *testing.M) {
 	testproc.RunChild(fenceRoles)
 	code := m.Run()

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/dlockdev/dlock"
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 )
 
 // Server requests per grant stay flat from 2 to 64 contenders, for a

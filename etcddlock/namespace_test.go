@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/etcddlock"
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/namespace"
 )

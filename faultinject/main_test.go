@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/dlockdev/dlock/faultinject"
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )

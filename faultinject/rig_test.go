@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/faultinject"
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/dlockdev/dlock/zkdlock"
 	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"

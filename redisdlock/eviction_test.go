@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/dlockdev/dlock"
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/dlockdev/dlock/redisdlock"
 	"github.com/redis/go-redis/v9"
 )

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock"
-	"github.com/dlockdev/dlock/internal/testproc"
+	"github.com/dlockdev/dlock/internal/testing/testproc"
 	"github.com/dlockdev/dlock/redisdlock"
 	"github.com/redis/go-redis/v9"
 )

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock"
-	"github.com/dlockdev/dlock/internal/testproc"
-	"github.com/dlockdev/dlock/internal/testproc/outage"
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/testproc"
+	"github.com/dlockdev/dlock/internal/testing/testproc/outage"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/dlockdev/dlock/redisdlock"
 	"github.com/redis/go-redis/v9"
 )

@@ -6,9 +6,9 @@ import (
 	"os"
 	"testing"
 
-	"github.com/dlockdev/dlock/internal/leakcheck"
-	"github.com/dlockdev/dlock/internal/testproc"
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/leakcheck"
+	"github.com/dlockdev/dlock/internal/testing/testproc"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/redis/go-redis/v9"
 )
 

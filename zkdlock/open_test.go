@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/dlockdev/dlock/zkdlock"
 )
 

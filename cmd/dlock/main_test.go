@@ -13,7 +13,7 @@ import (
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/dlocktest"
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/rogpeppe/go-internal/testscript"
 	"go.uber.org/goleak"
 )

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 )
 
 // TestMain lets the test binary serve as the closeorders command, so that

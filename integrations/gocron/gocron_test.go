@@ -9,7 +9,7 @@ import (
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/integrations/gocron"
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 	_ "github.com/dlockdev/dlock/redisdlock"
 	"github.com/go-co-op/gocron/v2"
 	"github.com/google/uuid"

@@ -9,7 +9,7 @@ import (
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/integrations/robfigcron"
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 	_ "github.com/dlockdev/dlock/redisdlock"
 	"github.com/robfig/cron/v3"
 )

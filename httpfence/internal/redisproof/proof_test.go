@@ -15,8 +15,8 @@ import (
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/httpfence"
-	"github.com/dlockdev/dlock/internal/testproc"
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/testproc"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/dlockdev/dlock/redisdlock"
 	"github.com/redis/go-redis/v9"
 )

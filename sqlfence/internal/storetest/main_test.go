@@ -5,9 +5,9 @@ import (
 	"os"
 	"testing"
 
-	"github.com/dlockdev/dlock/internal/leakcheck"
-	"github.com/dlockdev/dlock/internal/testproc"
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/leakcheck"
+	"github.com/dlockdev/dlock/internal/testing/testproc"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 )
 
 // TestMain runs a child's role when the process is one (the SIGSTOP

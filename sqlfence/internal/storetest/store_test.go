@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/dlockdev/dlock/sqlfence"
 	"github.com/go-sql-driver/mysql"   // driver "mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 )
 
 // TestMain stops the PostgreSQL server that the tests of the postgres store

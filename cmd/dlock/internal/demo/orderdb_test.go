@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock"
-	"github.com/dlockdev/dlock/internal/testserver"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 )
 
 // The stores the order database tests run on: a new SQLite file, and a new

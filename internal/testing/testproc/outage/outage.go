@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock"
-	"github.com/dlockdev/dlock/internal/testproc"
+	"github.com/dlockdev/dlock/internal/testing/testproc"
 )
 
 // Key is the key the holder holds through the outage.

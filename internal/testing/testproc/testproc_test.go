@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/dlockdev/dlock/internal/testproc"
+	"github.com/dlockdev/dlock/internal/testing/testproc"
 )
 
 func TestMain(m *testing.M) {

@@ -13,7 +13,7 @@ func TestFind_reportsALeftGoroutineAndIgnoresIt(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "leakcheck.leaky") {
 		t.Fatalf("Find = %v, want a report naming leakcheck.leaky", err)
 	}
-	if err := findNow("github.com/dlockdev/dlock/internal/leakcheck.leaky"); err != nil {
+	if err := findNow("github.com/dlockdev/dlock/internal/testing/leakcheck.leaky"); err != nil {
 		t.Fatalf("Find with leaky ignored = %v, want nil", err)
 	}
 	close(stop)

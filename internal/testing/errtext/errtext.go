@@ -145,7 +145,7 @@ func (r *Recorder) Check() {
 	r.t.Errorf("error messages differ from %s; if the change is deliberate, run go test -run %s -update and review the diff", path, r.t.Name())
 }
 
-const header = "# Error messages as users see them (internal/errtext). Each line is\n" +
+const header = "# Error messages as users see them (internal/testing/errtext). Each line is\n" +
 	"# name [sentinels the error satisfies]: message. Regenerate with -update.\n"
 
 var (
