@@ -55,6 +55,7 @@ type CommonOption interface {
 type clientConfig struct {
 	lock   lockConfig
 	logger *slog.Logger
+	hooks  []Hooks // by WithHooks, in order
 }
 
 type lockConfig struct {
