@@ -53,15 +53,21 @@ type Hooks struct {
 
 // AcquireStartInfo describes an acquiring call as it begins.
 type AcquireStartInfo struct {
-	Key   string
-	Kind  Kind
-	Mode  Mode
-	Limit int  // a semaphore's limit; 1 for a lock or an election, 0 for a RWMutex
-	Wait  bool // false for TryLock and with NoWait: give up at once when the key is taken
+	// Backend names the lock service: "redis", "zookeeper", "etcd", "mem"
+	// (driver.Named); empty for a driver that does not say.
+	Backend string
+	Key     string
+	Kind    Kind
+	Mode    Mode
+	Limit   int  // a semaphore's limit; 1 for a lock or an election, 0 for a RWMutex
+	Wait    bool // false for TryLock and with NoWait: give up at once when the key is taken
 }
 
 // AcquireDoneInfo describes how an acquiring call ended.
 type AcquireDoneInfo struct {
+	// Backend names the lock service: "redis", "zookeeper", "etcd", "mem"
+	// (driver.Named); empty for a driver that does not say.
+	Backend string
 	Key     string
 	Kind    Kind
 	Mode    Mode
@@ -79,10 +85,13 @@ type AcquireDoneInfo struct {
 
 // RenewedInfo describes one renewal of a held lease.
 type RenewedInfo struct {
-	Key   string
-	Kind  Kind
-	Mode  Mode
-	Token uint64
+	// Backend names the lock service: "redis", "zookeeper", "etcd", "mem"
+	// (driver.Named); empty for a driver that does not say.
+	Backend string
+	Key     string
+	Kind    Kind
+	Mode    Mode
+	Token   uint64
 	// Latency is the time from sending the renewal to its answer.
 	Latency time.Duration
 	// Late is how long after its scheduled moment the renewal was sent:
@@ -96,11 +105,14 @@ type RenewedInfo struct {
 
 // LeaseEndedInfo describes the end of a lease.
 type LeaseEndedInfo struct {
-	Key    string
-	Kind   Kind
-	Mode   Mode
-	Token  uint64
-	Reason EndReason
+	// Backend names the lock service: "redis", "zookeeper", "etcd", "mem"
+	// (driver.Named); empty for a driver that does not say.
+	Backend string
+	Key     string
+	Kind    Kind
+	Mode    Mode
+	Token   uint64
+	Reason  EndReason
 	// Held is the time from the grant to the end.
 	Held time.Duration
 	// Err is the lease's Err: why it ended.
@@ -109,10 +121,13 @@ type LeaseEndedInfo struct {
 
 // UnprotectedInfo describes a Do whose function outlived its lease.
 type UnprotectedInfo struct {
-	Key    string
-	Kind   Kind
-	Token  uint64
-	Reason EndReason // EndExpired, EndDropped or EndHoldLimit
+	// Backend names the lock service: "redis", "zookeeper", "etcd", "mem"
+	// (driver.Named); empty for a driver that does not say.
+	Backend string
+	Key     string
+	Kind    Kind
+	Token   uint64
+	Reason  EndReason // EndExpired, EndDropped or EndHoldLimit
 	// Unprotected is how long the function ran after the lease ended.
 	Unprotected time.Duration
 }
