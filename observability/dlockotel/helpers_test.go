@@ -116,7 +116,7 @@ func (a attrs) matches(set attribute.Set) bool {
 	}
 	for k, v := range a {
 		got, ok := set.Value(attribute.Key(k))
-		if !ok || got.Emit() != v {
+		if !ok || got.String() != v {
 			return false
 		}
 	}

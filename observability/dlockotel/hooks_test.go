@@ -49,7 +49,7 @@ func TestHooks_acquireSpan_parentsTheBackendsSpans(t *testing.T) {
 		"dlock.backend": "redis", "dlock.primitive": "lock", "dlock.mode": "exclusive",
 		"dlock.wait": "true", "dlock.outcome": "acquired", "dlock.token": "7",
 	} {
-		if got := attr(t, acq, k).Emit(); got != want {
+		if got := attr(t, acq, k).String(); got != want {
 			t.Errorf("dlock.acquire %s = %s, want %s", k, got, want)
 		}
 	}
@@ -89,7 +89,7 @@ func TestHooks_holdSpan_siblingOfAcquireLinkedToIt(t *testing.T) {
 		"dlock.backend": "redis", "dlock.primitive": "lock", "dlock.mode": "exclusive", "dlock.token": "7",
 		"dlock.reason": "dropped", "dlock.held": "90",
 	} {
-		if got := attr(t, hold, k).Emit(); got != want {
+		if got := attr(t, hold, k).String(); got != want {
 			t.Errorf("dlock.hold %s = %s, want %s", k, got, want)
 		}
 	}
@@ -102,7 +102,7 @@ func TestHooks_holdSpan_siblingOfAcquireLinkedToIt(t *testing.T) {
 	}
 	want := map[string]string{"exception.message": renewErr.Error(), "dlock.renew.latency": "2", "dlock.renew.late": "0.5"}
 	for _, kv := range events[0].Attributes {
-		if w, ok := want[string(kv.Key)]; ok && kv.Value.Emit() == w {
+		if w, ok := want[string(kv.Key)]; ok && kv.Value.String() == w {
 			delete(want, string(kv.Key))
 		}
 	}
@@ -122,7 +122,7 @@ func TestHooks_holdSpan_releasedIsNoError(t *testing.T) {
 	if hold.Status().Code != codes.Unset {
 		t.Errorf("dlock.hold's status %v, want unset for a released lease", hold.Status())
 	}
-	if got := attr(t, hold, "dlock.reason").Emit(); got != "released" {
+	if got := attr(t, hold, "dlock.reason").String(); got != "released" {
 		t.Errorf("dlock.reason = %s, want released", got)
 	}
 	// Without a caller's span both are roots, of different traces, and the
@@ -158,7 +158,7 @@ func TestHooks_acquireSpan_statusByOutcome(t *testing.T) {
 			if st := acq.Status(); st.Code != tc.code || (tc.code == codes.Error && st.Description != tc.err.Error()) {
 				t.Errorf("status %v, want %v", st, tc.code)
 			}
-			if got := attr(t, acq, "dlock.outcome").Emit(); got != tc.outcome.String() {
+			if got := attr(t, acq, "dlock.outcome").String(); got != tc.outcome.String() {
 				t.Errorf("dlock.outcome = %s, want %s", got, tc.outcome)
 			}
 			if hasAttr(acq, "dlock.token") {
@@ -177,7 +177,7 @@ func TestWithKeyAttribute(t *testing.T) {
 	lctx := hooks.AcquireDone(hooks.AcquireStart(context.Background(), startLock), doneLock(dlock.OutcomeAcquired, 1, nil))
 	hooks.LeaseEnded(lctx, dlock.LeaseEndedInfo{Backend: "redis", Key: "orders/42", Kind: dlock.KindLock, Token: 1, Reason: dlock.EndReleased})
 	for _, name := range []string{"dlock.acquire", "dlock.hold"} {
-		if got := attr(t, h.one(t, name), "dlock.key").Emit(); got != "orders/42" {
+		if got := attr(t, h.one(t, name), "dlock.key").String(); got != "orders/42" {
 			t.Errorf("%s dlock.key = %q, want orders/42", name, got)
 		}
 	}
@@ -194,7 +194,7 @@ func TestHooks_semaphoreLimit(t *testing.T) {
 	hooks.AcquireDone(ctx, dlock.AcquireDoneInfo{Backend: "etcd", Key: "s", Kind: dlock.KindSemaphore, Mode: dlock.Shared, Limit: 3, Outcome: dlock.OutcomeSkipped, Err: dlock.ErrLocked})
 	acq := h.one(t, "dlock.acquire")
 	for k, want := range map[string]string{"dlock.primitive": "semaphore", "dlock.mode": "shared", "dlock.limit": "3", "dlock.wait": "false"} {
-		if got := attr(t, acq, k).Emit(); got != want {
+		if got := attr(t, acq, k).String(); got != want {
 			t.Errorf("%s = %s, want %s", k, got, want)
 		}
 	}
@@ -256,7 +256,7 @@ func TestRecordFenceRejected(t *testing.T) {
 	}
 	got := map[string]string{}
 	for _, kv := range events[0].Attributes {
-		got[string(kv.Key)] = kv.Value.Emit()
+		got[string(kv.Key)] = kv.Value.String()
 	}
 	for k, want := range map[string]string{"dlock.fence.guard": "httpfence", "dlock.fence.name": "close-orders", "dlock.token": "4", "dlock.fence.recorded": "6"} {
 		if got[k] != want {

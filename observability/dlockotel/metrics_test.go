@@ -27,13 +27,6 @@ func TestHooks_metrics(t *testing.T) {
 		return dlock.RenewedInfo{Backend: backend, Key: "k", Kind: dlock.KindLock, Mode: dlock.Exclusive, Latency: latency, Err: err}
 	}
 	redis := attrs{"dlock.backend": "redis", "dlock.primitive": "lock"}
-	with := func(a attrs, k, v string) attrs {
-		out := attrs{k: v}
-		for k, v := range a {
-			out[k] = v
-		}
-		return out
-	}
 
 	// Two Locks wait on redis, a TryLock is in flight; one Lock is
 	// granted, holds and renews.
