@@ -18,24 +18,30 @@ import (
 // every metric.
 func BenchmarkLockUnlock(b *testing.B) {
 	b.Run("bare", func(b *testing.B) { benchLockUnlock(b, func(int) {}) })
-	b.Run("dlockotel", func(b *testing.B) {
-		exp := tracetest.NewInMemoryExporter()
-		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-		b.Cleanup(func() {
-			_ = tp.Shutdown(context.Background())
-			_ = mp.Shutdown(context.Background())
-		})
-		in, err := dlockotel.New(dlockotel.WithTracerProvider(tp), dlockotel.WithMeterProvider(mp))
-		if err != nil {
-			b.Fatal(err)
-		}
-		benchLockUnlock(b, func(i int) {
-			if i%1024 == 0 {
-				exp.Reset()
-			}
-		}, dlock.WithHooks(in.Hooks()))
+	b.Run("dlockotel", func(b *testing.B) { benchOtel(b, sdktrace.AlwaysSample()) })
+	// Spans not sampled: the metrics, and what dlockotel does besides.
+	b.Run("dlockotel-unsampled", func(b *testing.B) { benchOtel(b, sdktrace.NeverSample()) })
+}
+
+// benchOtel runs benchLockUnlock with dlockotel on an SDK whose spans
+// sampler samples.
+func benchOtel(b *testing.B, sampler sdktrace.Sampler) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sampler))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	b.Cleanup(func() {
+		_ = tp.Shutdown(context.Background())
+		_ = mp.Shutdown(context.Background())
 	})
+	in, err := dlockotel.New(dlockotel.WithTracerProvider(tp), dlockotel.WithMeterProvider(mp))
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchLockUnlock(b, func(i int) {
+		if i%1024 == 0 {
+			exp.Reset()
+		}
+	}, dlock.WithHooks(in.Hooks()))
 }
 
 // benchLockUnlock locks and unlocks a key on a Client with opts, calling
