@@ -209,9 +209,13 @@ func (in *Instrumentation) leaseEnded(ctx context.Context, info dlock.LeaseEnded
 
 func (in *Instrumentation) unprotected(ctx context.Context, info dlock.UnprotectedInfo) {
 	in.m.unprotected.Record(ctx, info.Unprotected.Seconds(), in.m.set(info.Backend, info.Kind, attrReason, info.Reason.String()))
-	// The span of the context the Client passes, the caller's: the job
-	// that ran on without the lock.
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+	// The event goes to the caller's span, the job that ran on without the
+	// lock: ctx is the lease's, whose hold span has ended.
+	span := trace.SpanFromContext(ctx)
+	if a, _ := ctx.Value(acquireKey{in}).(*acquire); a != nil {
+		span = a.caller
+	}
+	if span.IsRecording() {
 		span.AddEvent(eventUnprotected, trace.WithAttributes(
 			attrReason.String(info.Reason.String()),
 			attrUnprotected.Float64(info.Unprotected.Seconds()),

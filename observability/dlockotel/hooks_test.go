@@ -221,8 +221,12 @@ func TestHooks_twoInstrumentationsKeepApart(t *testing.T) {
 
 func TestHooks_unprotectedEventOnTheCallersSpan(t *testing.T) {
 	h := newHarness(t)
+	hooks := h.in.Hooks()
 	ctx, job := h.tp.Tracer("app").Start(context.Background(), "job")
-	h.in.Hooks().Unprotected(ctx, dlock.UnprotectedInfo{Backend: "mem", Key: "k", Kind: dlock.KindLock, Token: 9,
+	// The Client passes the lease's context, whose hold span has ended.
+	lctx := hooks.AcquireDone(hooks.AcquireStart(ctx, startLock), doneLock(dlock.OutcomeAcquired, 9, nil))
+	hooks.LeaseEnded(lctx, dlock.LeaseEndedInfo{Backend: "redis", Key: "orders/42", Kind: dlock.KindLock, Token: 9, Reason: dlock.EndExpired})
+	hooks.Unprotected(lctx, dlock.UnprotectedInfo{Backend: "mem", Key: "k", Kind: dlock.KindLock, Token: 9,
 		Reason: dlock.EndExpired, Unprotected: 3 * time.Second})
 	job.End()
 	events := h.one(t, "job").Events()
