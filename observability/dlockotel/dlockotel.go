@@ -125,6 +125,9 @@ func (in *Instrumentation) acquireStart(ctx context.Context, info dlock.AcquireS
 
 func (in *Instrumentation) acquireDone(ctx context.Context, info dlock.AcquireDoneInfo) context.Context {
 	in.m.acquire.Record(ctx, info.Waited.Seconds(), in.m.set(info.Backend, info.Kind, attrOutcome, info.Outcome.String()))
+	if info.Outcome == dlock.OutcomeAcquired {
+		in.m.active.Add(ctx, 1, in.m.set(info.Backend, info.Kind, "", ""))
+	}
 	a, _ := ctx.Value(acquireKey{in}).(*acquire)
 	if a == nil {
 		// Not started by in's AcquireStart: a Client that calls
@@ -151,7 +154,6 @@ func (in *Instrumentation) acquireDone(ctx context.Context, info dlock.AcquireDo
 		return ctx
 	}
 
-	in.m.active.Add(ctx, 1, in.m.set(info.Backend, info.Kind, "", ""))
 	attrs := make([]attribute.KeyValue, 0, 5)
 	attrs = append(attrs,
 		attrBackend.String(info.Backend),
