@@ -3,9 +3,9 @@ package etcddlock
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/dlockdev/dlock/driver"
+	leng "github.com/dlockdev/dlock/internal/lease"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -75,8 +75,16 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 		h(ctx, a.pred) // tests only: the window between our read and the watch
 	}
 	seen := a.seen // renewals write a.seen meanwhile
-	renewed, stopRenewals := a.renewals(ctx)
-	defer stopRenewals()
+	renewals, gone := a.renewals()
+	stop := func() error {
+		// A renewal that found our place gone wins.
+		if err := renewals.Stop(); errors.Is(err, errRequeue) || errors.Is(err, driver.ErrNotHeld) {
+			_, _, err = a.renewalEnded(err, 0)
+			return err
+		}
+		return nil
+	}
+	defer stop()
 	// Watch create: the keys that start with the entry's key (the entry
 	// and its marker), or the directory's deletes for a semaphore's first
 	// waiter; from now, not a.seen+1: etcd serves a watch that starts in
@@ -102,8 +110,7 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 				return 0, false, errWatch
 			case started:
 				if gone, released := a.change(wr.Events); gone != 0 {
-					// A renewal that found our place gone wins.
-					return gone, released, stopRenewals()
+					return gone, released, stop()
 				}
 				continue
 			}
@@ -118,13 +125,13 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 			}
 			rev, gone, err := check(ctx, wr.Header.Revision)
 			if err == nil && gone {
-				err = stopRenewals()
+				err = stop()
 			}
 			if err != nil || gone {
 				return rev, false, err
 			}
-		case r := <-renewed:
-			return r.rev, false, r.err
+		case err := <-renewals.Failed():
+			return a.renewalEnded(err, *gone)
 		case <-ctx.Done():
 			return 0, false, ctx.Err()
 		}
@@ -157,64 +164,43 @@ func (a *attempt) change(evs []*clientv3.Event) (gone int64, released bool) {
 	return gone, a.proof && gone != 0 && marked == gone
 }
 
-// renewal is the outcome of a waiter's renewal: an error, or whether the
-// entry it waits for is gone, at revision rev.
-type renewal struct {
-	rev  int64
-	gone bool
-	err  error
+// errGone: a renewal's check found what we wait for gone.
+var errGone = errors.New("etcddlock: entry waited for gone")
+
+// renewals renews our lease while we wait (lease.Waiter), and checks the
+// queue at the first renewal and then once a TTL (checkQueue). They start
+// before the watch: a Client's watches are created one at a time, and one
+// can take longer than a TTL to start (docs/etcd.md). They write a.seen,
+// which the wait does not read meanwhile, and *gone: the revision of a
+// check that ended them with errGone.
+func (a *attempt) renewals() (w *leng.Waiter, gone *int64) {
+	gone, n := new(int64), 0
+	return leng.StartWaiter(a.l.since(), a.l.ttl, func(ctx context.Context) error {
+		err := retry(ctx, func(ctx context.Context) error { return a.l.keepAlive(ctx, a.d.lc) })
+		if err != nil {
+			return a.d.wrapErr("renew the lease", err)
+		}
+		if n++; n%3 != 1 {
+			return nil
+		}
+		rev, changed, err := a.checkQueue(ctx)
+		if changed {
+			*gone, err = rev, errGone
+		}
+		return err
+	}), gone
 }
 
-// renewals renews our lease a third of its TTL after each renewal,
-// checking the queue at the first and then once a TTL (checkQueue). They
-// run beside the wait, so that a release is acted on at once while a
-// renewal waits for a busy etcd, and start before the watch: a Client's
-// watches are created one at a time, and one can take longer than a TTL
-// to start (docs/etcd.md). A renewal that ends the wait (an error, or what
-// we wait for gone) comes on the channel; stop ends them, and returns
-// errRequeue if one found our place gone. Meanwhile the wait reads only
-// what a renewal does not write (not a.seen, a.l).
-func (a *attempt) renewals(ctx context.Context) (<-chan renewal, func() error) {
-	ctx, cancel := context.WithCancel(ctx)
-	out, done := make(chan renewal, 1), make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTimer(a.l.renewIn())
-		defer t.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				return
-			}
-			r := renewal{err: a.l.renewWaiting(ctx, a.d.lc)}
-			switch {
-			case errors.Is(r.err, driver.ErrNotHeld):
-				r.err = a.loseLease() // the lease is gone: so is our entry
-			case r.err != nil && r.err != ctx.Err():
-				r.err = a.d.wrapErr("renew the lease", r.err)
-			case r.err == nil && i%3 == 0:
-				r.rev, r.gone, r.err = a.checkQueue(ctx)
-			}
-			if r.err != nil || r.gone {
-				out <- r
-				return
-			}
-			t.Reset(a.l.renewIn())
-		}
-	}()
-	return out, func() error {
-		cancel()
-		<-done
-		select {
-		case r := <-out:
-			if errors.Is(r.err, errRequeue) {
-				return r.err
-			}
-		default:
-		}
-		return nil
+// renewalEnded is the outcome of a wait that the renewals ended with err,
+// gone the revision of their check.
+func (a *attempt) renewalEnded(err error, gone int64) (int64, bool, error) {
+	switch {
+	case errors.Is(err, errGone):
+		return gone, false, nil
+	case errors.Is(err, driver.ErrNotHeld):
+		return 0, false, a.loseLease() // the lease is gone: so is our entry
 	}
+	return 0, false, err
 }
 
 // checkQueue reads whether our entry and the entry we wait for still exist
