@@ -10,19 +10,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// The kind check. Every write that creates an entry is a Txn guarded by a
-// witness of the queue's kind, compared in that same Txn: the queue is
-// empty (markers aside), or the tail, which names the newest entry and
-// carries its label, carries ours, or an entry of our label read just
-// before still exists (behind), or no key was created since a read that
-// showed only entries of our label (tryShared). So, by induction over the
-// writes, all entries of a queue have one label at every revision: of two
-// calls of different kinds that join at once, etcd fails the second one's
-// witness, and it writes nothing (KindMismatch). Only a hand-made change
-// breaks the induction; an entry whose header dlock cannot have written
-// counts as Exclusive (parseEntry), so that a reader never shares with it.
-//
-// The operations of these Txns follow, one line each.
+// Every Txn that creates an entry compares, in that Txn, a witness of the
+// queue's kind (docs/etcd.md, Kind). Its operations, one line each:
 
 // absent: our entry does not exist (a retry after a lost reply finds it:
 // its name is our lease's id, and the lease is ours alone).
@@ -70,6 +59,18 @@ func (a *attempt) ifEmpty(then []clientv3.Op, els ...clientv3.Op) clientv3.Op {
 		[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(a.dir), "=", "").WithPrefix()}, then, els)})
 }
 
+// enqueue sends the Txn of a join (behindTail) or a try: behind a tail of
+// our kind (a join only); else into an empty queue; else it reads the
+// tail, or without one the queue's newest keys.
+func (a *attempt) enqueue(ctx context.Context, behindTail bool) (txnReply, error) {
+	puts := a.puts()
+	then := []clientv3.Op{a.ifEmpty(puts, clientv3.OpTxn([]clientv3.Cmp{a.tailExists()}, []clientv3.Op{a.readTail()}, []clientv3.Op{a.readNewest()}))}
+	if behindTail {
+		then = []clientv3.Op{clientv3.OpTxn(a.tailOurs(), append([]clientv3.Op{a.readTail()}, puts...), then)}
+	}
+	return a.commit(ctx, nil, then...)
+}
+
 // txnReply is the reply of a Txn that may create our entry, decoded once.
 type txnReply struct {
 	rev     int64
@@ -90,8 +91,15 @@ func (a *attempt) commit(ctx context.Context, cmps []clientv3.Cmp, then ...clien
 		}
 		return err
 	})
+	if isLeaseNotFound(err) {
+		return txnReply{}, a.loseLease() // it expired between taking and using it
+	}
 	if err != nil {
-		return txnReply{}, err
+		what := "queue"
+		if !a.req.Wait {
+			what = "take the lock"
+		}
+		return txnReply{}, a.d.wrapErr(what, err)
 	}
 	r := txnReply{rev: resp.Header.Revision}
 	if !resp.Succeeded {
@@ -101,6 +109,10 @@ func (a *attempt) commit(ctx context.Context, cmps []clientv3.Cmp, then ...clien
 		return r, nil
 	}
 	r.decode(resp.Responses, tailKey(a.dir))
+	if r.created {
+		a.rev, a.seen = r.rev, r.rev
+		a.l.marker = "" // the puts deleted it
+	}
 	return r, nil
 }
 
@@ -124,33 +136,6 @@ func (r *txnReply) decode(ops []*etcdserverpb.ResponseOp, tail string) {
 	}
 }
 
-// created records that the write at rev created our entry (and dropped
-// the lease's marker).
-func (a *attempt) created(rev int64) {
-	a.rev, a.seen = rev, rev
-	a.l.marker = ""
-}
-
-// joinedUnseen goes on from a Txn that found our entry, made by an earlier
-// one whose reply was lost.
-func (a *attempt) joinedUnseen(r txnReply) error {
-	if r.ours == nil || r.ours.CreateRevision == 0 {
-		return errRequeue
-	}
-	a.rev, a.lostJoin, a.atJoin = r.ours.CreateRevision, true, true
-	a.evaluateAt(r.rev)
-	return nil
-}
-
-// txnErr handles an error from the Txn that creates our entry.
-func (a *attempt) txnErr(what string, err error) error {
-	if isLeaseNotFound(err) {
-		// The lease expired between taking and using it: take another.
-		return a.loseLease()
-	}
-	return a.d.wrapErr(what, err)
-}
-
 // kindErr returns the error for a queue whose entries are of label.
 func (a *attempt) kindErr(label string) error {
 	return driver.KindMismatch(label, a.req.Kind, a.req.Limit)
@@ -159,38 +144,30 @@ func (a *attempt) kindErr(label string) error {
 // join puts our entry at the end of the queue (stepJoin). A tail of our
 // kind: read it and queue, one key read (a sorted read of the queue at
 // every join would cost etcd's apply loop a walk of every entry, quadratic
-// in a burst of waiters). A tail of another kind: read it, write nothing.
-// No tail: queue if the queue is empty, else (its newest waiter gave up)
-// read its newest keys, for stepBehind.
+// in a burst of waiters). Else queue if the queue is empty; else a tail of
+// another kind: read it, write nothing; no tail (its newest waiter gave
+// up): read the newest keys, for stepBehind.
 func (a *attempt) join(ctx context.Context) error {
-	puts := a.puts()
-	r, err := a.commit(ctx, nil, clientv3.OpTxn(a.tailOurs(), append([]clientv3.Op{a.readTail()}, puts...),
-		[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{a.tailExists()}, []clientv3.Op{a.readTail()},
-			[]clientv3.Op{a.ifEmpty(puts, a.readNewest())})}))
+	r, err := a.enqueue(ctx, true)
 	switch {
 	case err != nil:
-		return a.txnErr("queue", err)
+		return err
 	case r.ours != nil:
-		return a.joinedUnseen(r)
-	case !r.created && r.tail != nil:
-		if label, _, _, ok := parseTail(r.tail.Value); ok && label != a.label {
+		return a.joined(r.ours, r.rev)
+	case !r.created:
+		if label, _, _, ok := parseTail(r.tail.GetValue()); r.tail != nil && ok && label != a.label {
 			return a.kindErr(label)
 		}
-		// A tail dlock did not write: go by the entries.
-		a.step = stepBehind
-		return nil
-	case !r.created:
+		// No tail, or one dlock did not write: go by the entries.
 		a.witness, a.step = firstEntry(a.dir, r.newest), stepBehind
 		return nil
-	}
-	a.created(r.rev)
-	if r.tail == nil {
+	case r.tail == nil:
 		a.granted() // queued into an empty queue: the oldest entry
 		return nil
 	}
-	// The tail is written with the newest entry, on its lease, and deleted
-	// when it goes: it names an entry that exists, created at the tail's
-	// mod revision. Only a hand-made change breaks this (see checkQueue).
+	// The tail, written with the newest entry on its lease and deleted when
+	// it goes, names an entry created at its mod revision (checkQueue
+	// catches a hand-made change).
 	label, mode, entry, _ := parseTail(r.tail.Value)
 	a.atJoin = true
 	a.evaluateAt(a.rev)
@@ -206,6 +183,17 @@ func (a *attempt) join(ctx context.Context) error {
 	return nil
 }
 
+// joined goes on from our entry ours, found at revision rev: created by an
+// earlier Txn whose reply was lost.
+func (a *attempt) joined(ours *mvccpb.KeyValue, rev int64) error {
+	if ours.CreateRevision == 0 {
+		return errRequeue
+	}
+	a.rev, a.lostJoin, a.atJoin = ours.CreateRevision, true, true
+	a.evaluateAt(rev)
+	return nil
+}
+
 // behind queues behind entries that have no tail (stepBehind): it reads an
 // entry, unless the join did, and creates ours if that entry, the kind's
 // witness, still exists; else it reads again, and joins again when only
@@ -215,12 +203,9 @@ func (a *attempt) behind(ctx context.Context) error {
 	a.witness = nil
 	if w == nil {
 		var err error
-		if w, err = a.someEntry(ctx); err != nil {
-			return err
-		}
-		if w == nil {
+		if w, err = a.someEntry(ctx); err != nil || w == nil {
 			a.step = stepJoin
-			return nil
+			return err
 		}
 	}
 	if label, _, _ := parseEntry(w.Value); label != a.label {
@@ -229,13 +214,12 @@ func (a *attempt) behind(ctx context.Context) error {
 	r, err := a.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(string(w.Key)), "=", w.CreateRevision)}, a.puts()...)
 	switch {
 	case err != nil:
-		return a.txnErr("queue", err)
+		return err
 	case r.created:
-		a.created(r.rev)
 		a.atJoin = true
 		a.evaluateAt(a.rev)
 	case r.ours != nil:
-		return a.joinedUnseen(r)
+		return a.joined(r.ours, r.rev)
 	}
 	return nil
 }
