@@ -119,11 +119,7 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 			if wr.Header.Revision <= seen {
 				continue
 			}
-			check := a.predGone
-			if a.ahead != nil {
-				check = a.aheadGone
-			}
-			rev, gone, err := check(ctx, wr.Header.Revision)
+			rev, gone, err := a.recheck(ctx, wr.Header.Revision)
 			if err == nil && gone {
 				err = stop()
 			}
@@ -204,46 +200,38 @@ func (a *attempt) renewalEnded(err error, gone int64) (int64, bool, error) {
 }
 
 // checkQueue reads whether our entry and the entry we wait for still exist
-// (errRequeue: ours is gone; gone: pred is, or changed, at the revision
-// returned). Both only matter when the queue is edited by hand: a deleted
-// entry of ours would be granted at the release ahead (narrowed to a
-// deletion in the last TTL), and a deleted pred that the join's tail named
-// would be waited for forever. Two keys once a TTL: cheap.
+// (errRequeue: ours is gone; changed: pred is, at the revision returned).
+// Both only matter when the queue is edited by hand: a deleted entry of
+// ours would be granted at the release ahead (narrowed to a deletion in
+// the last TTL), and a deleted pred that the join's tail named would be
+// waited for forever. Two keys once a TTL: cheap.
 func (a *attempt) checkQueue(ctx context.Context) (int64, bool, error) {
 	var resp *clientv3.TxnResponse
-	err := retry(ctx, func(ctx context.Context) (err error) {
-		// Txn, read-only: the two keys. Serializable if the member has
-		// applied our join (it could not show our entry before), else
-		// linearizable.
-		get := func(serializable bool) (*clientv3.TxnResponse, error) {
-			opts := []clientv3.OpOption{clientv3.WithKeysOnly()}
-			if serializable {
-				opts = append(opts, clientv3.WithSerializable())
-			}
-			ops := []clientv3.Op{clientv3.OpGet(a.key, opts...)}
-			if a.pred != "" {
-				ops = append(ops, clientv3.OpGet(a.pred, opts...))
-			}
-			return a.d.kv.Txn(ctx).Then(ops...).Commit()
+	err := a.fresh(ctx, a.seen, func(ctx context.Context, opts ...clientv3.OpOption) (rev int64, err error) {
+		// Txn, read-only: the two keys (the member could not show our
+		// entry before it applied our join).
+		opts = append(opts, clientv3.WithKeysOnly())
+		ops := []clientv3.Op{clientv3.OpGet(a.key, opts...)}
+		if a.pred != "" {
+			ops = append(ops, clientv3.OpGet(a.pred, opts...))
 		}
-		resp, err = get(true)
-		if err == nil && resp.Header.Revision < a.seen {
-			resp, err = get(false)
+		if resp, err = a.d.kv.Txn(ctx).Then(ops...).Commit(); err == nil {
+			rev = resp.Header.Revision
 		}
-		return err
+		return rev, err
 	})
 	if err != nil {
-		return 0, false, a.d.wrapErr("read the queue", err)
+		return 0, false, err
 	}
-	ours := resp.Responses[0].GetResponseRange().Kvs
-	if len(ours) == 0 || ours[0].CreateRevision != a.rev {
+	rs, rev := resp.Responses, resp.Header.Revision
+	if ours := rs[0].GetResponseRange().Kvs; len(ours) == 0 || ours[0].CreateRevision != a.rev {
 		return 0, false, errRequeue
 	}
-	if a.pred != "" && a.predChanged(resp.Responses[1].GetResponseRange().Kvs) {
-		return resp.Header.Revision, true, nil
+	if a.pred != "" && a.predChanged(rs[1].GetResponseRange().Kvs) {
+		return rev, true, nil
 	}
-	a.seen = resp.Header.Revision
-	return a.seen, false, nil
+	a.seen = rev
+	return rev, false, nil
 }
 
 // predChanged reports whether kvs, a read of a.pred, shows it gone or, for
@@ -256,38 +244,34 @@ func (a *attempt) predChanged(kvs []*mvccpb.KeyValue) bool {
 	return a.semaphore() && kvs[0].ModRevision != a.predRev
 }
 
-// predGone reads whether a.pred is gone (or changed) at minRev or later,
+// recheck reads whether what we wait for has changed at minRev or later,
 // and returns that revision.
-func (a *attempt) predGone(ctx context.Context, minRev int64) (int64, bool, error) {
-	var resp *clientv3.GetResponse
-	err := retry(ctx, func(ctx context.Context) (err error) {
-		// Range, that one key: serializable if the member has applied
-		// minRev, else linearizable.
-		resp, err = a.d.kv.Get(ctx, a.pred, clientv3.WithKeysOnly(), clientv3.WithSerializable())
-		if err == nil && resp.Header.Revision < minRev {
-			resp, err = a.d.kv.Get(ctx, a.pred, clientv3.WithKeysOnly())
-		}
-		return err
-	})
-	if err != nil {
-		return 0, false, a.d.wrapErr("read the queue", err)
+func (a *attempt) recheck(ctx context.Context, minRev int64) (int64, bool, error) {
+	key, opts := a.pred, []clientv3.OpOption{clientv3.WithKeysOnly()} // Range, that one key
+	if a.ahead != nil {
+		// Range over the oldest keys of the queue: those we wait for.
+		key, opts = a.dir, append(opts, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(a.rev),
+			clientv3.WithLimit(int64(len(a.ahead)+queueReadLimit)), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	}
-	return resp.Header.Revision, a.predChanged(resp.Kvs), nil
-}
-
-// aheadGone reads whether one of a.ahead is gone at minRev or later, and
-// returns that revision.
-func (a *attempt) aheadGone(ctx context.Context, minRev int64) (int64, bool, error) {
-	resp, err := a.getQueue(ctx, minRev, clientv3.WithKeysOnly(), clientv3.WithLimit(int64(len(a.ahead)+queueReadLimit)),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	var resp *clientv3.GetResponse
+	err := a.fresh(ctx, minRev, func(ctx context.Context, serializable ...clientv3.OpOption) (rev int64, err error) {
+		if resp, err = a.d.kv.Get(ctx, key, append(opts, serializable...)...); err == nil {
+			rev = resp.Header.Revision
+		}
+		return rev, err
+	})
 	if err != nil {
 		return 0, false, err
 	}
+	kvs, rev := resp.Kvs, resp.Header.Revision
+	if a.ahead == nil {
+		return rev, a.predChanged(kvs), nil
+	}
 	there := 0
-	for _, kv := range resp.Kvs {
+	for _, kv := range kvs {
 		if a.ahead[string(kv.Key)] {
 			there++
 		}
 	}
-	return resp.Header.Revision, there < len(a.ahead), nil
+	return rev, there < len(a.ahead), nil
 }
