@@ -153,7 +153,7 @@ func (a *attempt) join(ctx context.Context) error {
 	case err != nil:
 		return err
 	case r.ours != nil:
-		return a.joined(r.ours, r.rev)
+		return a.joined(r)
 	case !r.created:
 		if label, _, _, ok := parseTail(r.tail.GetValue()); r.tail != nil && ok && label != a.label {
 			return a.kindErr(label)
@@ -169,28 +169,27 @@ func (a *attempt) join(ctx context.Context) error {
 	// it goes, names an entry created at its mod revision (checkQueue
 	// catches a hand-made change).
 	label, mode, entry, _ := parseTail(r.tail.Value)
-	a.atJoin = true
 	a.evaluateAt(a.rev)
 	if !isEntry(a.dir, entry) || entry == a.key {
 		return nil // not an entry's key, or ours: a tail left by a hand-made change
 	}
 	// The tail's entry is just ahead: a lock, a writer, or a reader behind
-	// a writer waits for it with no read; a permit counts, knowing it.
+	// a writer waits for it with no read; a permit counts (evaluate).
 	a.pred, a.predRev = entry, r.tail.ModRevision
 	if p := queue.Decide(a.listing([]queue.Entry{{Mode: mode, Label: label}}, false)); p.Verdict == queue.WaitFor {
-		a.proof, a.atJoin, a.step = p.ExclusiveRelease, false, stepWait
+		a.proof, a.step = p.ExclusiveRelease, stepWait
 	}
 	return nil
 }
 
-// joined goes on from our entry ours, found at revision rev: created by an
-// earlier Txn whose reply was lost.
-func (a *attempt) joined(ours *mvccpb.KeyValue, rev int64) error {
-	if ours.CreateRevision == 0 {
+// joined goes on from a Txn that found our entry, made by an earlier one
+// whose reply was lost.
+func (a *attempt) joined(r txnReply) error {
+	if r.ours.CreateRevision == 0 {
 		return errRequeue
 	}
-	a.rev, a.lostJoin, a.atJoin = ours.CreateRevision, true, true
-	a.evaluateAt(rev)
+	a.rev, a.lostJoin = r.ours.CreateRevision, true
+	a.evaluateAt(r.rev)
 	return nil
 }
 
@@ -216,10 +215,9 @@ func (a *attempt) behind(ctx context.Context) error {
 	case err != nil:
 		return err
 	case r.created:
-		a.atJoin = true
 		a.evaluateAt(a.rev)
 	case r.ours != nil:
-		return a.joined(r.ours, r.rev)
+		return a.joined(r)
 	}
 	return nil
 }

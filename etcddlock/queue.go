@@ -34,13 +34,12 @@ func (a *attempt) evaluate(ctx context.Context) error {
 		return errRequeue
 	}
 	at := int64(0)
-	if a.atJoin && a.semaphore() {
+	if a.semaphore() && !a.waited {
 		// A permit's first count reads the queue as at our entry's
 		// creation: then "not granted" is exactly "somebody may have
 		// seen us wait" (and waits for our touch).
 		at = a.rev
 	}
-	a.atJoin = false
 	p, ahead, err := a.scan(ctx, at)
 	if errors.Is(err, errCompacted) {
 		a.waited = true // count now, and touch as if we had waited

@@ -20,11 +20,11 @@ func (a *attempt) wait(ctx context.Context) error {
 	}
 	rev, released, err := a.waitChange(ctx)
 	switch {
+	case errors.Is(err, driver.ErrNotHeld):
+		err = a.loseLease() // a renewal found the lease gone, and our entry with it
 	case err == nil && released:
-		// Released by its Exclusive holder: nothing older is left, only
-		// readers were between (nothing, if we are Exclusive), and none
-		// can come. Our own entry is not read: one whose lease expired is
-		// caught by freshen; one deleted by hand goes unseen (docs/etcd.md).
+		// Released by its Exclusive holder: granted with no read of our
+		// own entry (docs/etcd.md, Operations, Lock 4).
 		a.byRead = false
 		a.granted()
 	case err == nil:
@@ -75,11 +75,11 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 		h(ctx, a.pred) // tests only: the window between our read and the watch
 	}
 	seen := a.seen // renewals write a.seen meanwhile
+	// Before the watch, whose creation can take longer than a TTL (docs/etcd.md).
 	renewals, gone := a.renewals()
 	stop := func() error {
 		// A renewal that found our place gone wins.
 		if err := renewals.Stop(); errors.Is(err, errRequeue) || errors.Is(err, driver.ErrNotHeld) {
-			_, _, err = a.renewalEnded(err, 0)
 			return err
 		}
 		return nil
@@ -127,7 +127,10 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 				return rev, false, err
 			}
 		case err := <-renewals.Failed():
-			return a.renewalEnded(err, *gone)
+			if errors.Is(err, errGone) {
+				return *gone, false, nil
+			}
+			return 0, false, err
 		case <-ctx.Done():
 			return 0, false, ctx.Err()
 		}
@@ -163,12 +166,10 @@ func (a *attempt) change(evs []*clientv3.Event) (gone int64, released bool) {
 // errGone: a renewal's check found what we wait for gone.
 var errGone = errors.New("etcddlock: entry waited for gone")
 
-// renewals renews our lease while we wait (lease.Waiter), and checks the
-// queue at the first renewal and then once a TTL (checkQueue). They start
-// before the watch: a Client's watches are created one at a time, and one
-// can take longer than a TTL to start (docs/etcd.md). They write a.seen,
-// which the wait does not read meanwhile, and *gone: the revision of a
-// check that ended them with errGone.
+// renewals renews our lease while we wait, and checks the queue at the
+// first renewal and then once a TTL (docs/etcd.md, Operations, Lock 5).
+// They write a.seen, which the wait does not read meanwhile, and *gone,
+// the revision of a check that ended them with errGone.
 func (a *attempt) renewals() (w *leng.Waiter, gone *int64) {
 	gone, n := new(int64), 0
 	return leng.StartWaiter(a.l.since(), a.l.ttl, func(ctx context.Context) error {
@@ -187,24 +188,9 @@ func (a *attempt) renewals() (w *leng.Waiter, gone *int64) {
 	}), gone
 }
 
-// renewalEnded is the outcome of a wait that the renewals ended with err,
-// gone the revision of their check.
-func (a *attempt) renewalEnded(err error, gone int64) (int64, bool, error) {
-	switch {
-	case errors.Is(err, errGone):
-		return gone, false, nil
-	case errors.Is(err, driver.ErrNotHeld):
-		return 0, false, a.loseLease() // the lease is gone: so is our entry
-	}
-	return 0, false, err
-}
-
 // checkQueue reads whether our entry and the entry we wait for still exist
-// (errRequeue: ours is gone; changed: pred is, at the revision returned).
-// Both only matter when the queue is edited by hand: a deleted entry of
-// ours would be granted at the release ahead (narrowed to a deletion in
-// the last TTL), and a deleted pred that the join's tail named would be
-// waited for forever. Two keys once a TTL: cheap.
+// (errRequeue: ours is gone; changed: pred is, at the revision returned):
+// a hand-made delete of either would otherwise go unseen.
 func (a *attempt) checkQueue(ctx context.Context) (int64, bool, error) {
 	var resp *clientv3.TxnResponse
 	err := a.fresh(ctx, a.seen, func(ctx context.Context, opts ...clientv3.OpOption) (rev int64, err error) {
