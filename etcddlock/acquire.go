@@ -196,16 +196,20 @@ func (a *attempt) loseLease() error {
 // that etcd never dropped the lease, nor our entry with it.
 func (a *attempt) freshen(ctx context.Context) error {
 	if time.Since(a.l.since()) >= a.l.ttl/2 {
-		err := retry(ctx, func(ctx context.Context) error { return a.l.keepAlive(ctx, a.d.lc) })
-		if errors.Is(err, driver.ErrNotHeld) {
+		if err := a.renew(ctx); errors.Is(err, driver.ErrNotHeld) {
 			return a.loseLease()
-		}
-		if err != nil {
-			return a.d.wrapErr("renew the lease", err)
+		} else if err != nil {
+			return err
 		}
 	}
 	a.step = stepGranted
 	return nil
+}
+
+// renew renews our lease, retrying a busy etcd until ctx ends.
+func (a *attempt) renew(ctx context.Context) error {
+	err := retry(ctx, func(ctx context.Context) error { return a.l.keepAlive(ctx, a.d.lc) })
+	return a.d.wrapErr("renew the lease", err)
 }
 
 // grant hands the lease to a new grant.

@@ -2,6 +2,7 @@ package etcddlock
 
 import (
 	"context"
+	"slices"
 
 	"github.com/dlockdev/dlock/driver"
 	"github.com/dlockdev/dlock/driver/queue"
@@ -141,12 +142,9 @@ func (a *attempt) kindErr(label string) error {
 	return driver.KindMismatch(label, a.req.Kind, a.req.Limit)
 }
 
-// join puts our entry at the end of the queue (stepJoin). A tail of our
-// kind: read it and queue, one key read (a sorted read of the queue at
-// every join would cost etcd's apply loop a walk of every entry, quadratic
-// in a burst of waiters). Else queue if the queue is empty; else a tail of
-// another kind: read it, write nothing; no tail (its newest waiter gave
-// up): read the newest keys, for stepBehind.
+// join puts our entry at the end of the queue (stepJoin): behind a tail of
+// our kind with one key read, not a sorted read of the queue, which would
+// cost etcd a walk of every entry at every join (docs/etcd.md, Lock 2).
 func (a *attempt) join(ctx context.Context) error {
 	r, err := a.enqueue(ctx, true)
 	switch {
@@ -253,10 +251,8 @@ func (a *attempt) someEntry(ctx context.Context) (*mvccpb.KeyValue, error) {
 
 // firstEntry returns the first entry among kvs, or nil if there is none.
 func firstEntry(dir string, kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
-	for _, kv := range kvs {
-		if isEntry(dir, string(kv.Key)) {
-			return kv
-		}
+	if i := slices.IndexFunc(kvs, func(kv *mvccpb.KeyValue) bool { return isEntry(dir, string(kv.Key)) }); i >= 0 {
+		return kvs[i]
 	}
 	return nil
 }

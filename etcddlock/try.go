@@ -3,8 +3,11 @@ package etcddlock
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/dlockdev/dlock/driver"
+	"github.com/dlockdev/dlock/driver/queue"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -58,22 +61,13 @@ func (a *attempt) tryShared(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		shared, exclusive := 0, 0
-		for _, kv := range kvs {
-			if !isEntry(a.dir, string(kv.Key)) {
-				continue
-			}
-			label, m, _ := parseEntry(kv.Value)
-			if label != a.label {
-				return a.kindErr(label)
-			}
-			if m == driver.Shared {
-				shared++
-			} else {
-				exclusive++
-			}
-		}
-		if !driver.Admits(a.req.Limit, driver.Shared, shared, exclusive) {
+		kvs = slices.DeleteFunc(kvs, func(kv *mvccpb.KeyValue) bool { return !isEntry(a.dir, string(kv.Key)) })
+		l := a.listing(a.entries(kvs, true), true)
+		l.OtherKind = queue.Refuse
+		if p := queue.Decide(l); p.Verdict == queue.Mismatch {
+			label, _, _ := parseEntry(kvs[p.Target].Value)
+			return a.kindErr(label)
+		} else if p.Verdict != queue.Granted {
 			return driver.ErrLocked
 		}
 		r, err := a.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.dir), "<", rev+1).WithPrefix()}, a.puts()...)

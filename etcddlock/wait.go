@@ -173,9 +173,8 @@ var errGone = errors.New("etcddlock: entry waited for gone")
 func (a *attempt) renewals() (w *leng.Waiter, gone *int64) {
 	gone, n := new(int64), 0
 	return leng.StartWaiter(a.l.since(), a.l.ttl, func(ctx context.Context) error {
-		err := retry(ctx, func(ctx context.Context) error { return a.l.keepAlive(ctx, a.d.lc) })
-		if err != nil {
-			return a.d.wrapErr("renew the lease", err)
+		if err := a.renew(ctx); err != nil {
+			return err
 		}
 		if n++; n%3 != 1 {
 			return nil
