@@ -33,11 +33,12 @@ func queueReport(m *md, res *results) {
 	m.p("\"queued\" is until the server lists them all (for libraries without a server-side queue: 1 s); then")
 	m.p("the holder releases and every waiter takes the key once and releases it at once, within %v for the", queueLimit)
 	m.p("enqueue and the drain together. Memory is the server's, measured before the waiters came and once they")
-	m.p("were all queued. **Load**: each run is made at a load of about 3 runnable tasks on the machine: the")
-	m.p("kernel's count of runnable tasks (`procs_running` in /proc/stat) is sampled for a second before the run,")
-	m.p("and CPU-spinning processes make up what it falls short of 3 during the run (`-queue-load` sets the")
-	m.p("target); the column shows the mean of the count sampled every 100 ms during the run. A run that does not")
-	m.p("drain is shown **stalled**, with the waiters served and when the last was.")
+	m.p("were all queued. **Load**: each run is made at a load of about %g runnable tasks on the machine", queueLoadOf(res))
+	m.p("(`-queue-load`): the kernel's count of runnable tasks (`procs_running` in /proc/stat) is sampled every")
+	m.p("100 ms, and CPU-spinning child processes are resumed while its recent mean is below the target and")
+	m.p("stopped while it is above, so that the benchmark's own work counts towards it; the column shows the")
+	m.p("mean count during the run and how many of the tasks were spinners. A run that does not drain is shown")
+	m.p("**stalled**, with the waiters served and when the last was.")
 	m.p("")
 	var rows [][]string
 	for _, q := range res.Queue {
@@ -130,4 +131,14 @@ func permitsReport(m *md, res *results) {
 			fmtFloat(r.MeanHolders), fmt.Sprint(r.MaxHolders), fmtDur(r.HandoffP50), fmtDur(r.HandoffP99), fmt.Sprint(r.Violations), modeErrText(r)})
 	}
 	m.table([]string{"library", "round", "window", "grants", "grants/s", "mean held", "max held", "hand-off p50", "hand-off p99", "violations", "errors"}, rows)
+}
+
+// queueLoadOf is the load target of the run's many-waiters section.
+func queueLoadOf(res *results) float64 {
+	for _, q := range res.Queue {
+		if q.Load.Target > 0 {
+			return q.Load.Target
+		}
+	}
+	return 0
 }

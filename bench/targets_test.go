@@ -89,3 +89,29 @@ func TestReport_noIssueNumbersAndSaysVariant(t *testing.T) {
 		t.Errorf("report does not say the durable variant:\n%s", out[:min(len(out), 2000)])
 	}
 }
+
+// A figure short of its target is done when it is within 1.3× of the floor
+// (a time) or of the ceiling (a rate) measured in the same run, and only
+// then.
+func TestVerdictOf_floorAndCeiling(t *testing.T) {
+	for _, tc := range []struct {
+		fig, floor float64
+		lower      bool
+		want       string
+	}{
+		{fig: 125, floor: 100, lower: true, want: "**missed**, within 1.3× of the floor"},
+		{fig: 140, floor: 100, lower: true, want: "**missed**"},
+		{fig: 800, floor: 1000, lower: false, want: "**missed**, within 1.3× of the ceiling"},
+		{fig: 700, floor: 1000, lower: false, want: "**missed**"},
+	} {
+		if got := verdictOf(false, true, tc.fig, tc.floor, tc.lower); got != tc.want {
+			t.Errorf("verdictOf(missed, %v, floor %v, lower is better %v) = %q, want %q", tc.fig, tc.floor, tc.lower, got, tc.want)
+		}
+	}
+	if got := verdictOf(true, true, 1, 1000, true); got != "**met**" {
+		t.Errorf("verdictOf(met) = %q", got)
+	}
+	if got := verdictOf(true, false, 1, 1, true); got != "not measured" {
+		t.Errorf("verdictOf(not measured) = %q", got)
+	}
+}

@@ -23,12 +23,18 @@ type rttResult struct {
 	Err      string
 }
 
-// measureRTT times n sequential calls of op after a warm-up, bounded by limit.
+// rttWarmup is the least warm-up of a round-trip measurement: a server
+// just started (ZooKeeper's JIT) answers its first requests slower.
+const rttWarmup = 500 * time.Millisecond
+
+// measureRTT times n sequential calls of op after a warm-up (n/10 calls,
+// and at least rttWarmup), bounded by limit.
 func measureRTT(backend, name string, n int, limit time.Duration, op func(context.Context) error) rttResult {
 	r := rttResult{Backend: backend, Op: name}
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	for range n / 10 {
+	warm := time.Now().Add(rttWarmup)
+	for i := 0; i < n/10 || time.Now().Before(warm); i++ {
 		if err := op(ctx); err != nil {
 			r.Err = err.Error()
 			return r
