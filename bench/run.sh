@@ -12,7 +12,10 @@
 # built-in RDB snapshots, ZooKeeper forceSync=yes, etcd with fsync); the
 # round-trip floor, the uncontended cycle, the contended runs at 8 and 32
 # contenders and the permits section run in 3 rounds (medians and ranges).
-# The full run takes about 20–25 minutes on a 2-core machine.
+# The full run takes about 15–20 minutes on a quiet 2-core machine (estimated
+# from the sections run alone: the 7-minute no-fsync run before, plus the
+# rounds, permits, renewal, keys and queue sections), too long to run the
+# nofsync variant in the same run: run it on its own.
 #
 #   ./run.sh                 the full run (durable servers)
 #   ./run.sh -variant nofsync  the same on servers that do not fsync (Redis
