@@ -54,15 +54,6 @@ func (res *results) contended(name string, n int, think bool) (contendedResult, 
 	return contendedResult{}, false
 }
 
-func (res *results) uncontended(name string) (uncontendedResult, bool) {
-	for _, r := range res.Uncontended {
-		if r.Lib == name {
-			return r, true
-		}
-	}
-	return uncontendedResult{}, false
-}
-
 func (res *results) rtt(lib string) time.Duration { return res.RTT[res.lib(lib).Backend].P50 }
 
 func inRTT(d, rtt time.Duration) string {
