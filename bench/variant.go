@@ -47,5 +47,5 @@ func (v variant) label() string {
 	case nofsync:
 		return "no-fsync servers"
 	}
-	return "no-fsync servers (variant not recorded)"
+	return "no-fsync servers, variant not recorded"
 }
