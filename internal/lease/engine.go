@@ -209,6 +209,11 @@ func (e *Engine) endLocked(end End, reason error) bool {
 	e.reason, e.err, e.ending = reason, reason, end
 	if e.obs != nil {
 		e.endedAt = time.Now()
+		if end == Expired {
+			// Found at the deadline or later (by Done or Err): it was
+			// lost at the deadline.
+			e.endedAt = e.deadline
+		}
 	}
 	if errors.Is(reason, driver.ErrLeaseLost) || (reason == e.limitReason && reason != nil) {
 		e.err = fmt.Errorf("lease %q: %w", e.key, reason)

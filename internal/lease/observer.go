@@ -13,8 +13,8 @@ type Observer interface {
 	// late how long after its scheduled moment it was sent, err nil when
 	// the server extended the lease.
 	Renewed(latency, late time.Duration, err error)
-	// Ended is called once, when the lease ends: why, when, and the
-	// lease's Err.
+	// Ended is called once, when the lease ends: why, when (for Expired,
+	// the deadline that passed), and the lease's Err.
 	Ended(end End, at time.Time, err error)
 }
 
