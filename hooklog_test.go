@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/memdlock"
@@ -61,14 +62,16 @@ func TestHooks_logRecords(t *testing.T) {
 		return context.WithValue(ctx, ctxKey("span"), "s1")
 	}}
 	// The logger is given first, and still comes after the hooks.
-	c, h, err := memdlock.New(nil, dlock.WithLogger(slog.New(recordHandler{&mu, &records})), dlock.WithHooks(span), dlock.WithHooks(r.hooks()))
+	// On a fake clock the space never drops the lease of a live client:
+	// it ends only when the Client finds it not renewed in time.
+	c, h, err := memdlock.New(&memdlock.Options{Clock: memdlock.NewClock(time.Now())}, dlock.WithLogger(slog.New(recordHandler{&mu, &records})), dlock.WithHooks(span), dlock.WithHooks(r.hooks()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	ctx := context.Background()
 
-	l, err := c.Lock(ctx, "logged", dlock.WithTTL(dlock.MinTTL))
+	l, err := c.Lock(ctx, "logged", dlock.WithTTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -219,7 +219,9 @@ func TestHooks_outcomes(t *testing.T) {
 // never advanced, keeps the space from dropping it first).
 func TestHooks_renewedThenExpired(t *testing.T) {
 	c, h, r := hooked(t, &memdlock.Options{Clock: memdlock.NewClock(time.Now())})
-	l, err := c.Lock(context.Background(), "renewed", dlock.WithTTL(dlock.MinTTL))
+	// A second leaves a renewal (due after a third of it) two thirds of
+	// it to be late by on a loaded machine before the lease expires.
+	l, err := c.Lock(context.Background(), "renewed", dlock.WithTTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +432,9 @@ func TestHooks_contextReachesBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Unlock(context.Background())
-	if _, err := c.Lock(context.Background(), "k"); !errors.Is(err, context.Canceled) {
+	watchdog, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Lock(watchdog, "k"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Lock = %v, want context.Canceled from the hook's context", err)
 	}
 }
