@@ -118,15 +118,15 @@ func (in *Instrumentation) acquireStart(ctx context.Context, info dlock.AcquireS
 	a := &acquire{caller: trace.SpanFromContext(ctx), wait: info.Wait}
 	ctx, a.span = in.tracer.Start(ctx, spanAcquire, trace.WithAttributes(attrs...))
 	if info.Wait {
-		in.m.waiters.Add(ctx, 1, in.m.set(info.Backend, info.Kind, "", ""))
+		in.m.waiters.Add(ctx, 1, in.m.set(info.Backend, info.Kind, "", "").add...)
 	}
 	return context.WithValue(ctx, acquireKey{in}, a)
 }
 
 func (in *Instrumentation) acquireDone(ctx context.Context, info dlock.AcquireDoneInfo) context.Context {
-	in.m.acquire.Record(ctx, info.Waited.Seconds(), in.m.set(info.Backend, info.Kind, attrOutcome, info.Outcome.String()))
+	in.m.acquire.Record(ctx, info.Waited.Seconds(), in.m.set(info.Backend, info.Kind, attrOutcome, info.Outcome.String()).record...)
 	if info.Outcome == dlock.OutcomeAcquired {
-		in.m.active.Add(ctx, 1, in.m.set(info.Backend, info.Kind, "", ""))
+		in.m.active.Add(ctx, 1, in.m.set(info.Backend, info.Kind, "", "").add...)
 	}
 	a, _ := ctx.Value(acquireKey{in}).(*acquire)
 	if a == nil {
@@ -135,12 +135,15 @@ func (in *Instrumentation) acquireDone(ctx context.Context, info dlock.AcquireDo
 		return ctx
 	}
 	if a.wait {
-		in.m.waiters.Add(ctx, -1, in.m.set(info.Backend, info.Kind, "", ""))
+		in.m.waiters.Add(ctx, -1, in.m.set(info.Backend, info.Kind, "", "").add...)
 	}
-	a.span.SetAttributes(attrOutcome.String(info.Outcome.String()))
+	if a.span.IsRecording() {
+		a.span.SetAttributes(attrOutcome.String(info.Outcome.String()))
+		if info.Outcome == dlock.OutcomeAcquired {
+			a.span.SetAttributes(attrToken.Int64(int64(info.Token)))
+		}
+	}
 	switch info.Outcome {
-	case dlock.OutcomeAcquired:
-		a.span.SetAttributes(attrToken.Int64(int64(info.Token)))
 	case dlock.OutcomeError, dlock.OutcomeTimeout:
 		if info.Err != nil {
 			a.span.RecordError(info.Err)
@@ -176,7 +179,7 @@ func (in *Instrumentation) renewed(ctx context.Context, info dlock.RenewedInfo) 
 	if info.Err != nil {
 		outcome = "failed"
 	}
-	in.m.renew.Record(ctx, info.Latency.Seconds(), in.m.set(info.Backend, info.Kind, attrRenewOutcome, outcome))
+	in.m.renew.Record(ctx, info.Latency.Seconds(), in.m.set(info.Backend, info.Kind, attrRenewOutcome, outcome).record...)
 	if info.Err == nil {
 		return
 	}
@@ -189,13 +192,17 @@ func (in *Instrumentation) renewed(ctx context.Context, info dlock.RenewedInfo) 
 }
 
 func (in *Instrumentation) leaseEnded(ctx context.Context, info dlock.LeaseEndedInfo) {
-	in.m.hold.Record(ctx, info.Held.Seconds(), in.m.set(info.Backend, info.Kind, attrReason, info.Reason.String()))
-	in.m.active.Add(ctx, -1, in.m.set(info.Backend, info.Kind, "", ""))
+	in.m.hold.Record(ctx, info.Held.Seconds(), in.m.set(info.Backend, info.Kind, attrReason, info.Reason.String()).record...)
+	in.m.active.Add(ctx, -1, in.m.set(info.Backend, info.Kind, "", "").add...)
 	if info.Reason.Lost() {
-		in.m.lost.Add(ctx, 1, in.m.set(info.Backend, info.Kind, attrReason, info.Reason.String()))
+		in.m.lost.Add(ctx, 1, in.m.set(info.Backend, info.Kind, attrReason, info.Reason.String()).add...)
 	}
 	hold, _ := ctx.Value(holdKey{in}).(trace.Span)
 	if hold == nil {
+		return
+	}
+	if !hold.IsRecording() {
+		hold.End()
 		return
 	}
 	hold.SetAttributes(attrReason.String(info.Reason.String()), attrHeld.Float64(info.Held.Seconds()))
@@ -210,7 +217,7 @@ func (in *Instrumentation) leaseEnded(ctx context.Context, info dlock.LeaseEnded
 }
 
 func (in *Instrumentation) unprotected(ctx context.Context, info dlock.UnprotectedInfo) {
-	in.m.unprotected.Record(ctx, info.Unprotected.Seconds(), in.m.set(info.Backend, info.Kind, attrReason, info.Reason.String()))
+	in.m.unprotected.Record(ctx, info.Unprotected.Seconds(), in.m.set(info.Backend, info.Kind, attrReason, info.Reason.String()).record...)
 	// The event goes to the caller's span, the job that ran on without the
 	// lock: ctx is the lease's, whose hold span has ended.
 	span := trace.SpanFromContext(ctx)

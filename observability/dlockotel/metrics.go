@@ -42,11 +42,18 @@ type instruments struct {
 	// (backends × primitives × outcomes), and building one per measurement
 	// would allocate on every acquire.
 	mu   sync.RWMutex
-	sets map[setKey]metric.MeasurementOption
+	sets map[setKey]measurement
+}
+
+// measurement is an attribute set as the options of Add and Record: slices
+// made once, since a variadic argument built at each call allocates.
+type measurement struct {
+	add    []metric.AddOption
+	record []metric.RecordOption
 }
 
 func newInstruments(m metric.Meter) (*instruments, error) {
-	in := &instruments{sets: map[setKey]metric.MeasurementOption{}}
+	in := &instruments{sets: map[setKey]measurement{}}
 	var err error
 	hist := func(name, desc string, buckets []float64) metric.Float64Histogram {
 		if err != nil {
@@ -105,23 +112,24 @@ type setKey struct {
 	value   string
 }
 
-// set returns the measurement option of the attributes backend, primitive
+// set returns the measurement options of the attributes backend, primitive
 // and, when attr is not empty, attr=value.
-func (in *instruments) set(backend string, kind dlock.Kind, attr attribute.Key, value string) metric.MeasurementOption {
+func (in *instruments) set(backend string, kind dlock.Kind, attr attribute.Key, value string) measurement {
 	k := setKey{backend, kind, attr, value}
 	in.mu.RLock()
-	o, ok := in.sets[k]
+	m, ok := in.sets[k]
 	in.mu.RUnlock()
 	if ok {
-		return o
+		return m
 	}
 	kvs := []attribute.KeyValue{attrBackend.String(backend), attrPrimitive.String(kind.String())}
 	if attr != "" {
 		kvs = append(kvs, attr.String(value))
 	}
-	o = metric.WithAttributeSet(attribute.NewSet(kvs...))
+	o := metric.WithAttributeSet(attribute.NewSet(kvs...))
+	m = measurement{add: []metric.AddOption{o}, record: []metric.RecordOption{o}}
 	in.mu.Lock()
-	in.sets[k] = o
+	in.sets[k] = m
 	in.mu.Unlock()
-	return o
+	return m
 }
