@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -84,7 +85,7 @@ func scrape(t *testing.T, m *dlockprom.Metrics) map[string]*dto.MetricFamily {
 			t.Fatal(err)
 		}
 	}
-	var p expfmt.TextParser
+	p := expfmt.NewTextParser(model.UTF8Validation)
 	parsed, err := p.TextToMetricFamilies(&text)
 	if err != nil {
 		t.Fatalf("parse the exposition: %v\n%s", err, text.String())
