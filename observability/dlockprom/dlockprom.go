@@ -124,10 +124,12 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// values returns the label values of a dlock_ metric: backend, kind, the
-// metric's own, then the key's label when WithKeyLabel asked for it.
-func (m *Metrics) values(backend string, kind dlock.Kind, key string, own ...string) []string {
-	v := append(make([]string, 0, 4), backend, kind.String())
+// values writes the label values of a dlock_ metric into lv: backend,
+// kind, the metric's own, then the key's label when WithKeyLabel asked for
+// it. The caller's array keeps them off the heap: WithLabelValues does not
+// retain its arguments.
+func (m *Metrics) values(lv *[4]string, backend string, kind dlock.Kind, key string, own ...string) []string {
+	v := append(lv[:0], backend, kind.String())
 	v = append(v, own...)
 	if m.keyLabel != nil {
 		v = append(v, m.keyLabel(key))
@@ -154,7 +156,8 @@ func (m *Metrics) acquireStart(ctx context.Context, info dlock.AcquireStartInfo)
 	if !info.Wait {
 		return ctx
 	}
-	g := m.waiters.WithLabelValues(m.values(info.Backend, info.Kind, info.Key)...)
+	var lv [4]string
+	g := m.waiters.WithLabelValues(m.values(&lv, info.Backend, info.Kind, info.Key)...)
 	g.Inc()
 	// The gauge itself, not its labels: AcquireDone decrements the very
 	// series this incremented.
@@ -165,16 +168,17 @@ func (m *Metrics) acquireDone(ctx context.Context, info dlock.AcquireDoneInfo) c
 	if g, ok := ctx.Value(waiting{}).(prometheus.Gauge); ok {
 		g.Dec()
 	}
-	m.acquire.WithLabelValues(m.values(info.Backend, info.Kind, info.Key, info.Outcome.String())...).Observe(info.Waited.Seconds())
+	var lv [4]string
+	m.acquire.WithLabelValues(m.values(&lv, info.Backend, info.Kind, info.Key, info.Outcome.String())...).Observe(info.Waited.Seconds())
 	if info.Outcome != dlock.OutcomeAcquired {
 		return ctx
 	}
-	m.active.WithLabelValues(m.values(info.Backend, info.Kind, info.Key)...).Inc()
+	m.active.WithLabelValues(m.values(&lv, info.Backend, info.Kind, info.Key)...).Inc()
 	// The lost counters exist, at 0, from the first grant on: increase()
 	// and rate() cannot see a series' first sample rise from nothing, so
 	// an alert on lost leases would miss the first loss.
-	m.lost.WithLabelValues(m.values(info.Backend, info.Kind, info.Key, dlock.EndExpired.String())...)
-	m.lost.WithLabelValues(m.values(info.Backend, info.Kind, info.Key, dlock.EndDropped.String())...)
+	m.lost.WithLabelValues(m.values(&lv, info.Backend, info.Kind, info.Key, dlock.EndExpired.String())...)
+	m.lost.WithLabelValues(m.values(&lv, info.Backend, info.Kind, info.Key, dlock.EndDropped.String())...)
 	if m.leader != nil && info.Kind == dlock.KindElection {
 		m.leader.WithLabelValues(info.Key).Set(1)
 	}
@@ -182,19 +186,21 @@ func (m *Metrics) acquireDone(ctx context.Context, info dlock.AcquireDoneInfo) c
 }
 
 func (m *Metrics) renewed(_ context.Context, info dlock.RenewedInfo) {
+	var lv [4]string
 	result := "ok"
 	if info.Err != nil {
 		result = "error"
 	}
-	m.renew.WithLabelValues(m.values(info.Backend, info.Kind, info.Key, result)...).Observe(info.Latency.Seconds())
-	m.late.WithLabelValues(m.values(info.Backend, info.Kind, info.Key)...).Observe(info.Late.Seconds())
+	m.renew.WithLabelValues(m.values(&lv, info.Backend, info.Kind, info.Key, result)...).Observe(info.Latency.Seconds())
+	m.late.WithLabelValues(m.values(&lv, info.Backend, info.Kind, info.Key)...).Observe(info.Late.Seconds())
 }
 
 func (m *Metrics) leaseEnded(_ context.Context, info dlock.LeaseEndedInfo) {
-	m.active.WithLabelValues(m.values(info.Backend, info.Kind, info.Key)...).Dec()
-	m.hold.WithLabelValues(m.values(info.Backend, info.Kind, info.Key, info.Reason.String())...).Observe(info.Held.Seconds())
+	var lv [4]string
+	m.active.WithLabelValues(m.values(&lv, info.Backend, info.Kind, info.Key)...).Dec()
+	m.hold.WithLabelValues(m.values(&lv, info.Backend, info.Kind, info.Key, info.Reason.String())...).Observe(info.Held.Seconds())
 	if info.Reason.Lost() {
-		m.lost.WithLabelValues(m.values(info.Backend, info.Kind, info.Key, info.Reason.String())...).Inc()
+		m.lost.WithLabelValues(m.values(&lv, info.Backend, info.Kind, info.Key, info.Reason.String())...).Inc()
 	}
 	if m.leader != nil && info.Kind == dlock.KindElection {
 		m.leader.WithLabelValues(info.Key).Set(0)
@@ -202,5 +208,6 @@ func (m *Metrics) leaseEnded(_ context.Context, info dlock.LeaseEndedInfo) {
 }
 
 func (m *Metrics) unprotectedRun(_ context.Context, info dlock.UnprotectedInfo) {
-	m.unprotected.WithLabelValues(m.values(info.Backend, info.Kind, info.Key, info.Reason.String())...).Inc()
+	var lv [4]string
+	m.unprotected.WithLabelValues(m.values(&lv, info.Backend, info.Kind, info.Key, info.Reason.String())...).Inc()
 }
