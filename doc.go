@@ -51,6 +51,12 @@
 // (Client.LockAll, TryLockAll: all keys or none, taken in one global order
 // so that callers cannot deadlock). See docs/primitives.md.
 //
+// Client.Inspect reads who holds a key and who waits for it, in order;
+// Client.Watch streams that state again after every change (a grant, a
+// release, an expiry, a waiter joining or leaving), learnt from the
+// server's notifications rather than by polling, as `dlock status --watch`
+// shows it. On Redis the notices are partial (see package redisdlock).
+//
 // # Safety
 //
 // It is NOT safe to assume that holding a Lease means nobody else holds the

@@ -245,98 +245,31 @@ func (e *Election) read(ctx context.Context) (LeaderInfo, error) {
 // after it is reached again follows.
 func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
 	out := make(chan LeaderInfo, 1)
-	obs, ok := e.c.drv.(driver.Observer)
-	if !ok || keys.Validate(e.key) != nil {
-		close(out)
-		return out
-	}
-	// Close waits for observers as for Lock calls in flight, so that none
-	// uses the driver once it is closed: it counts them among those.
-	c := e.c
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		close(out)
-		return out
-	}
-	c.acquiring.Add(1)
-	c.mu.Unlock()
-	go func() {
-		defer c.acquiring.Done()
-		e.observe(ctx, obs, out)
-	}()
-	return out
-}
-
-// observe sends the election's states to out until ctx or the Client ends.
-//
-// Order: one goroutine reads and sends, so states go out in the order they
-// were read; each read follows the notice of the change it may show (the
-// driver sends a notice after the watch is in place, and after every
-// change), so no change is left unread. A read is only as fresh as the
-// server it asks; a leader whose token is below one already sent is
-// a stale read (tokens grow with every term) and is not sent.
-func (e *Election) observe(ctx context.Context, obs driver.Observer, out chan LeaderInfo) {
-	defer close(out)
-	ctx, stop := mergeCancel(ctx, e.c.ctx)
-	defer stop()
 	var last LeaderInfo
 	var maxToken uint64 // the highest leader's token sent
 	sent := false
 	send := func(info LeaderInfo) {
+		// A read is only as fresh as the server it asks; a leader whose
+		// token is below one already sent is a stale read (tokens grow
+		// with every term) and is not sent.
 		if sent && (sameState(info, last) || (info.HasLeader() && info.Token < maxToken)) {
 			return
 		}
 		last, sent = info, true
 		maxToken = max(maxToken, info.Token)
-		// Latest wins: replace a state the observer has not taken yet.
-		// Only this goroutine sends, so the send below never blocks.
-		select {
-		case <-out:
-		default:
-		}
-		out <- info
+		sendLatest(out, info)
 	}
-	watchPause, readPause := backoff.New(retryPauses), backoff.New(retryPauses)
-	for ctx.Err() == nil {
-		changes, err := obs.Watch(ctx, e.key)
-		if err != nil {
-			if watchPause.Wait(ctx) != nil {
-				return
-			}
-			continue
+	e.c.follow(ctx, e.key, func(ctx context.Context) error {
+		info, err := e.read(ctx)
+		if errors.Is(err, ErrKindMismatch) {
+			info, err = LeaderInfo{Key: e.key}, nil
 		}
-		began := time.Now()
-		for range changes {
-			// Read until a read succeeds: a notice is not repeated, and
-			// waiting for the next one could leave the observer with a
-			// stale state for as long as nothing else changes.
-			for {
-				info, err := e.read(ctx)
-				if err == nil {
-					readPause.Reset()
-					send(info)
-					break
-				}
-				if errors.Is(err, ErrKindMismatch) {
-					send(LeaderInfo{Key: e.key})
-					break
-				}
-				if readPause.Wait(ctx) != nil {
-					return
-				}
-			}
+		if err == nil {
+			send(info)
 		}
-		// The watch ended (the connection broke, the session moved):
-		// watch again, but not in a tight loop when it keeps ending.
-		if time.Since(began) < time.Second {
-			if watchPause.Wait(ctx) != nil {
-				return
-			}
-		} else {
-			watchPause.Reset()
-		}
-	}
+		return err
+	}, func() { close(out) })
+	return out
 }
 
 // sameState reports whether two states are the same for an observer.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/dlockdev/dlock/driver"
 	"github.com/dlockdev/dlock/internal/lease"
+	"github.com/dlockdev/dlock/internal/leasegrant"
 )
 
 // Lease is a held lock. It renews itself in the background until Unlock, or
@@ -24,11 +25,24 @@ type Lease struct {
 	token  uint64
 	ttl    time.Duration
 	mode   Mode
-	grant  driver.Grant // for what the engine does not do: an election's Publish
+	grant  driver.Grant // for what the engine does not do: an election's Publish, the backends' fencing checks
 	// metadata is what the lease was granted with, kept by Proclaim.
 	metadata Metadata
 	eng      *lease.Engine
 	hold     *minHold // HoldAtLeast's state; nil without it
+}
+
+// The backends' fencing checks (etcddlock.IsOwner, zkdlock.CheckHeld) read
+// from a lease's grant what it holds on the server. The grant stays
+// unexported, as the lease engine owns it: a Renew or Release called
+// directly would break Done, Err and Unlock.
+func init() {
+	leasegrant.Of = func(lease any) driver.Grant {
+		if l, ok := lease.(*Lease); ok && l != nil {
+			return l.grant
+		}
+		return nil
+	}
 }
 
 // Mode returns what the lease holds: Exclusive for a lock and a
@@ -43,13 +57,6 @@ func (l *Lease) Key() string { return l.key }
 // token it has seen and rejects lower ones cannot be written by a holder
 // whose lease was lost.
 func (l *Lease) Token() uint64 { return l.token }
-
-// Grant returns the backend's grant behind the lease. It is there for the
-// backend packages' fencing checks (etcddlock.IsOwner, zkdlock.CheckHeld),
-// which read from it what the lease holds on the server, and which an
-// application calls instead. The lease engine owns the grant: calling its
-// Renew or Release directly breaks Done, Err and Unlock.
-func (l *Lease) Grant() driver.Grant { return l.grant }
 
 // TTL returns the lease length the backend granted: the requested TTL, or
 // what the backend made of it (on ZooKeeper, the session timeout; on etcd,

@@ -17,8 +17,10 @@
 // consecutive readers granted together, a reader behind a waiting writer
 // waiting behind it, kinds that refuse each other; leader election
 // (Client.Election: one leader, hand-over in arrival order, Proclaim and
-// Observe); and locks of several keys (Client.LockAll: all or none, no
-// deadlock between callers asking in different orders). Scenarios that need
+// Observe); locks of several keys (Client.LockAll: all or none, no
+// deadlock between callers asking in different orders); and Client.Watch,
+// told of every change of a key's holders and waiters (a backend that is
+// not says so with ObserverLimiter). Scenarios that need
 // a fault (cutting a client off, deleting a key behind its holder's back,
 // restarting the server) run when the harness offers the matching optional
 // interface: FaultyClientMaker, KeyDeleter, ServerRestarter,
@@ -233,6 +235,8 @@ var tests = []testCase{
 	{"Semaphore_limitBelowOne_invalidOption", testSemaphore_limitBelowOne_invalidOption},
 	{"Semaphore_inspect_kindLimitHoldersWaiters", testSemaphore_inspect_kindLimitHoldersWaiters},
 	{"Semaphore_cancelAtHandOff_nextWaiterServed", testSemaphore_cancelAtHandOff_nextWaiterServed},
+	// watch.go
+	{"Watch_noticeAfterGrantJoinRelease", testWatch_noticeAfterGrantJoinRelease},
 }
 
 // suite is the state of one subtest.

@@ -20,14 +20,14 @@ type Publisher interface {
 }
 
 // Observer is implemented by drivers that the server tells of changes to a
-// key's holders (Election's Observe).
+// key's queue (Election's Observe, Client's Watch).
 type Observer interface {
 	// Watch returns a channel that receives a value soon after any change
-	// to key's holders or to their metadata: a grant, a release, an
-	// expiry, a Publish. Values may be coalesced (the channel has a buffer
-	// of one and a full buffer already says "changed") and may come with no
-	// change; the caller reads the state itself with Inspect, after each
-	// value. The channel receives one value at once, so that the caller
+	// to key's holders, their metadata or its waiters: a grant, a release,
+	// an expiry, a Publish, a waiter joining or leaving the queue. Values
+	// may be coalesced (the channel has a buffer of one and a full buffer
+	// already says "changed") and may come with no change; the caller
+	// reads the state itself with Inspect, after each value. The channel receives one value at once, so that the caller
 	// reads the state when the watch is in place, and is closed when ctx
 	// ends or the watch cannot go on (the caller may Watch again).
 	//
@@ -35,6 +35,9 @@ type Observer interface {
 	// never by polling. Where the server sends no notice of an event (a
 	// Redis key expiring without keyspace notifications), the driver may
 	// wake at the moment it knows the event is due (a holder's deadline),
-	// and must say so in its documentation.
+	// and must say so in its documentation. So must a driver whose server
+	// sends no notice of some changes at all (Redis: waiters joining, and
+	// keys of kinds other than elections), which its watch then shows at
+	// the next change it is told of.
 	Watch(ctx context.Context, key string) (<-chan struct{}, error)
 }

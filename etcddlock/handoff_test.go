@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlockdev/dlock"
-	"github.com/dlockdev/dlock/etcddlock"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -52,15 +50,12 @@ func TestContended_requestsPerGrant(t *testing.T) {
 // entry, no release marker, no tail.
 func checkNothingStored(t *testing.T, ctx context.Context, admin *clientv3.Client, key string) {
 	t.Helper()
-	dir := etcddlock.QueueDirForTest(etcddlock.DefaultPrefix, key)
-	resp, err := admin.Get(ctx, strings.TrimSuffix(dir, "/"), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	left, err := stored(ctx, admin, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, kv := range resp.Kvs {
-		if k := string(kv.Key); strings.HasPrefix(k, dir) || k == strings.TrimSuffix(dir, "/")+"\x00tail" {
-			t.Errorf("left in etcd for %q: %q", key, k)
-		}
+	for _, k := range left {
+		t.Errorf("left in etcd for %q: %q", key, k)
 	}
 }
 

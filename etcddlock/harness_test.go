@@ -2,6 +2,7 @@ package etcddlock_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,13 +89,25 @@ func (h *harness) DeleteKey(ctx context.Context, key string) error {
 
 // Leftovers lists the etcd keys still stored for key.
 func (h *harness) Leftovers(ctx context.Context, key string) ([]string, error) {
-	resp, err := h.admin.Get(ctx, etcddlock.QueueDirForTest(etcddlock.DefaultPrefix, key), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	return stored(ctx, h.admin, key)
+}
+
+// stored lists the etcd keys stored for key: its queue's entries and
+// release markers, and the tail beside the queue's directory.
+func stored(ctx context.Context, admin *clientv3.Client, key string) ([]string, error) {
+	dir := etcddlock.QueueDirForTest(etcddlock.DefaultPrefix, key)
+	tail := strings.TrimSuffix(dir, "/") + "\x00tail"
+	// The prefix without the slash reaches the tail, and the directories
+	// of keys that extend key's escaped name, which are not key's.
+	resp, err := admin.Get(ctx, strings.TrimSuffix(dir, "/"), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, kv := range resp.Kvs {
-		out = append(out, string(kv.Key))
+		if k := string(kv.Key); strings.HasPrefix(k, dir) || k == tail {
+			out = append(out, k)
+		}
 	}
 	return out, nil
 }

@@ -21,8 +21,8 @@ import (
 // 100 ms; one that starts now is handed each event as it is applied.
 //
 // Every event on an entry counts: a create (a holder, or a candidate that
-// waits: etcd cannot tell them apart without a read, so a waiter joining or
-// leaving wakes the caller once, for a read that finds the same leader), a
+// waits: a waiter joining or leaving wakes the caller, whose read shows it
+// (Client.Watch), or finds the same leader (an election's observer)), a
 // delete (a release, an expiry: etcd deletes the entries of an expired lease
 // when it revokes it, so an expiry is a notification, never a deadline to
 // wake at), a put of an existing entry (Publish, a semaphore's touch).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/internal/leasegrant"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -73,9 +74,9 @@ func etcdGrant(where string, lease *dlock.Lease) (*grant, error) {
 	if lease == nil {
 		return nil, fmt.Errorf("%s: %w: nil lease", where, dlock.ErrInvalidFence)
 	}
-	g, ok := lease.Grant().(*grant)
+	g, ok := leasegrant.Of(lease).(*grant)
 	if !ok || g == nil {
-		return nil, fmt.Errorf("%s: lease of key %q: %w: not an etcd lease (%T)", where, lease.Key(), dlock.ErrInvalidFence, lease.Grant())
+		return nil, fmt.Errorf("%s: lease of key %q: %w: not an etcd lease (%T)", where, lease.Key(), dlock.ErrInvalidFence, leasegrant.Of(lease))
 	}
 	return g, nil
 }

@@ -3,7 +3,9 @@
 // proves that its checkers fire by running each scenario against a
 // deliberately weakened variant too. The scenarios are its tests
 // (go -C faultinject test .); docs/reliability.md describes them and their
-// figures. It is test tooling, not for applications.
+// figures. It is test tooling, not for applications. Its network faults
+// come from internal/testing/faultproxy, the proxy the conformance suite
+// uses too, run on the Mono clock.
 //
 // The exported pieces are the parts the holder processes share with the
 // harness:
@@ -16,9 +18,6 @@
 //   - Resource and ResourceServer, the fenced resource the holders write
 //     to, which logs every decision with a Mono (CLOCK_MONOTONIC)
 //     timestamp;
-//   - Proxy, a TCP proxy that understands RESP and ZooKeeper's protocol
-//     and injects latency, blackholes, half-open links, resets and
-//     dropped replies to chosen requests;
 //   - KillZKSession, which ends a ZooKeeper session from outside;
 //   - the naive recipes (naive.go, holder_etcd.go): locks with the flaws
 //     of hand-written ones, the negative controls of the algorithm

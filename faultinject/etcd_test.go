@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/faultinject"
+	"github.com/dlockdev/dlock/internal/testing/faultproxy"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -219,7 +220,7 @@ func etcdRig(t *testing.T, e *etcdCluster, recipe string, ttl time.Duration) *ri
 	r := newRig(t, "etcd", recipe, ttl)
 	r.etcd = e
 	r.addrs = e.clients
-	r.proto = faultinject.Raw
+	r.proto = faultproxy.Raw
 	return r
 }
 

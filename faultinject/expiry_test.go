@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/faultinject"
+	"github.com/dlockdev/dlock/internal/testing/faultproxy"
 )
 
 // Scenario 4. The server ends a holder's grant while the holder is healthy
@@ -61,11 +62,11 @@ type expiryStats struct {
 func runForcedExpiry(t *testing.T, r *rig, weak bool, trials int) expiryStats {
 	s := expiryStats{ttl: r.ttl}
 	pa := r.proxy()
-	handshakes := pa.Observe(func(f *faultinject.Frame) bool { return !f.Up && f.Handshake })
+	handshakes := pa.Observe(func(f *faultproxy.Frame) bool { return !f.Up && f.Handshake })
 	defer handshakes.Stop()
 	a := r.holder("A", weak, pa)
 	c := r.holder("C", weak)
-	var session faultinject.Frame
+	var session faultproxy.Frame
 	latest := func() {
 		for {
 			select {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/faultinject"
+	"github.com/dlockdev/dlock/internal/testing/faultproxy"
 )
 
 // Scenario 7. A holder's connection turns half-open right after a
@@ -83,7 +84,7 @@ func runHalfOpen(t *testing.T, c pauseCase, weak bool, trials int) halfOpenStats
 		if c.kind == "zk" {
 			pa.DiscardRequests(isPing)
 			// A renewal is sync then exists; the exists reply ends it.
-			isRenew = func(f *faultinject.Frame) bool { return f.Op == faultinject.ZKOpExists }
+			isRenew = func(f *faultproxy.Frame) bool { return f.Op == faultproxy.ZKOpExists }
 		}
 		a := r.holder("A", weak, pa)
 		key := r.key("s7")
@@ -91,7 +92,7 @@ func runHalfOpen(t *testing.T, c pauseCase, weak bool, trials int) halfOpenStats
 			t.Fatalf("A could not take a free key: %s", ev.Err)
 		}
 		from := a.mark()
-		obs := pa.Observe(func(f *faultinject.Frame) bool { return !f.Up || isRenew(f) })
+		obs := pa.Observe(func(f *faultproxy.Frame) bool { return !f.Up || isRenew(f) })
 		awaitAnswered(t, obs, r.proto, faultinject.Mono(), isRenew, time.Minute)
 		pa.HalfOpen()
 		cut := faultinject.Mono()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/dlockdev/dlock/faultinject"
+	"github.com/dlockdev/dlock/internal/testing/faultproxy"
 )
 
 // churn is a set of holder processes that each loop acquire → fenced write →
@@ -16,7 +17,7 @@ type churn struct {
 	r        *rig
 	key      string
 	holders  []*proc
-	proxies  [][]*faultinject.Proxy // per holder, one per server
+	proxies  [][]*faultproxy.Proxy // per holder, one per server
 	replies  []<-chan faultinject.Event
 	checked  *faultinject.Resource
 	unchkd   *faultinject.Resource
@@ -38,7 +39,7 @@ func startChurnOn(t *testing.T, r *rig, key string, n int, duration, hold time.D
 	c.checked, c.unchkd = r.resources()
 	r.targets = []string{c.checked.Name, c.unchkd.Name}
 	for i := range n {
-		var via []*faultinject.Proxy
+		var via []*faultproxy.Proxy
 		if viaProxy {
 			for _, a := range r.addrs {
 				via = append(via, r.proxyTo(a))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/faultinject"
+	"github.com/dlockdev/dlock/internal/testing/faultproxy"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/go-zookeeper/zk"
 )
@@ -47,7 +48,7 @@ func TestScenario9_FollowerCutFromLeader(t *testing.T) {
 	)
 	e, quorum := startCutEnsemble(t, tick)
 	r := newRig(t, "zk", "dlock", ttl)
-	r.proto = faultinject.ZooKeeper
+	r.proto = faultproxy.ZooKeeper
 	lead := e.leader()
 	if lead < 1 || quorum[lead] == nil {
 		t.Fatalf("leader is server %d, want 2 or 3 (mode of server 1: %q)", lead+1, e.mode(0))
@@ -124,10 +125,10 @@ func TestScenario9_FollowerCutFromLeader(t *testing.T) {
 // cutAfterRenewal watches the holder's traffic through pa for a renewal —
 // a sync, then an exists on a lock node — and blackholes link as soon as
 // the exists is answered, returning the Mono time of the cut.
-func cutAfterRenewal(t *testing.T, pa, link *faultinject.Proxy) int64 {
+func cutAfterRenewal(t *testing.T, pa, link *faultproxy.Proxy) int64 {
 	t.Helper()
-	obs := pa.Observe(func(f *faultinject.Frame) bool {
-		return !f.Up || f.Op == faultinject.ZKOpSync || f.Op == faultinject.ZKOpExists
+	obs := pa.Observe(func(f *faultproxy.Frame) bool {
+		return !f.Up || f.Op == faultproxy.ZKOpSync || f.Op == faultproxy.ZKOpExists
 	})
 	defer obs.Stop()
 	var syncXID, existsXID int32
@@ -138,11 +139,11 @@ func cutAfterRenewal(t *testing.T, pa, link *faultinject.Proxy) int64 {
 		select {
 		case f := <-obs.C:
 			switch {
-			case f.Up && f.Op == faultinject.ZKOpSync && strings.Contains(f.Path, "/lock-"):
+			case f.Up && f.Op == faultproxy.ZKOpSync && strings.Contains(f.Path, "/lock-"):
 				syncXID, synced, asked = f.XID, false, false
 			case !f.Up && f.XID == syncXID && syncXID != 0 && f.Err == 0:
 				synced = true
-			case f.Up && synced && f.Op == faultinject.ZKOpExists && strings.Contains(f.Path, "/lock-"):
+			case f.Up && synced && f.Op == faultproxy.ZKOpExists && strings.Contains(f.Path, "/lock-"):
 				existsXID, asked = f.XID, true
 			case !f.Up && asked && f.XID == existsXID && f.Err == 0:
 				link.Blackhole()
@@ -163,7 +164,7 @@ func cutAfterRenewal(t *testing.T, pa, link *faultinject.Proxy) int64 {
 // cut. The servers' configurations differ only in the address server 1
 // has for the others' quorum ports (ZooKeeper keeps a static configuration
 // per server when reconfiguration is disabled, as by default).
-func startCutEnsemble(t *testing.T, tick time.Duration) (*zkEnsemble, map[int]*faultinject.Proxy) {
+func startCutEnsemble(t *testing.T, tick time.Duration) (*zkEnsemble, map[int]*faultproxy.Proxy) {
 	t.Helper()
 	testserver.SkipIfShort(t)
 	for attempt := 1; ; attempt++ {
@@ -178,7 +179,7 @@ func startCutEnsemble(t *testing.T, tick time.Duration) (*zkEnsemble, map[int]*f
 	}
 }
 
-func tryCutEnsemble(t *testing.T, tick time.Duration) (*zkEnsemble, map[int]*faultinject.Proxy, error) {
+func tryCutEnsemble(t *testing.T, tick time.Duration) (*zkEnsemble, map[int]*faultproxy.Proxy, error) {
 	const n = 3
 	e := newZKEnsemble(t)
 	quorumPorts := make([]int, n)
@@ -188,9 +189,9 @@ func tryCutEnsemble(t *testing.T, tick time.Duration) (*zkEnsemble, map[int]*fau
 		e.clients = append(e.clients, testserver.Addr(testserver.FreePort(t)))
 		quorumPorts[i], electionPorts[i] = testserver.FreePort(t), testserver.FreePort(t)
 	}
-	proxies := map[int]*faultinject.Proxy{}
+	proxies := map[int]*faultproxy.Proxy{}
 	for i := 1; i < n; i++ {
-		p, err := faultinject.NewProxy(testserver.Addr(quorumPorts[i]), faultinject.Raw)
+		p, err := faultproxy.New(testserver.Addr(quorumPorts[i]), &faultproxy.Options{Protocol: faultproxy.Raw, Clock: faultinject.Mono})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/faultinject"
+	"github.com/dlockdev/dlock/internal/testing/faultproxy"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/dlockdev/dlock/zkdlock"
 	"github.com/go-zookeeper/zk"
@@ -28,7 +29,7 @@ type rig struct {
 	recipe string // dlock, naive
 	ttl    time.Duration
 	addrs  []string
-	proto  faultinject.Protocol
+	proto  faultproxy.Protocol
 
 	redis *testserver.Redis
 	zk    *testserver.ZooKeeper
@@ -73,7 +74,7 @@ func newRedisRig(t *testing.T, recipe string, ttl time.Duration, extra ...string
 	r := newRig(t, "redis", recipe, ttl)
 	r.redis = testserver.StartRedis(t, extra...)
 	r.addrs = []string{r.redis.Addr()}
-	r.proto = faultinject.RESP
+	r.proto = faultproxy.RESP
 	r.rdb = redis.NewClient(&redis.Options{Addr: r.redis.Addr()})
 	t.Cleanup(func() { _ = r.rdb.Close() })
 	return r
@@ -85,7 +86,7 @@ func newZKRig(t *testing.T, recipe string, ttl time.Duration) *rig {
 	r := newRig(t, "zk", recipe, ttl)
 	r.zk = testserver.SharedZooKeeper(t)
 	r.addrs = []string{r.zk.Addr()}
-	r.proto = faultinject.ZooKeeper
+	r.proto = faultproxy.ZooKeeper
 	r.zkc = dialZK(t, r.addrs, 10*time.Second)
 	return r
 }
@@ -141,12 +142,12 @@ func (r *rig) resources() (checked, unchecked *faultinject.Resource) {
 }
 
 // proxy starts a proxy in front of the first server.
-func (r *rig) proxy() *faultinject.Proxy {
+func (r *rig) proxy() *faultproxy.Proxy {
 	return r.proxyTo(r.addrs[0])
 }
 
-func (r *rig) proxyTo(addr string) *faultinject.Proxy {
-	p, err := faultinject.NewProxy(addr, r.proto)
+func (r *rig) proxyTo(addr string) *faultproxy.Proxy {
+	p, err := faultproxy.New(addr, &faultproxy.Options{Protocol: r.proto, Clock: faultinject.Mono})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -156,13 +157,13 @@ func (r *rig) proxyTo(addr string) *faultinject.Proxy {
 
 // holder starts a holder process connected through the proxies (or
 // directly when there are none). weak selects the dlock_weak build.
-func (r *rig) holder(name string, weak bool, via ...*faultinject.Proxy) *proc {
+func (r *rig) holder(name string, weak bool, via ...*faultproxy.Proxy) *proc {
 	r.t.Helper()
 	return r.holderTTL(name, weak, r.ttl, via...)
 }
 
 // holderTTL starts a holder whose leases last ttl rather than the rig's.
-func (r *rig) holderTTL(name string, weak bool, ttl time.Duration, via ...*faultinject.Proxy) *proc {
+func (r *rig) holderTTL(name string, weak bool, ttl time.Duration, via ...*faultproxy.Proxy) *proc {
 	r.t.Helper()
 	addrs := r.addrs
 	if len(via) > 0 {
@@ -182,7 +183,7 @@ func (r *rig) holderTTL(name string, weak bool, ttl time.Duration, via ...*fault
 }
 
 // Request predicates, by backend and recipe.
-func (r *rig) isAcquire(f *faultinject.Frame) bool {
+func (r *rig) isAcquire(f *faultproxy.Frame) bool {
 	switch {
 	case r.kind == "redis" && r.recipe == "dlock":
 		return isScript(f, 6, 9)
@@ -191,14 +192,14 @@ func (r *rig) isAcquire(f *faultinject.Frame) bool {
 	case r.kind == "zk" && r.recipe == "dlock":
 		// A create of a lock node, alone or in a multi.
 		op := f.ZKFirstOp()
-		return (op == faultinject.ZKOpCreate || op == faultinject.ZKOpCreate2) && strings.Contains(string(f.Data), "/lock-")
+		return (op == faultproxy.ZKOpCreate || op == faultproxy.ZKOpCreate2) && strings.Contains(string(f.Data), "/lock-")
 	case r.kind == "zk":
-		return f.Op == faultinject.ZKOpCreate && strings.HasSuffix(f.Path, "/lock")
+		return f.Op == faultproxy.ZKOpCreate && strings.HasSuffix(f.Path, "/lock")
 	}
 	return false
 }
 
-func (r *rig) isRelease(f *faultinject.Frame) bool {
+func (r *rig) isRelease(f *faultproxy.Frame) bool {
 	switch {
 	case r.kind == "redis" && r.recipe == "dlock":
 		return isScript(f, 6, 2)
@@ -209,14 +210,14 @@ func (r *rig) isRelease(f *faultinject.Frame) bool {
 		// (the mark that lets the next waiter skip a listing; see
 		// zkdlock/release.go), or a plain delete without write permission.
 		op := f.ZKFirstOp()
-		return (op == faultinject.ZKOpDelete || op == faultinject.ZKOpSetData) && strings.Contains(string(f.Data), "/lock-")
+		return (op == faultproxy.ZKOpDelete || op == faultproxy.ZKOpSetData) && strings.Contains(string(f.Data), "/lock-")
 	case r.kind == "zk":
-		return f.Op == faultinject.ZKOpDelete && strings.HasSuffix(f.Path, "/lock")
+		return f.Op == faultproxy.ZKOpDelete && strings.HasSuffix(f.Path, "/lock")
 	}
 	return false
 }
 
-func (r *rig) isRenew(f *faultinject.Frame) bool {
+func (r *rig) isRenew(f *faultproxy.Frame) bool {
 	switch {
 	case r.kind == "redis" && r.recipe == "dlock":
 		return isScript(f, 1, 2)
@@ -229,12 +230,12 @@ func (r *rig) isRenew(f *faultinject.Frame) bool {
 // isScript matches a redisdlock script call with that many keys and
 // arguments: EVALSHA sha numkeys keys... args..., with 6 keys and 9
 // arguments (acquire), 6 keys and 2 (release), or 1 key and 2 (renew).
-func isScript(f *faultinject.Frame, keys, args int) bool {
+func isScript(f *faultproxy.Frame, keys, args int) bool {
 	c := f.Command()
 	return (c == "EVALSHA" || c == "EVAL") && len(f.Args) == 3+keys+args && f.Args[2] == strconv.Itoa(keys)
 }
 
-func isPing(f *faultinject.Frame) bool { return f.Up && f.Op == faultinject.ZKOpPing }
+func isPing(f *faultproxy.Frame) bool { return f.Up && f.Op == faultproxy.ZKOpPing }
 
 // redisKeys are the Redis keys of a dlock or naive lock.
 func (r *rig) redisKeys(key string) []string {
@@ -323,7 +324,7 @@ func (r *rig) waitQueued(key string, n int) {
 }
 
 // awaitFired waits until an armed drop has happened.
-func awaitFired(t *testing.T, d *faultinject.Drop, timeout time.Duration, what string) faultinject.DropEvent {
+func awaitFired(t *testing.T, d *faultproxy.Drop, timeout time.Duration, what string) faultproxy.DropEvent {
 	t.Helper()
 	select {
 	case ev := <-d.Fired():
@@ -331,21 +332,21 @@ func awaitFired(t *testing.T, d *faultinject.Drop, timeout time.Duration, what s
 	case <-time.After(timeout):
 		t.Fatalf("the reply to %s was never dropped within %v: the request did not pass the proxy", what, timeout)
 	}
-	return faultinject.DropEvent{}
+	return faultproxy.DropEvent{}
 }
 
 // awaitAnswered reads frames from obs until at least one request matching
 // isReq, read after the Mono time after, has been answered, and every such
 // request seen so far has its answer. Requests and answers are matched by
 // connection and index (RESP) or xid (ZooKeeper).
-func awaitAnswered(t *testing.T, obs *faultinject.Observer, proto faultinject.Protocol, after int64, isReq func(*faultinject.Frame) bool, timeout time.Duration) int {
+func awaitAnswered(t *testing.T, obs *faultproxy.Observer, proto faultproxy.Protocol, after int64, isReq func(*faultproxy.Frame) bool, timeout time.Duration) int {
 	t.Helper()
 	type id struct {
 		conn uint64
 		n    int64
 	}
-	key := func(f *faultinject.Frame) id {
-		if proto == faultinject.ZooKeeper {
+	key := func(f *faultproxy.Frame) id {
+		if proto == faultproxy.ZooKeeper {
 			return id{f.Conn, int64(f.XID)}
 		}
 		return id{f.Conn, int64(f.Index)}
@@ -365,7 +366,7 @@ func awaitAnswered(t *testing.T, obs *faultinject.Observer, proto faultinject.Pr
 				pending[key(&f)] = true
 			case !f.Up && pending[key(&f)]:
 				delete(pending, key(&f))
-				if proto == faultinject.RESP && strings.HasPrefix(string(f.Data), "-NOSCRIPT") {
+				if proto == faultproxy.RESP && strings.HasPrefix(string(f.Data), "-NOSCRIPT") {
 					continue // not acted on: the client sends the script itself next
 				}
 				answered++
@@ -383,17 +384,17 @@ type armed struct {
 	t    *testing.T
 	r    *rig
 	h    *proc
-	p    *faultinject.Proxy
-	d    *faultinject.Drop
-	obs  *faultinject.Observer
-	pred func(*faultinject.Frame) bool
+	p    *faultproxy.Proxy
+	d    *faultproxy.Drop
+	obs  *faultproxy.Observer
+	pred func(*faultproxy.Frame) bool
 	from int   // etcd: notices before arming
 	at   int64 // Mono time of the drop
 }
 
 // arm drops the reply to h's next request of kind what (acquire, release or
 // renew) on proxy p; with hold, h's retries wait until restore.
-func (r *rig) arm(h *proc, p *faultinject.Proxy, what string, hold bool) *armed {
+func (r *rig) arm(h *proc, p *faultproxy.Proxy, what string, hold bool) *armed {
 	r.t.Helper()
 	a := &armed{t: r.t, r: r, h: h, p: p}
 	if r.kind == "etcd" {
@@ -416,7 +417,7 @@ func (r *rig) arm(h *proc, p *faultinject.Proxy, what string, hold bool) *armed 
 		a.pred = r.isRenew
 	}
 	if hold {
-		a.obs = p.Observe(func(f *faultinject.Frame) bool { return !f.Up || a.pred(f) })
+		a.obs = p.Observe(func(f *faultproxy.Frame) bool { return !f.Up || a.pred(f) })
 	}
 	a.d = p.DropReply(a.pred, hold)
 	return a

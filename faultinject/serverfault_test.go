@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/faultinject"
+	"github.com/dlockdev/dlock/internal/testing/faultproxy"
 )
 
 // Scenario 5. Server crashes while holders churn on one key: redis-server
@@ -128,7 +129,7 @@ func runZKEnsemble(t *testing.T) {
 	// "test executed panic(nil) or runtime.Goexit").
 	newEnsembleRig := func(t *testing.T) *rig {
 		r := newRig(t, "zk", "dlock", ttl)
-		r.addrs, r.proto = e.clients, faultinject.ZooKeeper
+		r.addrs, r.proto = e.clients, faultproxy.ZooKeeper
 		r.zkc = dialZK(t, e.clients, 10*time.Second)
 		return r
 	}
@@ -138,7 +139,7 @@ func runZKEnsemble(t *testing.T) {
 	})
 	t.Run("lease longer than the session", func(t *testing.T) {
 		r := newEnsembleRig(t)
-		var proxies []*faultinject.Proxy
+		var proxies []*faultproxy.Proxy
 		var addrs []string
 		for _, a := range e.clients {
 			p := r.proxyTo(a)
@@ -161,7 +162,7 @@ func runSentinel(t *testing.T, holdReplication bool) (analysis, time.Duration) {
 	st := startSentinelTopology(t)
 	const ttl, victimTTL = 2 * time.Second, 15 * time.Second
 	r := newRig(t, "redis-sentinel", "dlock", ttl)
-	r.addrs, r.proto, r.rdb, r.master = st.sentinels, faultinject.RESP, st.admin, "mymaster"
+	r.addrs, r.proto, r.rdb, r.master = st.sentinels, faultproxy.RESP, st.admin, "mymaster"
 	victim := r.holderTTL("victim", false, victimTTL)
 	c := startChurn(t, r, 2, 4*ttl, 300*time.Millisecond, false, false)
 	time.Sleep(time.Second) // the schedule
@@ -185,7 +186,7 @@ func runEtcdCluster(t *testing.T) {
 	})
 	t.Run("weak lease engine cut off", func(t *testing.T) {
 		r := etcdRig(t, e, "dlock", etcdTTL)
-		var proxies []*faultinject.Proxy
+		var proxies []*faultproxy.Proxy
 		for _, a := range e.clients {
 			p := r.proxyTo(a)
 			p.SetLatency(0, 800*time.Millisecond)
@@ -245,7 +246,7 @@ func runLeaderFollowerKills(t *testing.T, r *rig, backend, server string, cl clu
 // leases of ttl), and is cut off from every server for 2 ttl once beforeCut
 // (if any) returns. It must lose its lock while it still believes it holds
 // it, and the checker must see the double grant.
-func runCutOffVictim(t *testing.T, r *rig, victim *proc, proxies []*faultinject.Proxy, ttl time.Duration,
+func runCutOffVictim(t *testing.T, r *rig, victim *proc, proxies []*faultproxy.Proxy, ttl time.Duration,
 	beforeCut func(lock faultinject.Event), backend, variant string) {
 	key := r.key("victim")
 	ev := lockVictim(t, victim, key)
@@ -303,7 +304,7 @@ func (v *victimLease) end() faultinject.LeaseRecord {
 }
 
 // partition blackholes every proxy for d, then restores them.
-func partition(proxies []*faultinject.Proxy, d time.Duration) {
+func partition(proxies []*faultproxy.Proxy, d time.Duration) {
 	for _, p := range proxies {
 		p.Blackhole()
 	}

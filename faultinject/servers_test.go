@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/faultinject"
+	"github.com/dlockdev/dlock/internal/testing/faultproxy"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/redis/go-redis/v9"
 )
@@ -211,7 +212,7 @@ func (e *zkEnsemble) kill(i int) {
 // and three Sentinels that monitor the master at the proxy's address.
 type sentinelTopology struct {
 	master    *testserver.Redis
-	proxy     *faultinject.Proxy
+	proxy     *faultproxy.Proxy
 	replica   *testserver.Redis
 	sentinels []string
 	admin     *redis.Client // the master, directly
@@ -221,12 +222,12 @@ func startSentinelTopology(t *testing.T) *sentinelTopology {
 	t.Helper()
 	st := &sentinelTopology{master: testserver.StartRedis(t)}
 	var err error
-	st.proxy, err = faultinject.NewProxy(st.master.Addr(), faultinject.RESP)
+	st.proxy, err = faultproxy.New(st.master.Addr(), &faultproxy.Options{Protocol: faultproxy.RESP, Clock: faultinject.Mono})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.proxy.Close)
-	st.proxy.Tag(func(f *faultinject.Frame) bool { c := f.Command(); return c == "PSYNC" || c == "SYNC" })
+	st.proxy.Tag(func(f *faultproxy.Frame) bool { c := f.Command(); return c == "PSYNC" || c == "SYNC" })
 	_, pport, _ := net.SplitHostPort(st.proxy.Addr())
 	st.replica = testserver.StartRedis(t, "--replicaof", "127.0.0.1", pport)
 	st.admin = redis.NewClient(&redis.Options{Addr: st.master.Addr()})

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-	"github.com/dlockdev/dlock/faultinject"
+	"github.com/dlockdev/dlock/internal/testing/faultproxy"
 )
 
 // soakDuration is how long scenario 8 runs per backend: DLOCK_SOAK (a Go
@@ -104,7 +104,7 @@ func newSoakRig(t *testing.T, kind, recipe string) *rig {
 		// A server of its own, which the soak restarts.
 		e := startZKEnsemble(t, 1)
 		r := newRig(t, "zk", recipe, 1500*time.Millisecond)
-		r.ens, r.addrs, r.proto = e, e.clients, faultinject.ZooKeeper
+		r.ens, r.addrs, r.proto = e, e.clients, faultproxy.ZooKeeper
 		r.zkc = dialZK(t, e.clients, 10*time.Second)
 		return r
 	}
@@ -153,7 +153,7 @@ func injectFaults(t *testing.T, r *rig, c *churn) string {
 			if r.kind == "etcd" {
 				continue // the proxy cannot cut gRPC into requests
 			}
-			preds := []func(*faultinject.Frame) bool{r.isAcquire, r.isRelease}
+			preds := []func(*faultproxy.Frame) bool{r.isAcquire, r.isRelease}
 			if r.kind == "redis" {
 				preds = append(preds, r.isRenew)
 			}

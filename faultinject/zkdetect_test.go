@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/faultinject"
+	"github.com/dlockdev/dlock/internal/testing/faultproxy"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/dlockdev/dlock/zkdlock"
 	"github.com/go-zookeeper/zk"
@@ -292,13 +293,13 @@ func openAndRenew(t *testing.T, addr string, ttl time.Duration, renewals int) (s
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	p, err := faultinject.NewProxy(addr, faultinject.ZooKeeper)
+	p, err := faultproxy.New(addr, &faultproxy.Options{Protocol: faultproxy.ZooKeeper, Clock: faultinject.Mono})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	obs := p.Observe(func(f *faultinject.Frame) bool {
-		return f.Up && (f.Op == faultinject.ZKOpSync || f.Op == faultinject.ZKOpExists || f.Op == faultinject.ZKOpGetData && f.Path == configNode)
+	obs := p.Observe(func(f *faultproxy.Frame) bool {
+		return f.Up && (f.Op == faultproxy.ZKOpSync || f.Op == faultproxy.ZKOpExists || f.Op == faultproxy.ZKOpGetData && f.Path == configNode)
 	})
 	defer obs.Stop()
 	c, err := dlock.Open(ctx, fmt.Sprintf("zk://%s/fi-detect-open?session_timeout=%v&connect_timeout=30s", p.Addr(), ttl))
@@ -315,11 +316,11 @@ func openAndRenew(t *testing.T, addr string, ttl time.Duration, renewals int) (s
 		select {
 		case f := <-obs.C:
 			switch {
-			case f.Op == faultinject.ZKOpSync && strings.Contains(f.Path, "/lock-"):
+			case f.Op == faultproxy.ZKOpSync && strings.Contains(f.Path, "/lock-"):
 				syncs++
-			case f.Op == faultinject.ZKOpGetData:
+			case f.Op == faultproxy.ZKOpGetData:
 				checks++
-			case f.Op == faultinject.ZKOpExists && strings.Contains(f.Path, "/lock-") && f.Data[len(f.Data)-1] == 0:
+			case f.Op == faultproxy.ZKOpExists && strings.Contains(f.Path, "/lock-") && f.Data[len(f.Data)-1] == 0:
 				done++ // a renewal ends with an exists of its lock node, without a watch
 			}
 		case <-l.Done():

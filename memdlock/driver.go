@@ -118,6 +118,10 @@ func (s *space) join(c *conn, req *driver.AcquireRequest) (*entry, error) {
 		s.remove(k, e, false)
 		return nil, fmt.Errorf("%w: %d holding, %d waiting", driver.ErrLocked, holders, waiters)
 	}
+	if !e.granted {
+		e.queued = true
+		s.changed(k.key) // a waiter joined (a grant has told the watchers already)
+	}
 	if c.back != nil {
 		s.armWaiter(e) // cut off right after its request
 	}
@@ -173,7 +177,8 @@ func (c *conn) List(ctx context.Context, prefix string) ([]*driver.LockInfo, err
 	return c.s.list(prefix), nil
 }
 
-// Watch reports every change of key's holders or their metadata.
+// Watch reports every change of key's holders, their metadata and its
+// waiters.
 func (c *conn) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
 	if err := c.call(ctx); err != nil {
 		return nil, err

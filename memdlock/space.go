@@ -66,6 +66,10 @@ type entry struct {
 	expired chan struct{} // closed when a waiter's entry expires
 	lost    chan error    // receives why a holder was dropped
 	gone    bool          // left the queue
+	// queued: a waiter whose arrival the key's watchers were told of, so
+	// they are told of its leaving too (a failed TryLock's entry is
+	// neither).
+	queued bool
 	// abandoned: nobody renews it or waits for it any more (its lease's
 	// driver.Abandoner, or an Acquire that gave up while cut off), so it
 	// expires on its TTL, also on a fake clock.
@@ -180,7 +184,7 @@ func (s *space) remove(k *keyState, e *entry, released bool) bool {
 		e.stop()
 	}
 	s.event(k, e, released && e.granted, false)
-	if e.granted {
+	if e.granted || e.queued {
 		s.changed(k.key)
 	}
 	if len(k.q) == 0 {

@@ -35,6 +35,12 @@ func newHarness(t *testing.T, srv *testserver.Redis) *harness {
 
 func (h *harness) TTL() time.Duration { return h.ttl }
 
+// Observes: the scripts publish notices for election keys only, and none
+// when a waiter joins or leaves without a grant (see Watch).
+func (h *harness) Observes(kind dlock.Kind) (holders, waiters bool) {
+	return kind == dlock.KindElection, false
+}
+
 func (h *harness) NewClient(ctx context.Context, t *testing.T) (*dlock.Client, error) {
 	return h.clientVia(ctx, t, h.srv.Addr())
 }

@@ -22,6 +22,10 @@ type urlHarness struct {
 
 func (h *urlHarness) TTL() time.Duration { return time.Second }
 
+func (h *urlHarness) Observes(kind dlock.Kind) (holders, waiters bool) {
+	return (&harness{}).Observes(kind)
+}
+
 func (h *urlHarness) NewClient(ctx context.Context, t *testing.T) (*dlock.Client, error) {
 	c, err := dlock.Open(ctx, h.url)
 	if err != nil {

@@ -24,7 +24,11 @@ var _ driver.Observer = (*redisDriver)(nil)
 // through the client's one Pub/Sub connection (notify.go), which subscribes
 // to the channel while somebody watches it: a watch costs no connection and
 // no request beyond the SUBSCRIBE. Only election keys get notices, so that
-// locks pay nothing; on other kinds a watch wakes only at deadlines.
+// locks pay nothing; on other kinds a watch wakes only at deadlines. A
+// waiter that joins the queue, or leaves it without granting anybody,
+// publishes nothing either, as a notice would cost every waiting Lock a
+// command: a watch (Client.Watch, `dlock status --watch`) shows the
+// waiters as they are at the next notice or deadline.
 //
 // A holder that dies without releasing runs no script, and Redis 7.0 sends
 // no notice when a record passes its deadline (the hash holds several

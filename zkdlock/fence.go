@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/internal/leasegrant"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -110,7 +111,7 @@ func grantOf(call string, lease *dlock.Lease) (*grant, error) {
 	if lease == nil {
 		return nil, fmt.Errorf("%s: nil lease: %w", call, dlock.ErrInvalidFence)
 	}
-	g, ok := lease.Grant().(*grant)
+	g, ok := leasegrant.Of(lease).(*grant)
 	if !ok || g == nil {
 		return nil, fmt.Errorf("%s: lease of key %q: %w: not a ZooKeeper lease", call, lease.Key(), dlock.ErrInvalidFence)
 	}

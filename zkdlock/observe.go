@@ -18,9 +18,9 @@ import (
 // exists watch on it, which fires when it is created. Each watch is set
 // again, after it fires, before the channel receives its value, so that a
 // change after the caller's read always fires a watch set before it. The
-// first value comes at once, when the watches are set. Joins of waiters
-// fire the child watch too: notices with no change of the holders, which
-// the caller's read finds out.
+// first value comes at once, when the watches are set. Waiters joining
+// and leaving fire the child watch too (Client.Watch shows them; an
+// election's observer reads the same leader).
 //
 // The channel is closed when ctx ends, when the Client is closed, and when
 // the session ends (go-zookeeper ends every watch of an expired session:

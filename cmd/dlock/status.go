@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/dlockdev/dlock"
@@ -15,6 +17,7 @@ func (c *cli) cmdStatus(ctx context.Context, args []string) int {
 	f := newFlags("status")
 	backend := addBackendFlags(f)
 	asJSON := f.Bool("json", false, "")
+	watch := f.Bool("watch", false, "")
 	pos, code, ok := c.parse(f, args, 1)
 	if !ok {
 		return code
@@ -22,15 +25,36 @@ func (c *cli) cmdStatus(ctx context.Context, args []string) int {
 	if len(pos) == 0 {
 		return c.usageError("status", "missing KEY")
 	}
+	if *watch {
+		// A watch runs until it is interrupted: that is its normal end.
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+		defer stop()
+	}
 	client, code, ok := c.open(ctx, backend)
 	if !ok {
+		if *watch && ctx.Err() != nil {
+			return exitOK
+		}
 		return code
 	}
 	defer client.Close()
+	// Read once, also with --watch: a bad key and an unreachable server
+	// are reported as errors with their exit codes (Watch would only
+	// close its channel, or wait).
 	info, err := client.Inspect(ctx, pos[0])
 	if err != nil {
+		if *watch && ctx.Err() != nil {
+			return exitOK
+		}
 		code, hints := c.explain(err, *backend.url)
 		return c.fail(code, err, hints...)
+	}
+	if *watch {
+		if strings.HasPrefix(*backend.url, "redis") {
+			fmt.Fprintln(c.stderr, "dlock: hint: Redis sends change notices for leader elections only, and none when a waiter joins or leaves: a lock's status is shown again only at its holder's deadline (docs/cli.md, dlock status --watch)")
+		}
+		return c.watchStatus(ctx, client, pos[0], *asJSON)
 	}
 	info = normalize(info)
 	now := time.Now()

@@ -11,7 +11,7 @@ Usage:
     dlock elect [flags] KEY -- PROGRAM [ARGS...] run PROGRAM while leading the election KEY,
                                                  and campaign again when it exits (--once: exit)
     dlock leader [flags] KEY                     who leads the election KEY (--watch: every change)
-    dlock status [flags] KEY                     who holds KEY, who waits for it
+    dlock status [flags] KEY                     who holds KEY, who waits for it (--watch: live)
     dlock ls [flags] [PREFIX]                    every held or awaited lock
     dlock serve [flags]                          run a lock server (an embedded etcd)
     dlock demo [flags]                           watch a lock fail, and fencing save the day
@@ -124,9 +124,18 @@ a leader election), who holds it (each holder's mode, host, pid, the command it 
 token, since when, TTL left) and who waits for it, in the order they will
 be served.
 
+With --watch, shows the status again after every change (a grant, a
+release, an expiry, a waiter joining or leaving), as the server reports
+it, until interrupted (SIGINT, SIGTERM or SIGHUP: exit 0). On a terminal
+each state replaces the screen; in a pipe or a file the states follow each
+other, a blank line apart (with --json, one object per line). On Redis,
+only leader elections send change notices, and no waiter does: see
+docs/cli.md.
+
 Flags:
     --backend URL           lock server (DLOCK_BACKEND; default etcd://127.0.0.1:2379)
     --json                  print JSON (DLOCK_JSON); see docs/cli.md for the fields
+    --watch                 show the status again after every change, until interrupted (DLOCK_WATCH)
     --connect-timeout D     time to reach the server (DLOCK_CONNECT_TIMEOUT; default 5s)
 
 Examples:
@@ -141,6 +150,8 @@ Examples:
     exports (semaphore of 2 permits): 2 of 2 held, 1 waiting
     ...
     $ dlock status --json exports | jq '.holders[].token'
+    $ dlock status --watch nightly-report
+    $ dlock status --watch --json exports | jq -c '[.holders | length, (.waiters | length)]'
 `
 
 const usageList = `Usage:

@@ -1,4 +1,4 @@
-package faultinject
+package faultproxy
 
 import (
 	"bytes"
@@ -29,7 +29,7 @@ type Frame struct {
 	// frames, or (RESP) among replies that are not pushes. The reply to
 	// the RESP request of Index i has Index i.
 	Index int
-	At    int64 // Mono time the proxy read it
+	At    int64 // when the proxy read it (Options.Clock)
 	Data  []byte
 
 	// RESP requests: the command and its arguments. RESP replies: Push is

@@ -1,7 +1,15 @@
-package faultinject
+// Package faultproxy is the TCP proxy that dlock's tests put between a
+// client and a server to inject network faults: the conformance suite's
+// dlocktest.Proxy (Blackhole, Restore, Reset) and faultinject's scenarios,
+// which also delay, half-open, and drop the reply to one request of Redis'
+// or ZooKeeper's protocol. One proxy serves both: the suite uses the raw
+// subset, so that a fault means the same thing in both. It is test support,
+// not for applications.
+package faultproxy
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -23,12 +31,12 @@ import (
 //
 // With a Protocol other than Raw the proxy cuts the stream into requests and
 // replies (Frame), so that faults target one request. It is safe for
-// concurrent use. Unlike dlocktest.Proxy, whose semantics the conformance
-// suite relies on, it understands the protocols it carries.
+// concurrent use.
 type Proxy struct {
 	ln     net.Listener
 	target string
 	proto  Protocol
+	now    func() int64 // Options.Clock
 
 	mu         sync.Mutex
 	cond       *sync.Cond
@@ -46,18 +54,40 @@ type Proxy struct {
 	observers  map[*Observer]struct{}
 	nextID     uint64
 
-	lastUp   atomic.Int64 // Mono time of the last frame written to the server
+	lastUp   atomic.Int64 // time of the last frame written to the server
 	accepted atomic.Int64
 	wg       sync.WaitGroup
 }
 
-// NewProxy starts a proxy to target (host:port).
-func NewProxy(target string, proto Protocol) (*Proxy, error) {
+// Options configure a Proxy. A nil *Options is the zero value: a Raw proxy
+// on a clock of its own.
+type Options struct {
+	// Protocol is how the proxy cuts the streams into frames. Default Raw:
+	// the bytes as they arrive.
+	Protocol Protocol
+	// Clock returns the time in nanoseconds that Frame.At and LastUp are
+	// read on and latencies counted from. Default: the nanoseconds since
+	// New, on the process's monotonic clock; a test that compares them with
+	// another process's times passes a clock both read (CLOCK_MONOTONIC).
+	Clock func() int64
+}
+
+// New starts a proxy to target (host:port) on a loopback port. The caller
+// closes it.
+func New(target string, opts *Options) (*Proxy, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	now := opts.Clock
+	if now == nil {
+		start := time.Now()
+		now = func() int64 { return int64(time.Since(start)) }
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("faultproxy: listen: %w", err)
 	}
-	p := &Proxy{ln: ln, target: target, proto: proto, conns: map[*pconn]struct{}{}, observers: map[*Observer]struct{}{}}
+	p := &Proxy{ln: ln, target: target, proto: opts.Protocol, now: now, conns: map[*pconn]struct{}{}, observers: map[*Observer]struct{}{}}
 	p.cond = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.accept()
@@ -73,8 +103,8 @@ func (p *Proxy) Target() string { return p.target }
 // Accepted counts the connections accepted so far.
 func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
 
-// LastUp returns the Mono time at which the last client frame was written
-// to the server, 0 if none was.
+// LastUp returns the time (Options.Clock) at which the last client frame
+// was written to the server, 0 if none was.
 func (p *Proxy) LastUp() int64 { return p.lastUp.Load() }
 
 // SetLatency delays frames from the client (up) and from the server (down).
@@ -342,7 +372,7 @@ func (c *pconn) read(up bool, q chan<- Frame) {
 				if l < 0 {
 					l = len(buf) // cannot parse: pass it through as is
 				}
-				f := Frame{Up: up, Conn: c.id, At: Mono(), Data: append([]byte(nil), buf[:l]...)}
+				f := Frame{Up: up, Conn: c.id, At: p.now(), Data: append([]byte(nil), buf[:l]...)}
 				decode(p.proto, &f, index)
 				index++
 				buf = append(buf[:0:0], buf[l:]...)
@@ -469,7 +499,7 @@ func (c *pconn) write(up bool, q <-chan Frame) {
 		if dead {
 			return
 		}
-		if wait := time.Duration(f.At + int64(lat) - Mono()); wait > 0 {
+		if wait := time.Duration(f.At + int64(lat) - p.now()); wait > 0 {
 			t := time.NewTimer(wait)
 			select {
 			case <-t.C:
@@ -483,7 +513,7 @@ func (c *pconn) write(up bool, q <-chan Frame) {
 			return
 		}
 		if up {
-			p.lastUp.Store(Mono())
+			p.lastUp.Store(p.now())
 		}
 	}
 	// The source ended: let the destination see the end too, after the
