@@ -23,6 +23,8 @@ type Client struct {
 	drv      driver.Driver
 	defaults lockConfig
 	log      *slog.Logger
+	hooks    hookSet
+	backend  string // driver.Named's, for the hooks
 
 	// ctx is cancelled by Close so that waiting Lock calls return.
 	ctx    context.Context
@@ -48,9 +50,10 @@ type Client struct {
 // driver.FixedTTL).
 func NewClient(d driver.Driver, opts ...Option) (*Client, error) {
 	host, _ := os.Hostname()
+	discard := slog.New(slog.DiscardHandler)
 	cfg := clientConfig{
 		lock:   lockConfig{ttl: DefaultTTL, metadata: Metadata{Host: host, PID: os.Getpid()}},
-		logger: slog.New(slog.DiscardHandler),
+		logger: discard,
 	}
 	for _, o := range opts {
 		if err := o.applyClient(&cfg); err != nil {
@@ -63,11 +66,23 @@ func NewClient(d driver.Driver, opts ...Option) (*Client, error) {
 	if lg, ok := d.(driver.Logging); ok {
 		lg.SetLogger(cfg.logger)
 	}
+	hooks := cfg.hooks
+	if cfg.logger != discard {
+		// Last, so that its records carry what the other hooks put in
+		// the context (a tracer's span, for a handler that reads it).
+		hooks = append(hooks[:len(hooks):len(hooks)], logHooks(cfg.logger))
+	}
+	backend := ""
+	if n, ok := d.(driver.Named); ok {
+		backend = n.Backend()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Client{
 		drv:      d,
 		defaults: cfg.lock,
 		log:      cfg.logger,
+		hooks:    combineHooks(hooks),
+		backend:  backend,
 		ctx:      ctx,
 		cancel:   cancel,
 		leases:   make(map[*Lease]struct{}),
@@ -109,39 +124,60 @@ type shape struct {
 var lockShape = shape{KindLock, 1, Exclusive}
 
 // acquire serves every primitive: op names the call in errors ("lock",
-// "acquire", "rlock").
+// "acquire", "rlock"). It tells the hooks of its start and of its end,
+// whatever the outcome (see Hooks).
 func (c *Client) acquire(ctx context.Context, op, key string, sh shape, wait bool, opts []LockOption) (*Lease, error) {
+	var began time.Time
+	hooked := c.hooks.acquires()
+	if hooked {
+		began = time.Now()
+		ctx = c.hooks.startAcquire(ctx, AcquireStartInfo{Backend: c.backend, Key: key, Kind: sh.kind, Mode: sh.mode, Limit: sh.limit, Wait: wait && !hasNoWait(opts)})
+	}
+	l, granted, err := c.take(ctx, op, key, sh, wait, opts, began)
+	if err != nil && hooked && !granted {
+		c.hooks.doneAcquire(ctx, AcquireDoneInfo{Backend: c.backend, Key: key, Kind: sh.kind, Mode: sh.mode, Limit: sh.limit, Outcome: outcome(err), Waited: time.Since(began), Err: err})
+	}
+	return l, err
+}
+
+// take is acquire but for the hooks' start and failure: it tells them of
+// a grant itself, before the lease's engine can report the lease's end,
+// and reports granted, even when it fails after the grant (see below).
+// began is when acquire began, when it has hooks to tell.
+func (c *Client) take(ctx context.Context, op, key string, sh shape, wait bool, opts []LockOption, began time.Time) (l *Lease, granted bool, err error) {
 	if err := keys.Validate(key); err != nil {
-		return nil, opErr(op, key, err)
+		return nil, false, opErr(op, key, err)
 	}
 	if sh.kind == KindSemaphore && sh.limit < 1 {
-		return nil, opErr(op, key, fmt.Errorf("%w: semaphore limit %d is below 1", ErrInvalidOption, sh.limit))
+		return nil, false, opErr(op, key, fmt.Errorf("%w: semaphore limit %d is below 1", ErrInvalidOption, sh.limit))
 	}
 	cfg := c.defaults
 	for _, o := range opts {
 		if err := o.applyLock(&cfg); err != nil {
-			return nil, opErr(op, key, err)
+			return nil, false, opErr(op, key, err)
 		}
 	}
 	if err := checkFixedTTL(c.drv, &cfg); err != nil {
-		return nil, opErr(op, key, err)
+		return nil, false, opErr(op, key, err)
 	}
 	if err := cfg.checkHolds(); err != nil {
-		return nil, opErr(op, key, err)
+		return nil, false, opErr(op, key, err)
 	}
 	wait = wait && !cfg.noWait
 	if c.holdsInContext(ctx, key) {
 		// Inside Do of this key: waiting would wait for ourselves.
-		return nil, opErr(op, key, ErrReentrant)
+		return nil, false, opErr(op, key, ErrReentrant)
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, opErr(op, key, ErrClosed)
+		return nil, false, opErr(op, key, ErrClosed)
 	}
 	c.acquiring.Add(1)
 	c.mu.Unlock()
 	defer c.acquiring.Done()
+	// The hooks' context outlives the call, kept with the lease.
+	hookCtx := ctx
 	// Close must interrupt a waiting Lock.
 	ctx, stop := mergeCancel(ctx, c.ctx)
 	defer stop()
@@ -159,17 +195,28 @@ func (c *Client) acquire(ctx context.Context, op, key string, sh shape, wait boo
 	g, err := c.drv.Acquire(ctx, req)
 	if err != nil {
 		if c.ctx.Err() != nil {
-			return nil, opErr(op, key, fmt.Errorf("%w: %w", ErrClosed, err))
+			return nil, false, opErr(op, key, fmt.Errorf("%w: %w", ErrClosed, err))
 		}
-		return nil, opErr(op, key, err)
+		return nil, false, opErr(op, key, err)
 	}
-	l := &Lease{client: c, key: key, token: g.Token(), ttl: g.Validity(), mode: sh.mode, grant: g, metadata: cfg.metadata, eng: lease.Start(key, g, c.log)}
-	granted := time.Now()
+	at := time.Now()
+	l = &Lease{client: c, key: key, token: g.Token(), ttl: g.Validity(), kind: sh.kind, mode: sh.mode, grant: g, metadata: cfg.metadata, granted: at}
+	// A grant is told as acquired even when Close turns out below to
+	// have begun meanwhile: its lease then ends at once, as closed, and
+	// every lease end the hooks hear of follows its grant.
+	if c.hooks.acquires() {
+		hookCtx = c.hooks.doneAcquire(hookCtx, AcquireDoneInfo{Backend: c.backend, Key: key, Kind: sh.kind, Mode: sh.mode, Limit: sh.limit, Outcome: OutcomeAcquired, Waited: at.Sub(began), Token: l.token})
+	}
+	var obs lease.Observer
+	if c.hooks.watchesLeases() {
+		l.hookCtx, obs = hookCtx, leaseEvents{l}
+	}
+	l.eng = lease.Start(key, g, c.log, obs)
 	if cfg.hold > 0 {
-		l.hold = &minHold{until: granted.Add(cfg.hold)}
+		l.hold = &minHold{until: at.Add(cfg.hold)}
 	}
 	if cfg.holdMax > 0 {
-		l.eng.LimitAt(granted.Add(cfg.holdMax), fmt.Errorf("%w: released %v after it was granted (HoldAtMost)", ErrHoldLimit, cfg.holdMax))
+		l.eng.LimitAt(at.Add(cfg.holdMax), fmt.Errorf("%w: released %v after it was granted (HoldAtMost)", ErrHoldLimit, cfg.holdMax))
 	}
 
 	c.mu.Lock()
@@ -183,9 +230,9 @@ func (c *Client) acquire(ctx context.Context, op, key string, sh shape, wait boo
 		// do not hold Close up for longer than its own releases either
 		// (Close waits for this call).
 		_ = l.closeWithin(closing)
-		return nil, opErr(op, key, ErrClosed)
+		return nil, true, opErr(op, key, ErrClosed)
 	}
-	return l, nil
+	return l, true, nil
 }
 
 // closeWithin releases l for Close, waiting at most its TTL within ctx:

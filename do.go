@@ -33,10 +33,17 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 	fnCtx, cancel := context.WithCancelCause(withLease(ctx, l))
 	stop := context.AfterFunc(lostContext{l}, func() { cancel(l.Err()) })
 	fnErr := fn(fnCtx)
+	var returned time.Time
+	if len(c.hooks.unprotected) > 0 {
+		returned = time.Now()
+	}
 	stop()
 	cancel(nil)
 
 	lost := l.Err()
+	if lost != nil && !returned.IsZero() {
+		l.reportUnprotected(returned)
+	}
 	// Unlock even if ctx has ended, but not forever.
 	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttl)
 	defer ucancel()

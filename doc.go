@@ -189,15 +189,32 @@
 // *StaleTokenError where the store knows the recorded token) and
 // ErrInvalidFence. Their messages name the key or address concerned.
 //
+// # Hooks
+//
+// WithHooks gives a Client functions to call at the events of its leases'
+// lives, in the manner of net/http/httptrace: an acquire's start and end
+// with its Outcome (acquired, skipped, timeout, canceled, error) and how
+// long it waited, each renewal with its latency and how late it was sent,
+// each lease's one end with its EndReason (released, expired, dropped,
+// hold_limit, closed) and how long it was held, and a Do whose function
+// ran on after its lease ended. The modules observability/dlockprom and
+// observability/dlockotel turn them into Prometheus metrics and
+// OpenTelemetry traces and metrics. A Client without hooks pays nothing for
+// them, and hooks that do nothing add no allocation. See Hooks and
+// docs/observability.md.
+//
 // # Logs
 //
 // dlock writes nothing to stderr, and keeps its backends' client libraries
 // from doing so on its behalf. WithLogger names a log/slog logger that gets
-// what the Client recovers from by itself (a renewal that failed and was
-// retried, a reconnect) and, where the client library has a logger per
-// connection (go-zookeeper), that library's messages; without it they are
-// dropped. go-redis has one logger per process, which the program owns:
-// see redisdlock.SetRedisLogger.
+// a record of every event the hooks see (at Debug, but for a failed
+// renewal, a lost lease and a lease cut at its maximum hold at Warn, and a
+// Do's function that ran on after its lease ended at Error), of what the
+// Client recovers from by itself (a reconnect) and, where the client
+// library has a logger per connection (go-zookeeper), that library's
+// messages; without it they are dropped, and no record is even made.
+// go-redis has one logger per process, which the program owns: see
+// redisdlock.SetRedisLogger. docs/observability.md lists the records.
 //
 // # Backends
 //

@@ -12,12 +12,27 @@ import (
 // they report. Every field may be nil. A Client without hooks pays nothing
 // for them: no allocation, no call.
 //
-// The Client calls them synchronously on the goroutine of the event (the
-// caller's for AcquireStart, AcquireDone and Unprotected, the lease's
-// timer's or the caller of Unlock's for Renewed and LeaseEnded). They must
-// return quickly, must not block and must not call the Client. Given
-// WithHooks more than once, the Client calls each set in the order given,
-// passing the context one returns to the next.
+// The Client calls them synchronously on the goroutine of the event: the
+// caller's for AcquireStart, AcquireDone and Unprotected; for Renewed and
+// LeaseEnded, the lease's timer's, or that of the call that ended the
+// lease (Unlock, Close, or a Done or Err that found the lease's deadline
+// passed). They must return quickly, must not block, and must not call the
+// Client or its leases. Given WithHooks more than once, the Client calls
+// each set in the order given, passing the context one returns to the
+// next; the records of WithLogger come last.
+//
+// Every info names the lock service as Backend ("redis", "zookeeper",
+// "etcd", "mem": what the driver says through driver.Named; empty for a
+// driver that does not), the Key, its Kind and Limit (a semaphore's
+// permits; 1 for a lock or an election, 0 for a RWMutex), and the Mode of
+// the caller's entry.
+//
+// Each granted lease is reported in order: one AcquireDone with
+// OutcomeAcquired, its Renewed calls, and exactly one LeaseEnded, whoever
+// ends it and however (a HoldAtLeast's deferred release included). A grant
+// that arrives while Close runs is reported so too, acquired and then
+// ended by Close at once, although the call returns ErrClosed: so a gauge
+// of held leases, up at a grant and down at an end, stays true.
 //
 // An election's Campaign is an acquire of KindElection: its AcquireDone with
 // OutcomeAcquired is a won election, and the LeaseEnded of its lease the end
@@ -38,7 +53,9 @@ type Hooks struct {
 	AcquireDone func(ctx context.Context, info AcquireDoneInfo) context.Context
 
 	// Renewed is called after each renewal of a held lease, succeeded or
-	// failed (a failed one is retried until the lease's local deadline).
+	// failed (a failed one is retried until the lease's local deadline,
+	// unless the server said the grant is gone). A renewal answered after
+	// the lease ended is not reported.
 	Renewed func(ctx context.Context, info RenewedInfo)
 
 	// LeaseEnded is called once for each granted lease, when it ends:
@@ -47,26 +64,23 @@ type Hooks struct {
 
 	// Unprotected is called when the function of a Do returns after its
 	// lease ended other than by that return (lost, or released at its
-	// HoldAtMost): for that long the job ran without the lock.
+	// HoldAtMost): for that long the job ran without the lock. It gets
+	// the context kept with the lease.
 	Unprotected func(ctx context.Context, info UnprotectedInfo)
 }
 
 // AcquireStartInfo describes an acquiring call as it begins.
 type AcquireStartInfo struct {
-	// Backend names the lock service: "redis", "zookeeper", "etcd", "mem"
-	// (driver.Named); empty for a driver that does not say.
 	Backend string
 	Key     string
 	Kind    Kind
 	Mode    Mode
-	Limit   int  // a semaphore's limit; 1 for a lock or an election, 0 for a RWMutex
+	Limit   int
 	Wait    bool // false for TryLock and with NoWait: give up at once when the key is taken
 }
 
 // AcquireDoneInfo describes how an acquiring call ended.
 type AcquireDoneInfo struct {
-	// Backend names the lock service: "redis", "zookeeper", "etcd", "mem"
-	// (driver.Named); empty for a driver that does not say.
 	Backend string
 	Key     string
 	Kind    Kind
@@ -85,8 +99,6 @@ type AcquireDoneInfo struct {
 
 // RenewedInfo describes one renewal of a held lease.
 type RenewedInfo struct {
-	// Backend names the lock service: "redis", "zookeeper", "etcd", "mem"
-	// (driver.Named); empty for a driver that does not say.
 	Backend string
 	Key     string
 	Kind    Kind
@@ -105,15 +117,14 @@ type RenewedInfo struct {
 
 // LeaseEndedInfo describes the end of a lease.
 type LeaseEndedInfo struct {
-	// Backend names the lock service: "redis", "zookeeper", "etcd", "mem"
-	// (driver.Named); empty for a driver that does not say.
 	Backend string
 	Key     string
 	Kind    Kind
 	Mode    Mode
 	Token   uint64
 	Reason  EndReason
-	// Held is the time from the grant to the end.
+	// Held is the time from the grant to the end (for EndExpired, to the
+	// local deadline that passed).
 	Held time.Duration
 	// Err is the lease's Err: why it ended.
 	Err error
@@ -121,14 +132,13 @@ type LeaseEndedInfo struct {
 
 // UnprotectedInfo describes a Do whose function outlived its lease.
 type UnprotectedInfo struct {
-	// Backend names the lock service: "redis", "zookeeper", "etcd", "mem"
-	// (driver.Named); empty for a driver that does not say.
 	Backend string
 	Key     string
 	Kind    Kind
 	Token   uint64
 	Reason  EndReason // EndExpired, EndDropped or EndHoldLimit
-	// Unprotected is how long the function ran after the lease ended.
+	// Unprotected is how long the function ran after the lease ended
+	// (for EndExpired, after its local deadline).
 	Unprotected time.Duration
 }
 

@@ -39,7 +39,7 @@ func (e *Election) Lead(ctx context.Context, value string, fn func(ctx context.C
 			errors.Is(err, ErrReentrant), errors.Is(err, ErrClosed), errors.Is(err, errors.ErrUnsupported):
 			return err
 		default:
-			e.c.log.Warn("dlock: campaign failed; trying again", "key", e.key, "err", err)
+			e.c.log.Warn("dlock: campaign failed; trying again", "key", e.key, "error", err)
 			if campaignPause.Wait(ctx) != nil {
 				return ctx.Err()
 			}
@@ -63,7 +63,7 @@ func (e *Election) serve(ctx context.Context, term *Leadership, fn func(ctx cont
 	ended := fnCtx.Err() != nil // lost, or ctx ended: not fn's failure
 	cancel(nil)
 	if fnErr != nil && !ended {
-		e.c.log.Warn("dlock: leader's function failed", "key", e.key, "token", term.Token(), "err", fnErr)
+		e.c.log.Warn("dlock: leader's function failed", "key", e.key, "token", term.Token(), "error", fnErr)
 	}
 	// Resign even if ctx has ended, but not forever: the server frees the
 	// key within a TTL anyway, since nobody renews it any more.

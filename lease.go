@@ -24,12 +24,17 @@ type Lease struct {
 	key    string
 	token  uint64
 	ttl    time.Duration
+	kind   Kind
 	mode   Mode
 	grant  driver.Grant // for what the engine does not do: an election's Publish, the backends' fencing checks
 	// metadata is what the lease was granted with, kept by Proclaim.
 	metadata Metadata
 	eng      *lease.Engine
 	hold     *minHold // HoldAtLeast's state; nil without it
+	granted  time.Time
+	// hookCtx is the context AcquireDone returned, for the lease's later
+	// hooks; nil when the Client has none for leases.
+	hookCtx context.Context
 }
 
 // The backends' fencing checks (etcddlock.IsOwner, zkdlock.CheckHeld) read

@@ -131,10 +131,12 @@ func (o loggerOption) applyClient(c *clientConfig) error {
 	return nil
 }
 
-// WithLogger sets where the client reports what it recovers from by itself,
-// such as a failed renewal that a later one repaired, and where its backend
-// sends what the backend's client library reports (reconnects, failed
-// dials: see driver.Logging and the backend's documentation). Default:
-// nothing is logged, and nothing is written to stderr; every failure that
-// matters is also returned or reported via Lease.Err.
+// WithLogger sets where the client records the events of its leases'
+// lives (each acquire, renewal and lease end: the events of Hooks, with
+// their fields, at the levels of docs/observability.md), what it recovers
+// from by itself, and where its backend sends what the backend's client
+// library reports (reconnects, failed dials: see driver.Logging and the
+// backend's documentation). Default: nothing is logged, and nothing is
+// written to stderr; every failure that matters is also returned or
+// reported via Lease.Err.
 func WithLogger(l *slog.Logger) Option { return loggerOption{l} }

@@ -11,13 +11,13 @@ import (
 //	cd bench && go test -run '^$' -bench . -benchmem
 //
 // (add -tags dlocketcd when the etcddlock package builds). TestMain starts
-// the same servers as the report does.
+// the same servers as the report does, in the durable variant.
 
 var testServers *servers
 
 func TestMain(m *testing.M) {
-	if len(os.Args) == 5 && os.Args[1] == "serve-etcd" {
-		if err := serveEtcd(os.Args[2], os.Args[3], os.Args[4]); err != nil {
+	if len(os.Args) == 6 && os.Args[1] == "serve-etcd" {
+		if err := serveEtcd(os.Args[2], os.Args[3], os.Args[4], variant(os.Args[5])); err != nil {
 			fmt.Fprintln(os.Stderr, "serve-etcd:", err)
 			os.Exit(1)
 		}
@@ -34,17 +34,17 @@ func runTests(m *testing.M) int {
 	}
 	s := &servers{env: &env{}}
 	var err error
-	if s.redis, err = startRedis(); err != nil {
+	if s.redis, err = startRedis(durable); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer s.redis.stop()
-	if s.zk, err = startZooKeeper(); err != nil {
+	if s.zk, err = startZooKeeper(durable); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer s.zk.stop()
-	if s.etcd, err = startEtcd(); err != nil {
+	if s.etcd, err = startEtcd(durable); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -260,20 +260,29 @@ func newDlockZKMulti(ctx context.Context, e *env, ttl time.Duration, _ bool) (mu
 		return nil, err
 	}
 	// The queue is counted with one listing on a connection of its own, as
-	// for go-zookeeper's Lock (Inspect would read every node).
-	zc, err := zkConnect(e, ttl)
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
+	// for go-zookeeper's Lock (Inspect would read every node). The
+	// connection is opened at the first count, so that a client that never
+	// counts has one session only (the renewal section counts its pings).
+	var zc *zk.Conn
 	count := func(_ context.Context, key string) (int, error) {
+		if zc == nil {
+			var err error
+			if zc, err = zkConnect(e, ttl); err != nil {
+				return 0, err
+			}
+		}
 		ch, _, err := zc.Children("/dlock-bench/" + key)
 		if err != nil && err != zk.ErrNoNode {
 			return 0, err
 		}
 		return max(len(ch)-1, 0), nil
 	}
-	return &dlockMulti{c: c, close: zc.Close, queueLen: count}, nil
+	closeZC := func() {
+		if zc != nil {
+			zc.Close()
+		}
+	}
+	return &dlockMulti{c: c, close: closeZC, queueLen: count}, nil
 }
 
 // ---- redsync ----

@@ -59,6 +59,7 @@ type modeResult struct {
 	Limit    int     // 1 lock, 4 semaphore, 0 RWMutex (unlimited readers)
 	ReadP    float64 // RWMutex: probability of a read
 	N        int
+	Round    int // the permits section's round (0 in the modes section)
 	Hold     time.Duration
 	Seed     uint64
 	// Window is the measuring window: from the first counters snapshot to
@@ -166,9 +167,13 @@ func acquireFunc(c *dlock.Client, key string, w modeWorkload) func(ctx context.C
 // recorded (modeEvent) and the figures are computed from the records
 // afterwards (analyzeModes).
 func runModes(s *servers, lib *library, cs []contender, w modeWorkload, hold, warmup, window time.Duration, maxGrants int) modeResult {
+	return runModesOn(s, lib, cs, fmt.Sprintf("modes-%s-%d", w.Name, len(cs)), w, hold, warmup, window, maxGrants)
+}
+
+// runModesOn is runModes on the key given.
+func runModesOn(s *servers, lib *library, cs []contender, key string, w modeWorkload, hold, warmup, window time.Duration, maxGrants int) modeResult {
 	n := len(cs)
 	r := modeResult{Lib: lib.Name, Workload: w.Name, Limit: w.Limit, ReadP: w.ReadP, N: n, Hold: hold, Seed: modeSeed}
-	key := fmt.Sprintf("modes-%s-%d", w.Name, n)
 	base := time.Now()
 	now := func() int64 { return int64(time.Since(base)) } // monotonic
 	// The contenders stop when the second snapshot is taken (below); the

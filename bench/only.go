@@ -1,58 +1,71 @@
 package main
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
+
+// allSections are the sections of a full run, in the order they run
+// (rtt, uncontended and contended once per round).
+var allSections = []string{"rtt", "uncontended", "contended", "modes", "permits", "election", "cost", "renewal", "keys", "queue", "memory"}
+
+// onlyNames are the values -only accepts as section names: every section,
+// and the workloads of the modes section.
+var onlyNames = append(slices.Clone(allSections), "semaphore", "rwmutex")
+
+// inRTTs are the sections whose tables are in RTTs: -only runs the
+// round-trip floor with them.
+var inRTTs = []string{"uncontended", "contended", "modes", "election"}
 
 // onlySelection is what -only selects when its value names sections.
 type onlySelection struct {
 	// modes are the workloads of the modes section, nil when none was named.
 	modes []modeWorkload
-	// election and memory select those sections.
-	election, memory bool
+	// names are the sections named, the modes section's workloads as
+	// "modes".
+	names []string
 }
 
-// sections are the sections the selection runs: the round-trip floor with
-// the modes and election sections, whose tables are in RTTs.
+// sections are the sections the selection runs, in the order of a full
+// run: the round-trip floor with those whose tables are in RTTs.
 func (sel onlySelection) sections() []string {
 	var secs []string
-	if sel.modes != nil || sel.election {
-		secs = append(secs, "rtt")
-	}
-	if sel.modes != nil {
-		secs = append(secs, "modes")
-	}
-	if sel.election {
-		secs = append(secs, "election")
-	}
-	if sel.memory {
-		secs = append(secs, "memory")
+	for _, s := range allSections {
+		named := slices.Contains(sel.names, s)
+		if s == "rtt" {
+			named = named || slices.ContainsFunc(sel.names, func(n string) bool { return slices.Contains(inRTTs, n) })
+		}
+		if named {
+			secs = append(secs, s)
+		}
 	}
 	return secs
 }
 
 // onlySections is what -only selects when its value names sections rather
-// than libraries: workloads of the modes section ("modes", "semaphore",
-// "rwmutex", see modeSelection), the election section ("election") and the
-// memory section ("memory"), comma-separated. ok is
-// false when the value is a library regexp.
+// than libraries (onlyNames, comma-separated; "semaphore" and "rwmutex" are
+// workloads of the modes section, see modeSelection). ok is false when the
+// value is a library regexp.
 func onlySections(only string) (sel onlySelection, ok bool) {
 	if only == "" {
 		return sel, false
 	}
-	var names []string
+	var modes []string
 	for _, name := range strings.Split(only, ",") {
-		switch name = strings.TrimSpace(name); name {
-		case "election":
-			sel.election = true
-		case "memory":
-			sel.memory = true
-		case "modes", "semaphore", "rwmutex":
-			names = append(names, name)
-		default:
+		name = strings.TrimSpace(name)
+		switch {
+		case name == "modes" || name == "semaphore" || name == "rwmutex":
+			modes = append(modes, name)
+			name = "modes"
+		case !slices.Contains(allSections, name):
 			return onlySelection{}, false
 		}
+		if !slices.Contains(sel.names, name) {
+			sel.names = append(sel.names, name)
+		}
 	}
-	if len(names) > 0 {
-		sel.modes = modeSelection(strings.Join(names, ","))
+	if len(modes) > 0 {
+		sel.modes = modeSelection(strings.Join(modes, ","))
 	}
 	return sel, true
 }

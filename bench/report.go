@@ -44,22 +44,14 @@ func (res *results) lib(name string) libInfo {
 	return libInfo{}
 }
 
+// contended is a library's run of the first round.
 func (res *results) contended(name string, n int, think bool) (contendedResult, bool) {
 	for _, r := range res.Contended {
-		if r.Lib == name && r.N == n && r.Think == think {
+		if r.Lib == name && r.N == n && r.Think == think && r.Round <= 1 {
 			return r, true
 		}
 	}
 	return contendedResult{}, false
-}
-
-func (res *results) uncontended(name string) (uncontendedResult, bool) {
-	for _, r := range res.Uncontended {
-		if r.Lib == name {
-			return r, true
-		}
-	}
-	return uncontendedResult{}, false
 }
 
 func (res *results) rtt(lib string) time.Duration { return res.RTT[res.lib(lib).Backend].P50 }
@@ -142,8 +134,16 @@ func report(res *results) string {
 	m.p("%s", res.Machine.Memory)
 	m.p("```")
 	m.p("")
+	m.p("Servers: %s.", res.Variant.describe())
+	if res.Rounds > 1 {
+		m.p("The round-trip floor, the uncontended cycle, the contended runs at 8 and 32 contenders (no think time) and")
+		m.p("the permits section ran in %d rounds, each round running every library in turn; their figures are medians,", res.Rounds)
+		m.p("with the range of the rounds in parentheses where shown. Every other table is of the first round.")
+	}
+	m.p("")
+	sectionsReport(&m, res)
 
-	m.p("## Headline")
+	m.p("## Headline (%s)", res.Variant.label())
 	m.p("")
 	m.p("Hand-off: from the holder starting `Unlock` to the next holder's `Lock` returning, for grants to a")
 	m.p("contender that was already waiting, measured with one monotonic clock in-process; the column in RTTs divides by the")
@@ -158,7 +158,10 @@ func report(res *results) string {
 			continue
 		}
 		rtt := res.rtt(l.Name)
-		u, _ := res.uncontended(l.Name)
+		u := res.uncontendedSpread(l.Name)
+		h32 := res.contendedSpread(l.Name, 32, false, handoffP50)
+		p32 := res.contendedSpread(l.Name, 32, false, func(r contendedResult) float64 { return float64(r.HandoffP99) })
+		g32 := res.contendedSpread(l.Name, 32, false, grantsPerS)
 		c32, _ := res.contended(l.Name, 32, false)
 		t32, _ := res.contended(l.Name, 32, true)
 		c2, _ := res.contended(l.Name, 2, false)
@@ -166,10 +169,10 @@ func report(res *results) string {
 		rows = append(rows, []string{
 			l.Name,
 			fmtDur(rtt),
-			fmt.Sprintf("%s (%s RTT)", fmtDur(u.P50), inRTT(u.P50, rtt)),
-			fmt.Sprintf("%s / %s (%s RTT)", fmtDur(c32.HandoffP50), fmtDur(c32.HandoffP99), inRTT(c32.HandoffP50, rtt)),
+			fmt.Sprintf("%s = %s RTT", u.format(fmtDurF), inRTT(time.Duration(u.Med), rtt)),
+			fmt.Sprintf("%s / %s = %s RTT", h32.format(fmtDurF), p32.format(fmtDurF), inRTT(time.Duration(h32.Med), rtt)),
 			fmt.Sprintf("%s / %s (%s RTT)", fmtDur(t32.HandoffP50), fmtDur(t32.HandoffP99), inRTT(t32.HandoffP50, rtt)),
-			fmtFloat(c32.GrantsPerS),
+			g32.format(fmtFloat),
 			fmt.Sprintf("%s / %s", fmtFloat(perGrant(c2.Delta.Requests, c2.Grants)), fmtFloat(perGrant(c128.Delta.Requests, c128.Grants))),
 			fairness(c32),
 			fmt.Sprint(sumOverlaps(res, l.Name)),
@@ -177,17 +180,19 @@ func report(res *results) string {
 	}
 	m.table([]string{"library", "RTT p50", "uncontended cycle p50", "hand-off p50 / p99, 32 contenders", "same, 1 ms think", "grants/s at 32", "requests/grant at 2 / 128", "fairness at 32", "overlaps (all runs)"}, rows)
 
-	m.p("## Targets")
+	targetsReport(&m, res)
+	m.p("## Checks of the guarantees (%s)", res.Variant.label())
 	m.p("")
-	m.table([]string{"target (issue 5)", "backend", "measured", "verdict"}, targets(res))
+	m.p("What a fair, safe lock must show in every run, whatever its speed.")
+	m.p("")
+	m.table([]string{"check", "backend", "measured", "verdict"}, checks(res))
 	m.p("%s", strings.TrimSpace(analysis))
 	m.p("")
 
 	m.p("## Versions and how each library waits")
 	m.p("")
 	m.p("Go %s; redis-server %s; ZooKeeper %s on %s; etcd %s.", res.Versions["go"], res.Versions["redis-server"], res.Versions["zookeeper"], res.Versions["java"], res.Versions["etcd"])
-	m.p("All three servers run without fsync (Redis without persistence, ZooKeeper with `forceSync=no`, etcd")
-	m.p("with `UnsafeNoFsync`), each in its own process; the clients share the benchmark process.")
+	m.p("Servers: %s; each in its own process; the clients share the benchmark process.", res.Variant.describe())
 	m.p("")
 	rows = nil
 	for _, l := range res.Libraries {
@@ -199,36 +204,41 @@ func report(res *results) string {
 	}
 	m.table([]string{"library", "module and version", "how a waiter learns the lock is free"}, rows)
 
-	m.p("## Round-trip floor")
+	m.p("## Round-trip floor (%s)", res.Variant.label())
 	m.p("")
 	rows = nil
-	for _, b := range []string{"redis", "redis-notify", "zookeeper", "zookeeper-notify", "etcd", "etcd-notify"} {
+	for _, b := range rttKeys {
 		r, ok := res.RTT[b]
 		if !ok {
 			continue
 		}
 		rows = append(rows, []string{r.Backend, r.Op, fmt.Sprint(r.N), fmtDur(r.P50), fmtDur(r.P99), r.Err})
 	}
-	m.p("The round trip (RTT) is the smallest request each client library makes. The notification floor is what")
-	m.p("any hand-off driven by the server's notice must take at least: from one client starting the write that")
-	m.p("frees the lock to another client's goroutine receiving the server's notice of it.")
+	m.p("The round trip (RTT) is the smallest request each client library makes; the write is the smallest write,")
+	m.p("which a durable server makes durable before it replies. The notification floor is what any hand-off")
+	m.p("driven by the server's notice must take at least: from one client starting the write that frees the lock")
+	m.p("to another client's goroutine receiving the server's notice of it.")
+	if len(res.RTTRounds) > 1 {
+		m.p("Each request was measured in each of %d rounds; the row is the round with the median p50, and samples", len(res.RTTRounds))
+		m.p("count every round's.")
+	}
 	m.p("")
 	m.table([]string{"server", "request", "samples", "p50", "p99", "error"}, rows)
 
-	m.p("## Uncontended: one client, one key, acquire + release in a loop")
+	m.p("## Uncontended: one client, one key, acquire + release in a loop (%s)", res.Variant.label())
 	m.p("")
 	rows = nil
 	for _, u := range res.Uncontended {
 		rtt := res.rtt(u.Lib)
-		rows = append(rows, []string{u.Lib, fmt.Sprint(u.N), fmtDur(u.P50), inRTT(u.P50, rtt), fmtDur(u.P99), fmtFloat(u.RequestsPerGrnt), short(u.Err)})
+		rows = append(rows, []string{u.Lib, fmt.Sprint(u.Round), fmt.Sprint(u.N), fmtDur(u.P50), inRTT(u.P50, rtt), fmtDur(u.P99), fmtFloat(u.RequestsPerGrnt), short(u.Err)})
 	}
-	m.table([]string{"library", "cycles", "p50", "p50 in RTTs", "p99", "requests per cycle", "error"}, rows)
+	m.table([]string{"library", "round", "cycles", "p50", "p50 in RTTs", "p99", "requests per cycle", "error"}, rows)
 
 	for _, think := range []bool{false, true} {
 		if think {
-			m.p("## Contended, with 1 ms think time after each unlock")
+			m.p("## Contended, with 1 ms think time after each unlock (%s)", res.Variant.label())
 		} else {
-			m.p("## Contended, no think time")
+			m.p("## Contended, no think time (%s)", res.Variant.label())
 		}
 		m.p("")
 		m.p("Each contender has its own client and connection; the critical section is one increment. Window %v", windowOf(res))
@@ -239,12 +249,13 @@ func report(res *results) string {
 		m.p("order itself serves the releaser first. The targets table counts a run as FIFO with at most 1%% barged; the")
 		m.p("polling locks barge in 20–95%% of their grants. Hand-offs are grants to a contender that was")
 		m.p("already waiting when the release began (so neither barging nor an idle lock counts). Server CPU is the server")
-		m.p("process's user+system time over the window (10 ms resolution) divided by the grants.")
+		m.p("process's user+system time over the window (10 ms resolution) divided by the grants. The first round's")
+		m.p("runs; the later rounds' are in the headline and the targets.")
 		m.p("")
 		rows = nil
 		for _, l := range res.Libraries {
 			for _, r := range res.Contended {
-				if r.Lib != l.Name || r.Think != think {
+				if r.Lib != l.Name || r.Think != think || r.Round > 1 {
 					continue
 				}
 				req, cpu := serverWorkCells(l.Backend, r.Delta, r.Grants)
@@ -316,9 +327,10 @@ func report(res *results) string {
 	m.table([]string{"library", "server operations per grant (Redis: commandstats, commands inside scripts included)"}, rows)
 
 	modesReport(&m, res)
+	permitsReport(&m, res)
 	electionReport(&m, res)
 
-	m.p("## Client cost")
+	m.p("## Client cost (%s)", res.Variant.label())
 	m.p("")
 	m.p("One client acquiring and releasing one key in a loop, run by `testing.Benchmark` with allocation")
 	m.p("reporting — the engine of `go test -bench -benchmem`; `cd bench && go test -run '^$' -bench . -benchmem`")
@@ -335,41 +347,11 @@ func report(res *results) string {
 	}
 	m.table([]string{"library", "cycles", "ns/op (wall)", "CPU ns/op", "allocs/op", "B/op", "error"}, rows)
 
-	m.p("## Scale")
+	m.p("## Scale (%s)", res.Variant.label())
 	m.p("")
-	m.p("### Many waiters on one key")
-	m.p("")
-	m.p("A holder takes the key; then the waiters call `Lock` from 16 clients (each waiter one goroutine);")
-	m.p("\"queued\" is until the server lists them all (for libraries without a server-side queue: 1 s); then")
-	m.p("the holder releases and every waiter takes the key once and releases it at once. Memory is the")
-	m.p("server's, measured before the waiters came and once they were all queued.")
-	m.p("")
-	rows = nil
-	for _, q := range res.Queue {
-		per := "–"
-		if q.Drained > 0 {
-			per = fmtDur(q.Drain / time.Duration(q.Drained))
-		}
-		rows = append(rows, []string{q.Lib, fmt.Sprint(q.Waiters), fmtDur(q.Enqueue), fmtDur(q.Drain), fmt.Sprint(q.Drained), per,
-			fmtBytes(q.MemPerWait), q.MemWhat, fmt.Sprint(q.Overlaps), strings.ReplaceAll(strings.Trim(q.Err+"; "+q.Note, "; "), "|", "/")})
-	}
-	m.table([]string{"library", "waiters", "queued in", "drained in", "drained", "per hand-off", "server memory per waiter", "memory measured as", "overlaps", "notes"}, rows)
-
-	m.p("### Many keys held at once")
-	m.p("")
-	m.p("64 goroutines over 4 clients take distinct free keys with `Lock` until all are held (leases of 10")
-	m.p("minutes, so that no renewal runs meanwhile), then release them all.")
-	m.p("")
-	rows = nil
-	for _, k := range res.Keys {
-		rate := "–"
-		if k.Acquire > 0 {
-			rate = fmt.Sprintf("%.0f", float64(k.Held)/k.Acquire.Seconds())
-		}
-		rows = append(rows, []string{k.Lib, fmt.Sprint(k.Keys), fmt.Sprint(k.Held), fmtDur(k.Acquire), rate, fmtDur(k.Release), fmtBytes(k.MemPerKey), k.MemWhat, short(k.Err)})
-	}
-	m.table([]string{"library", "keys", "held", "acquired in", "locks/s", "released in", "server memory per held lock", "memory measured as", "error"}, rows)
-
+	queueReport(&m, res)
+	keysReport(&m, res)
+	renewalReport(&m, res)
 	memoryReport(&m, res)
 
 	m.p("## Notes on the method")
@@ -454,8 +436,10 @@ func sumOverlaps(res *results, lib string) int64 {
 	return n
 }
 
-// targets compares dlock's figures with dlock's performance targets.
-func targets(res *results) [][]string {
+// checks are the guarantees every run must show: requests per grant that
+// do not grow with the contenders, FIFO fairness, and no two holders at
+// once.
+func checks(res *results) [][]string {
 	var rows [][]string
 	verdict := func(ok bool) string {
 		if ok {
@@ -463,71 +447,7 @@ func targets(res *results) [][]string {
 		}
 		return "**missed**"
 	}
-	dl := map[string]string{"redis": "dlock (redis)", "zookeeper": "dlock (zookeeper)", "etcd": "dlock (etcd)"}
-	minimum := map[string]float64{"redis": 2, "zookeeper": 3, "etcd": 2}
-	minWhy := map[string]string{
-		"redis":     "2 (one script to take, one to release)",
-		"zookeeper": "3 (create the sequential node, list the children to see that it is first, delete it)",
-		"etcd":      "2 (one transaction that creates the waiter key and reads the first key, one delete)",
-	}
-	for _, b := range []string{"redis", "zookeeper", "etcd"} {
-		name := dl[b]
-		if l := res.lib(name); l.Missing != "" || l.Name == "" {
-			rows = append(rows, []string{"uncontended cycle = fewest round trips", b, "not available", "–"})
-			continue
-		}
-		u, _ := res.uncontended(name)
-		rtt := res.rtt(name)
-		rows = append(rows, []string{"uncontended cycle = fewest round trips; minimum " + minWhy[b], b,
-			fmt.Sprintf("%s requests per cycle; p50 %s = %s RTT", fmtFloat(u.RequestsPerGrnt), fmtDur(u.P50), inRTT(u.P50, rtt)),
-			verdict(u.N > 0 && u.RequestsPerGrnt <= minimum[b]+0.05) + " (requests)"})
-	}
-	for _, b := range []string{"redis", "zookeeper", "etcd"} {
-		name := dl[b]
-		if l := res.lib(name); l.Missing != "" || l.Name == "" {
-			rows = append(rows, []string{"hand-off p50 ≤ 2 RTT", b, "not available", "–"})
-			continue
-		}
-		rtt := res.rtt(name)
-		var worst time.Duration
-		var parts []string
-		for _, think := range []bool{false, true} {
-			for _, n := range contenderCounts(res) {
-				r, ok := res.contended(name, n, think)
-				if !ok || r.Handoffs == 0 {
-					continue
-				}
-				worst = max(worst, r.HandoffP50)
-				t := ""
-				if think {
-					t = "t"
-				}
-				parts = append(parts, fmt.Sprintf("%d%s: %s", n, t, inRTT(r.HandoffP50, rtt)))
-			}
-		}
-		rows = append(rows, []string{"hand-off to another waiter p50 ≤ 2 RTT", b,
-			fmt.Sprintf("worst p50 %s = %s RTT (RTT %s); in RTTs by contenders (t: think) %s", fmtDur(worst), inRTT(worst, rtt), fmtDur(rtt), strings.Join(parts, ", ")),
-			verdict(worst > 0 && float64(worst) <= 2*float64(rtt))})
-	}
-	peers := []struct{ b, peer string }{{"redis", "rueidislock"}, {"zookeeper", "go-zookeeper Lock"}, {"etcd", "etcd Mutex"}}
-	factor := map[string]float64{"redis": 2, "zookeeper": 1, "etcd": 10}
-	for _, p := range peers {
-		name := dl[p.b]
-		if l := res.lib(name); l.Missing != "" || l.Name == "" {
-			rows = append(rows, []string{"grants/s at 32", p.b, "not available", "–"})
-			continue
-		}
-		d, _ := res.contended(name, 32, false)
-		pr, _ := res.contended(p.peer, 32, false)
-		dt, _ := res.contended(name, 32, true)
-		prt, _ := res.contended(p.peer, 32, true)
-		ratio, ratioT := d.GrantsPerS/pr.GrantsPerS, dt.GrantsPerS/prt.GrantsPerS
-		fifo := fifoConsistent(d)
-		rows = append(rows, []string{fmt.Sprintf("grants/s at 32 contenders, strictly FIFO, ≥ %g× %s", factor[p.b], p.peer), p.b,
-			fmt.Sprintf("%s vs %s = %.2f× (think: %s vs %s = %.2f×); FIFO: fewest/most %d/%d", fmtFloat(d.GrantsPerS), fmtFloat(pr.GrantsPerS), ratio,
-				fmtFloat(dt.GrantsPerS), fmtFloat(prt.GrantsPerS), ratioT, d.MinGrants, d.MaxGrants),
-			verdict(ratio >= factor[p.b] && fifo)})
-	}
+	dl := dlockOn
 	limit := map[string]float64{"redis": 4, "zookeeper": 5, "etcd": 5}
 	for _, b := range []string{"redis", "zookeeper", "etcd"} {
 		name := dl[b]

@@ -63,7 +63,7 @@ func bound(r electionRun, what string) string {
 // electionReport writes the election section: election hand-over and
 // Observe latency on dlock's backends beside etcd's concurrency.Election.
 func electionReport(m *md, res *results) {
-	m.p("## Leader election (issue 13)")
+	m.p("## Leader election (%s)", res.Variant.label())
 	m.p("")
 	if notMeasured(m, len(res.Election), "election") {
 		return

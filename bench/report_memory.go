@@ -17,7 +17,7 @@ func memoryReport(m *md, res *results) {
 	}
 	m.p("Measured by `%s`; the section alone: `cd bench && ./run.sh -only memory` (add `-quick` for 2,000", res.Command)
 	m.p("keys per library). Each library runs on a server of its own, started for its run alone as the shared")
-	m.p("servers are (Redis without persistence, ZooKeeper with `forceSync=no`, etcd with `UnsafeNoFsync`), so")
+	m.p("servers are (%s), so", res.Variant.label())
 	m.p("that nothing another library did is in its figures. 64 goroutines over 4 clients take distinct free")
 	m.p("keys with `Lock` (leases of 10 minutes, so that no renewal runs) until all are held at once, then")
 	m.p("release them all: 100,000 keys on Redis, 20,000 on ZooKeeper and etcd, whose locks are slower to take")

@@ -51,7 +51,7 @@ func modeWindow(res *results) (window, hold time.Duration, seed uint64) {
 // modesReport writes the modes section: the semaphore and the
 // RWMutex, with dlock's lock beside them.
 func modesReport(m *md, res *results) {
-	m.p("## Semaphore and read-write lock (issue 12)")
+	m.p("## Semaphore and read-write lock (%s)", res.Variant.label())
 	m.p("")
 	if notMeasured(m, len(res.Modes), "modes") {
 		return

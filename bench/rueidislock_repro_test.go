@@ -25,7 +25,7 @@ func TestRueidislock_strandedWaiters(t *testing.T) {
 	if os.Getenv("BENCH_REPRO") == "" {
 		t.Skip("a reproduction of a peer's problem, not a test of the benchmark: set BENCH_REPRO=1")
 	}
-	r, err := startRedis()
+	r, err := startRedis(durable)
 	if err != nil {
 		t.Fatal(err)
 	}

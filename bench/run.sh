@@ -1,31 +1,60 @@
 #!/usr/bin/env bash
-# Runs every benchmark of issue 5 — dlock and its peers on the same servers,
-# in one run — those of issue 12 (a semaphore and an RWMutex on dlock's
-# backends) and of issue 13 (leader election: hand-over and Observe latency
-# on dlock's backends beside etcd's concurrency.Election) and the memory
-# section (server memory per held lock, and what a released key leaves), and
-# writes ../docs/benchmarks.md and ../docs/benchmarks.png (and results.json
-# here). Takes 9–13 minutes on a 2-core machine.
+# Runs every benchmark — dlock and its peers on the same servers, in one
+# run — and writes ../docs/benchmarks.md and ../docs/benchmarks.png (and
+# results.json here): the targets table of the performance targets (each
+# with dlock's figure, the best peer's and the floor measured in the same
+# run), the round-trip floor, uncontended and contended locking, the
+# semaphore and RWMutex, the semaphore's permits in use, leader election,
+# client cost, renewals while 1,000 locks are held, 100,000 keys on one
+# client, 10,000 waiters on one key at load 3, and server memory per lock.
 #
-#   ./run.sh                 the full run
-#   ./run.sh -quick          a smoke test (short windows, small scale; writes nothing)
+# The servers run in their default durable configuration (Redis with its
+# built-in RDB snapshots, ZooKeeper forceSync=yes, etcd with fsync); the
+# round-trip floor, the uncontended cycle, the contended runs at 8 and 32
+# contenders and the permits section run in 3 rounds (medians and ranges).
+# The full run takes about 15–20 minutes on a quiet 2-core machine (estimated
+# from the sections run alone: the 7-minute no-fsync run before, plus the
+# rounds, permits, renewal, keys and queue sections), too long to run the
+# nofsync variant in the same run: run it on its own.
+#
+#   ./run.sh                 the full run (durable servers)
+#   ./run.sh -variant nofsync  the same on servers that do not fsync (Redis
+#                            without persistence, ZooKeeper forceSync=no, etcd
+#                            UnsafeNoFsync); every table says its variant;
+#                            writes nothing unless -out DIR is given
+#   ./run.sh -quick          a smoke test of every section (short windows, small
+#                            scale, one round; about 4 minutes; writes nothing
+#                            unless -out DIR is given)
+#   ./run.sh -rounds 5       more rounds of the figures shown as medians
 #   ./run.sh -only 'dlock'   only the libraries whose name matches
-#   ./run.sh -only modes     only the semaphore and RWMutex workloads of issue 12
-#                            (with dlock's lock as their reference) and the
-#                            round-trip floor; also -only semaphore, -only rwmutex;
-#                            writes nothing unless -out DIR is given; add -quick
-#                            for short windows (about 30 s in all)
-#   ./run.sh -only election  only the leader election section (hand-over and
-#                            Observe latency, dlock's three backends and etcd's
-#                            concurrency.Election) and the round-trip floor;
-#                            writes nothing unless -out DIR is given; add
-#                            -quick for short runs; combines with the modes
-#                            names: -only modes,election
-#   ./run.sh -only memory    only the memory section: server memory and keys per
-#                            held lock and left per released key, 100,000 keys on
-#                            Redis and 20,000 on ZooKeeper and etcd, each library on
-#                            a server of its own (about 1 minute); writes nothing
-#                            unless -out DIR is given; add -quick for 2,000 keys
+#   ./run.sh -only NAMES     only the sections named, comma-separated (writes
+#                            nothing unless -out DIR is given; add -quick for
+#                            short runs); the round-trip floor comes with those
+#                            whose tables are in RTTs:
+#       rtt                  the round-trip floor: smallest request, a write,
+#                            a notification, per server
+#       uncontended          one client, one key, acquire + release
+#       contended            2 to 128 contenders on one key (8 and 32 in every
+#                            round)
+#       modes                the semaphore and RWMutex workloads with dlock's
+#                            lock as their reference (also semaphore, rwmutex)
+#       permits              semaphore limit 3, 12 clients, 2 ms holds: the mean
+#                            of permits held (about 30 s)
+#       election             leader election: hand-over and Observe latency,
+#                            dlock's three backends and etcd's Election
+#       cost                 client cost: allocations and CPU per cycle
+#       renewal              requests per renewal interval while one client
+#                            holds 1,000 locks, counted by the server (about
+#                            1.5 minutes)
+#       keys                 100,000 distinct keys locked and released by 16
+#                            goroutines on one client (up to 2 minutes per
+#                            library)
+#       queue                10,000 waiters on one key (fewer for the polling
+#                            peers) drained at load 3 (-queue-load), up to 1
+#                            minute per library
+#       memory               server memory and keys per held lock and left per
+#                            released key, each library on a server of its own
+#                            (about 1 minute)
 #   ./run.sh -sections memory -only '^dlock \(redis\)$'
 #                            the memory section for the matching libraries only
 #                            (about 10 s); -sections always writes nothing unless

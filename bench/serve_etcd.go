@@ -21,7 +21,8 @@ import (
 // /metrics (etcd's Prometheus metrics, including the gRPC server's per-method
 // counters) and /heap (runs a GC and reports the live heap in bytes). It
 // exits when its standard input closes, that is when the parent goes away.
-func serveEtcd(dir, port, mport string) error {
+// v is the run's variant: etcd fsyncs its WAL unless it is nofsync.
+func serveEtcd(dir, port, mport string, v variant) error {
 	cfg := embed.NewConfig()
 	cfg.Name = "bench"
 	cfg.Dir = dir
@@ -33,7 +34,7 @@ func serveEtcd(dir, port, mport string) error {
 	cfg.ListenPeerUrls = nil
 	cfg.AdvertisePeerUrls = []url.URL{{Scheme: "http", Host: "127.0.0.1:2380"}}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.UnsafeNoFsync = true
+	cfg.UnsafeNoFsync = v == nofsync
 	cfg.Metrics = "basic" // includes the per-method gRPC message counters
 	// Leave everything else at etcd's defaults (tick 100 ms, election 1 s,
 	// quotas), as a user's server would be.

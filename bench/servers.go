@@ -117,8 +117,9 @@ func tail(path string) string {
 	return string(b)
 }
 
-// startRedis starts redis-server without persistence.
-func startRedis() (*server, error) {
+// startRedis starts redis-server: with its built-in defaults for the durable
+// variant, without persistence for nofsync.
+func startRedis(v variant) (*server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("redis-server not found: apt-get install -y redis-server")
@@ -131,12 +132,15 @@ func startRedis() (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := startProcess("redis", dir, bin, []string{
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir,
+	args := []string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
 		"--daemonize", "no", "--loglevel", "warning",
 		"--maxclients", "20000",
-	})
+	}
+	if v == nofsync {
+		args = append(args, "--save", "", "--appendonly", "no")
+	}
+	s, err := startProcess("redis", dir, bin, args)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +190,9 @@ func rawCommand(ctx context.Context, addr, cmd, want string) (string, error) {
 // jars with the stock tickTime (2 s) and a maxSessionTimeout of 10 minutes,
 // so that the 100,000-key test can use a session timeout long enough that
 // renewals do not dominate it.
-func startZooKeeper() (*server, error) {
+//
+// forceSync follows the variant: yes (ZooKeeper's default) for durable.
+func startZooKeeper(v variant) (*server, error) {
 	java, err := exec.LookPath("java")
 	if err != nil {
 		return nil, fmt.Errorf("java not found: apt-get install -y zookeeper")
@@ -229,7 +235,7 @@ func startZooKeeper() (*server, error) {
 		"-Djava.net.preferIPv4Stack=true",
 		"-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
 		"-Dzookeeper.admin.enableServer=false",
-		"-Dzookeeper.forceSync=no",
+		"-Dzookeeper.forceSync=" + map[variant]string{durable: "yes", nofsync: "no"}[v],
 		// Reap empty container nodes (zkdlock's key nodes) within a second,
 		// and all of them, so that one library's leftovers are gone before
 		// the next library's memory is measured.
@@ -261,8 +267,8 @@ func startZooKeeper() (*server, error) {
 // startEtcd starts the embedded etcd server (go.etcd.io/etcd/server/v3/embed,
 // the version in go.mod) in a child process — this same binary, run as
 // "serve-etcd" — so that it has its own runtime, heap and CPU accounting, as
-// redis-server and ZooKeeper do.
-func startEtcd() (*server, error) {
+// redis-server and ZooKeeper do. It fsyncs its WAL unless v is nofsync.
+func startEtcd(v variant) (*server, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -284,7 +290,7 @@ func startEtcd() (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, "serve-etcd", filepath.Join(dir, "data"), strconv.Itoa(port), strconv.Itoa(mport))
+	cmd := exec.Command(self, "serve-etcd", filepath.Join(dir, "data"), strconv.Itoa(port), strconv.Itoa(mport), string(v))
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()

@@ -23,12 +23,18 @@ type rttResult struct {
 	Err      string
 }
 
-// measureRTT times n sequential calls of op after a warm-up, bounded by limit.
+// rttWarmup is the least warm-up of a round-trip measurement: a server
+// just started (ZooKeeper's JIT) answers its first requests slower.
+const rttWarmup = 500 * time.Millisecond
+
+// measureRTT times n sequential calls of op after a warm-up (n/10 calls,
+// and at least rttWarmup), bounded by limit.
 func measureRTT(backend, name string, n int, limit time.Duration, op func(context.Context) error) rttResult {
 	r := rttResult{Backend: backend, Op: name}
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	for range n / 10 {
+	warm := time.Now().Add(rttWarmup)
+	for i := 0; i < n/10 || time.Now().Before(warm); i++ {
 		if err := op(ctx); err != nil {
 			r.Err = err.Error()
 			return r
@@ -49,6 +55,10 @@ func measureRTT(backend, name string, n int, limit time.Duration, op func(contex
 	r.N, r.P50, r.P99 = len(ds), percentile(ds, 50), percentile(ds, 99)
 	return r
 }
+
+// rttKeys are the requests of the round-trip floor, in the order of its
+// table: per server the smallest request, a write, and a notification.
+var rttKeys = []string{"redis", "redis-write", "redis-notify", "zookeeper", "zookeeper-write", "zookeeper-notify", "etcd", "etcd-write", "etcd-notify"}
 
 func runRTT(s *servers, n int) (map[string]rttResult, error) {
 	out := map[string]rttResult{}
@@ -73,6 +83,23 @@ func runRTT(s *servers, n int) (map[string]rttResult, error) {
 	defer cli.Close()
 	out["etcd"] = measureRTT("etcd", "Get (clientv3, linearizable)", n, 20*time.Second, func(ctx context.Context) error {
 		_, err := cli.Get(ctx, "bench-rtt")
+		return err
+	})
+	// Writes, which a durable server makes durable before it replies:
+	// the floor of a lock's requests, which all write.
+	nw := max(n/5, 20)
+	out["redis-write"] = measureRTT("redis", "SET (go-redis)", nw, 20*time.Second, func(ctx context.Context) error {
+		return rdb.Set(ctx, "bench-rtt", "x", 0).Err()
+	})
+	if _, err := conn.Create("/bench-rtt", nil, 0, zk.WorldACL(zk.PermAll)); err != nil && err != zk.ErrNodeExists {
+		return nil, err
+	}
+	out["zookeeper-write"] = measureRTT("zookeeper", "setData (go-zookeeper)", nw, 20*time.Second, func(context.Context) error {
+		_, err := conn.Set("/bench-rtt", []byte("x"), -1)
+		return err
+	})
+	out["etcd-write"] = measureRTT("etcd", "Put (clientv3)", nw, 20*time.Second, func(ctx context.Context) error {
+		_, err := cli.Put(ctx, "bench-rtt", "x")
 		return err
 	})
 	notify, err := runNotifyFloor(s, n/3)
@@ -206,6 +233,7 @@ func measureNotify(backend, name string, n int, setup func() (func() error, <-ch
 
 type uncontendedResult struct {
 	Lib             string
+	Round           int // 1, 2, …; 0 in runs older than rounds
 	N               int
 	P50, P99        time.Duration
 	RequestsPerGrnt float64 // requests per acquire+release cycle
@@ -271,6 +299,7 @@ func runUncontended(s *servers, lib *library, n int, limit time.Duration) uncont
 
 type contendedResult struct {
 	Lib        string
+	Round      int // 1, 2, …; 0 in runs older than rounds
 	N          int
 	Think      bool
 	Window     time.Duration
@@ -493,13 +522,18 @@ func runContended(s *servers, lib *library, cs []contender, think bool, warmup, 
 // ---- scale: many waiters on one key ----
 
 type queueResult struct {
-	Lib        string
-	Waiters    int
-	Clients    int
-	Enqueue    time.Duration // until every waiter was queued (or trying)
-	Drain      time.Duration // from the holder's release until every waiter had the lock once
-	Drained    int
-	MemPerWait float64 // server memory per queued waiter, bytes
+	Lib     string
+	Waiters int
+	Clients int
+	Enqueue time.Duration // until every waiter was queued (or trying)
+	Drain   time.Duration // from the holder's release until every waiter had the lock once
+	Drained int
+	// LastGrant is when the last waiter got the lock, from the holder's
+	// release: with waiters left, how long the queue had stalled by the
+	// end of the run.
+	LastGrant  time.Duration
+	Load       loadInfo // the machine load the run ran at
+	MemPerWait float64  // server memory per queued waiter, bytes
 	MemWhat    string
 	Overlaps   int64
 	Note       string
@@ -557,6 +591,22 @@ func closeMultis(ms []multi) {
 	}
 }
 
+// GrantsPerS is the waiters that got the lock per second of the drain.
+func (r queueResult) GrantsPerS() float64 {
+	if r.Drain <= 0 {
+		return 0
+	}
+	return float64(r.Drained) / r.Drain.Seconds()
+}
+
+// runQueueAtLoad is runQueue at a machine load of load (see atLoad).
+func runQueueAtLoad(s *servers, lib *library, waiters, clients int, limit time.Duration, load float64) queueResult {
+	var r queueResult
+	li := atLoad(load, func() { r = runQueue(s, lib, waiters, clients, limit) })
+	r.Load = li
+	return r
+}
+
 func runQueue(s *servers, lib *library, waiters, clients int, limit time.Duration) queueResult {
 	r := queueResult{Lib: lib.Name, Waiters: waiters, Clients: clients}
 	key := "queue"
@@ -577,7 +627,8 @@ func runQueue(s *servers, lib *library, waiters, clients int, limit time.Duratio
 	r.MemWhat = what
 
 	var inSection, overlaps atomic.Int64
-	var drained atomic.Int64
+	var drained, lastGrant atomic.Int64
+	var released atomic.Int64 // the holder's release, in ns since t0 (set once)
 	allDone := make(chan struct{})
 	var wg sync.WaitGroup
 	var errOnce sync.Once
@@ -597,6 +648,7 @@ func runQueue(s *servers, lib *library, waiters, clients int, limit time.Duratio
 			_ = rel(rctx)
 			rcancel()
 			drained.Add(1)
+			lastGrant.Store(int64(time.Since(t0)))
 		})
 	}
 	go func() { wg.Wait(); close(allDone) }()
@@ -639,6 +691,7 @@ func runQueue(s *servers, lib *library, waiters, clients int, limit time.Duratio
 	memQ, _ := s.memory(lib.Backend)
 	r.MemPerWait = float64(memQ-mem0) / float64(waiters)
 	t1 := time.Now()
+	released.Store(int64(t1.Sub(t0)))
 	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	_ = release(rctx)
 	rcancel()
@@ -648,9 +701,13 @@ func runQueue(s *servers, lib *library, waiters, clients int, limit time.Duratio
 	}
 	r.Drain = time.Since(t1)
 	r.Drained = int(drained.Load())
+	if lg := lastGrant.Load(); lg > 0 {
+		r.LastGrant = time.Duration(lg - released.Load())
+	}
 	r.Overlaps = overlaps.Load()
 	if r.Drained < waiters && r.Err == "" {
-		r.Err = fmt.Sprintf("only %d of %d waiters got the lock within the time limit", r.Drained, waiters)
+		r.Err = fmt.Sprintf("stalled: only %d of %d waiters got the lock within %v (the last %v after the release, the run ended %v after it)",
+			r.Drained, waiters, limit, r.LastGrant.Round(time.Millisecond), r.Drain.Round(time.Millisecond))
 	}
 	cancel()
 	// Waiters that ignore ctx (go-zookeeper) end when their connections close.
@@ -669,51 +726,6 @@ func waitTimeout(ch <-chan struct{}, d time.Duration) bool {
 	case <-time.After(d):
 		return false
 	}
-}
-
-// ---- scale: many keys held at once ----
-
-type keysResult struct {
-	Lib       string
-	Keys      int
-	Held      int
-	Acquire   time.Duration
-	Release   time.Duration
-	MemPerKey float64
-	MemWhat   string
-	Err       string
-}
-
-func runKeys(s *servers, lib *library, keys, clients, workers int, limit time.Duration) keysResult {
-	r := keysResult{Lib: lib.Name, Keys: keys}
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	ms, err := openMultis(ctx, s, lib, clients, 10*time.Minute, false)
-	if err != nil {
-		r.Err = err.Error()
-		return r
-	}
-	defer closeMultis(ms)
-	mem0, what := s.memory(lib.Backend)
-	r.MemWhat = what
-	t0 := time.Now()
-	releases, held, err := lockKeys(ctx, ms, keys, workers)
-	if err != nil {
-		r.Err = err.Error()
-	}
-	r.Acquire = time.Since(t0)
-	r.Held = held
-	memK, _ := s.memory(lib.Backend)
-	if r.Held > 0 {
-		r.MemPerKey = float64(memK-mem0) / float64(r.Held)
-	}
-	t1 := time.Now()
-	releaseKeys(releases, workers, limit)
-	r.Release = time.Since(t1)
-	if r.Held < keys && r.Err == "" {
-		r.Err = fmt.Sprintf("only %d of %d keys taken within the time limit", r.Held, keys)
-	}
-	return r
 }
 
 // lockKeys takes the keys k0 … k(keys-1), each once, with workers

@@ -26,7 +26,8 @@
 // interface: FaultyClientMaker, KeyDeleter, ServerRestarter,
 // LeftoverChecker. They are reported with t.Skip when it does not; so are
 // those of a Client built by the backend's New on a server client the
-// application owns (OwnedClientMaker).
+// application owns (OwnedClientMaker), and of what a Client reports to its
+// dlock.Hooks (OptionClientMaker).
 //
 // The scenarios of semaphores and read-write locks check the queue with
 // Inspect right after each step, so they need of a backend that its Inspect
@@ -173,6 +174,8 @@ var tests = []testCase{
 	{"Lock_waitsForRelease", testLock_waitsForRelease},
 	{"MutualExclusion_manyClients", testMutualExclusion_manyClients},
 	{"MutualExclusion_tryLockRace", testMutualExclusion_tryLockRace},
+	// hooks.go
+	{"Hooks_grantRenewalReleaseReported", testHooks_grantRenewalReleaseReported},
 	// kinds.go
 	{"Semaphore_RWMutex_kindMismatch", testSemaphore_RWMutex_kindMismatch},
 	{"Semaphore_RWMutex_tokensIncreaseAcrossModesAndKinds", testSemaphore_RWMutex_tokensIncreaseAcrossModesAndKinds},

@@ -116,10 +116,7 @@ type place struct {
 	ahead   map[string]bool // nil unless we wait for any of them
 	proof   bool            // pred's release marker proves our grant (queue.Plan.ExclusiveRelease)
 
-	// The next evaluation reads at minRev or later; atJoin: it follows
-	// our join (pred, if set, is the tail's entry).
-	minRev  int64
-	atJoin  bool
+	minRev  int64            // the next evaluation reads at minRev or later
 	witness *mvccpb.KeyValue // stepBehind: the newest entry, if the join read it
 
 	lastPred string  // the last entry we waited for: its release marker is ours to delete
@@ -132,30 +129,22 @@ type place struct {
 // semaphore reports whether the call is a semaphore's (its waiters count).
 func (a *attempt) semaphore() bool { return a.req.Kind == driver.KindSemaphore }
 
+// steps maps each step but stepGranted to its function.
+var steps = [...]func(*attempt, context.Context) error{
+	stepLease:    (*attempt).takeLease,
+	stepTry:      (*attempt).try,
+	stepJoin:     (*attempt).join,
+	stepBehind:   (*attempt).behind,
+	stepEvaluate: (*attempt).evaluate,
+	stepWait:     (*attempt).wait,
+	stepTouch:    (*attempt).touch,
+	stepFreshen:  (*attempt).freshen,
+}
+
 // run executes the attempt's steps until it is granted or fails.
 func (a *attempt) run(ctx context.Context) (*grant, error) {
-	for {
-		var err error
-		switch a.step {
-		case stepLease:
-			err = a.takeLease(ctx)
-		case stepTry:
-			err = a.try(ctx)
-		case stepJoin:
-			err = a.join(ctx)
-		case stepBehind:
-			err = a.behind(ctx)
-		case stepEvaluate:
-			err = a.evaluate(ctx)
-		case stepWait:
-			err = a.wait(ctx)
-		case stepTouch:
-			err = a.touch(ctx)
-		case stepFreshen:
-			err = a.freshen(ctx)
-		case stepGranted:
-			return a.grant(ctx), nil
-		}
+	for a.step != stepGranted {
+		err := steps[a.step](a, ctx)
 		if errors.Is(err, errRequeue) {
 			a.place, a.step = place{}, stepLease
 			err = a.requeue.wait(ctx)
@@ -164,6 +153,7 @@ func (a *attempt) run(ctx context.Context) (*grant, error) {
 			return nil, err
 		}
 	}
+	return a.grant(ctx), nil
 }
 
 // takeLease takes a lease for our entry (stepLease).
@@ -206,16 +196,20 @@ func (a *attempt) loseLease() error {
 // that etcd never dropped the lease, nor our entry with it.
 func (a *attempt) freshen(ctx context.Context) error {
 	if time.Since(a.l.since()) >= a.l.ttl/2 {
-		err := retry(ctx, func(ctx context.Context) error { return a.l.keepAlive(ctx, a.d.lc) })
-		if errors.Is(err, driver.ErrNotHeld) {
+		if err := a.renew(ctx); errors.Is(err, driver.ErrNotHeld) {
 			return a.loseLease()
-		}
-		if err != nil {
-			return a.d.wrapErr("renew the lease", err)
+		} else if err != nil {
+			return err
 		}
 	}
 	a.step = stepGranted
 	return nil
+}
+
+// renew renews our lease, retrying a busy etcd until ctx ends.
+func (a *attempt) renew(ctx context.Context) error {
+	err := retry(ctx, func(ctx context.Context) error { return a.l.keepAlive(ctx, a.d.lc) })
+	return a.d.wrapErr("renew the lease", err)
 }
 
 // grant hands the lease to a new grant.

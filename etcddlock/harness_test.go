@@ -53,8 +53,8 @@ func (h *harness) NewFaultyClient(ctx context.Context, t *testing.T) (*dlock.Cli
 	return c, p, err
 }
 
-func (h *harness) clientVia(ctx context.Context, t *testing.T, addr string) (*dlock.Client, error) {
-	c, err := dlock.Open(ctx, "etcd://"+addr)
+func (h *harness) clientVia(ctx context.Context, t *testing.T, addr string, opts ...dlock.Option) (*dlock.Client, error) {
+	c, err := dlock.Open(ctx, "etcd://"+addr, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package etcddlock
 
 import (
 	"context"
+	"slices"
 
 	"github.com/dlockdev/dlock/driver"
 	"github.com/dlockdev/dlock/driver/queue"
@@ -10,19 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// The kind check. Every write that creates an entry is a Txn guarded by a
-// witness of the queue's kind, compared in that same Txn: the queue is
-// empty (markers aside), or the tail, which names the newest entry and
-// carries its label, carries ours, or an entry of our label read just
-// before still exists (behind), or no key was created since a read that
-// showed only entries of our label (tryShared). So, by induction over the
-// writes, all entries of a queue have one label at every revision: of two
-// calls of different kinds that join at once, etcd fails the second one's
-// witness, and it writes nothing (KindMismatch). Only a hand-made change
-// breaks the induction; an entry whose header dlock cannot have written
-// counts as Exclusive (parseEntry), so that a reader never shares with it.
-//
-// The operations of these Txns follow, one line each.
+// Every Txn that creates an entry compares, in that Txn, a witness of the
+// queue's kind (docs/etcd.md, Kind). Its operations, one line each:
 
 // absent: our entry does not exist (a retry after a lost reply finds it:
 // its name is our lease's id, and the lease is ours alone).
@@ -70,6 +60,18 @@ func (a *attempt) ifEmpty(then []clientv3.Op, els ...clientv3.Op) clientv3.Op {
 		[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(a.dir), "=", "").WithPrefix()}, then, els)})
 }
 
+// enqueue sends the Txn of a join (behindTail) or a try: behind a tail of
+// our kind (a join only); else into an empty queue; else it reads the
+// tail, or without one the queue's newest keys.
+func (a *attempt) enqueue(ctx context.Context, behindTail bool) (txnReply, error) {
+	puts := a.puts()
+	then := []clientv3.Op{a.ifEmpty(puts, clientv3.OpTxn([]clientv3.Cmp{a.tailExists()}, []clientv3.Op{a.readTail()}, []clientv3.Op{a.readNewest()}))}
+	if behindTail {
+		then = []clientv3.Op{clientv3.OpTxn(a.tailOurs(), append([]clientv3.Op{a.readTail()}, puts...), then)}
+	}
+	return a.commit(ctx, nil, then...)
+}
+
 // txnReply is the reply of a Txn that may create our entry, decoded once.
 type txnReply struct {
 	rev     int64
@@ -90,8 +92,15 @@ func (a *attempt) commit(ctx context.Context, cmps []clientv3.Cmp, then ...clien
 		}
 		return err
 	})
+	if isLeaseNotFound(err) {
+		return txnReply{}, a.loseLease() // it expired between taking and using it
+	}
 	if err != nil {
-		return txnReply{}, err
+		what := "queue"
+		if !a.req.Wait {
+			what = "take the lock"
+		}
+		return txnReply{}, a.d.wrapErr(what, err)
 	}
 	r := txnReply{rev: resp.Header.Revision}
 	if !resp.Succeeded {
@@ -101,6 +110,10 @@ func (a *attempt) commit(ctx context.Context, cmps []clientv3.Cmp, then ...clien
 		return r, nil
 	}
 	r.decode(resp.Responses, tailKey(a.dir))
+	if r.created {
+		a.rev, a.seen = r.rev, r.rev
+		a.l.marker = "" // the puts deleted it
+	}
 	return r, nil
 }
 
@@ -124,85 +137,57 @@ func (r *txnReply) decode(ops []*etcdserverpb.ResponseOp, tail string) {
 	}
 }
 
-// created records that the write at rev created our entry (and dropped
-// the lease's marker).
-func (a *attempt) created(rev int64) {
-	a.rev, a.seen = rev, rev
-	a.l.marker = ""
-}
-
-// joinedUnseen goes on from a Txn that found our entry, made by an earlier
-// one whose reply was lost.
-func (a *attempt) joinedUnseen(r txnReply) error {
-	if r.ours == nil || r.ours.CreateRevision == 0 {
-		return errRequeue
-	}
-	a.rev, a.lostJoin, a.atJoin = r.ours.CreateRevision, true, true
-	a.evaluateAt(r.rev)
-	return nil
-}
-
-// txnErr handles an error from the Txn that creates our entry.
-func (a *attempt) txnErr(what string, err error) error {
-	if isLeaseNotFound(err) {
-		// The lease expired between taking and using it: take another.
-		return a.loseLease()
-	}
-	return a.d.wrapErr(what, err)
-}
-
 // kindErr returns the error for a queue whose entries are of label.
 func (a *attempt) kindErr(label string) error {
 	return driver.KindMismatch(label, a.req.Kind, a.req.Limit)
 }
 
-// join puts our entry at the end of the queue (stepJoin). A tail of our
-// kind: read it and queue, one key read (a sorted read of the queue at
-// every join would cost etcd's apply loop a walk of every entry, quadratic
-// in a burst of waiters). A tail of another kind: read it, write nothing.
-// No tail: queue if the queue is empty, else (its newest waiter gave up)
-// read its newest keys, for stepBehind.
+// join puts our entry at the end of the queue (stepJoin): behind a tail of
+// our kind with one key read, not a sorted read of the queue, which would
+// cost etcd a walk of every entry at every join (docs/etcd.md, Lock 2).
 func (a *attempt) join(ctx context.Context) error {
-	puts := a.puts()
-	r, err := a.commit(ctx, nil, clientv3.OpTxn(a.tailOurs(), append([]clientv3.Op{a.readTail()}, puts...),
-		[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{a.tailExists()}, []clientv3.Op{a.readTail()},
-			[]clientv3.Op{a.ifEmpty(puts, a.readNewest())})}))
+	r, err := a.enqueue(ctx, true)
 	switch {
 	case err != nil:
-		return a.txnErr("queue", err)
+		return err
 	case r.ours != nil:
-		return a.joinedUnseen(r)
-	case !r.created && r.tail != nil:
-		if label, _, _, ok := parseTail(r.tail.Value); ok && label != a.label {
+		return a.joined(r)
+	case !r.created:
+		if label, _, _, ok := parseTail(r.tail.GetValue()); r.tail != nil && ok && label != a.label {
 			return a.kindErr(label)
 		}
-		// A tail dlock did not write: go by the entries.
-		a.step = stepBehind
-		return nil
-	case !r.created:
+		// No tail, or one dlock did not write: go by the entries.
 		a.witness, a.step = firstEntry(a.dir, r.newest), stepBehind
 		return nil
-	}
-	a.created(r.rev)
-	if r.tail == nil {
+	case r.tail == nil:
 		a.granted() // queued into an empty queue: the oldest entry
 		return nil
 	}
-	// The tail is written with the newest entry, on its lease, and deleted
-	// when it goes: it names an entry that exists, created at the tail's
-	// mod revision. Only a hand-made change breaks this (see checkQueue).
+	// The tail, written with the newest entry on its lease and deleted when
+	// it goes, names an entry created at its mod revision (checkQueue
+	// catches a hand-made change).
 	label, mode, entry, _ := parseTail(r.tail.Value)
-	a.atJoin = true
 	a.evaluateAt(a.rev)
 	if !isEntry(a.dir, entry) || entry == a.key {
 		return nil // not an entry's key, or ours: a tail left by a hand-made change
 	}
 	// The tail's entry is just ahead: a lock, a writer, or a reader behind
-	// a writer waits for it with no read; a permit counts, knowing it.
+	// a writer waits for it with no read; a permit counts (evaluate).
 	a.pred, a.predRev = entry, r.tail.ModRevision
 	if p := queue.Decide(a.listing([]queue.Entry{{Mode: mode, Label: label}}, false)); p.Verdict == queue.WaitFor {
-		a.proof, a.atJoin, a.step = p.ExclusiveRelease, false, stepWait
+		a.proof, a.step = p.ExclusiveRelease, stepWait
 	}
+	return nil
+}
+
+// joined goes on from a Txn that found our entry, made by an earlier one
+// whose reply was lost.
+func (a *attempt) joined(r txnReply) error {
+	if r.ours.CreateRevision == 0 {
+		return errRequeue
+	}
+	a.rev, a.lostJoin = r.ours.CreateRevision, true
+	a.evaluateAt(r.rev)
 	return nil
 }
 
@@ -215,12 +200,9 @@ func (a *attempt) behind(ctx context.Context) error {
 	a.witness = nil
 	if w == nil {
 		var err error
-		if w, err = a.someEntry(ctx); err != nil {
-			return err
-		}
-		if w == nil {
+		if w, err = a.someEntry(ctx); err != nil || w == nil {
 			a.step = stepJoin
-			return nil
+			return err
 		}
 	}
 	if label, _, _ := parseEntry(w.Value); label != a.label {
@@ -229,13 +211,11 @@ func (a *attempt) behind(ctx context.Context) error {
 	r, err := a.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(string(w.Key)), "=", w.CreateRevision)}, a.puts()...)
 	switch {
 	case err != nil:
-		return a.txnErr("queue", err)
+		return err
 	case r.created:
-		a.created(r.rev)
-		a.atJoin = true
 		a.evaluateAt(a.rev)
 	case r.ours != nil:
-		return a.joinedUnseen(r)
+		return a.joined(r)
 	}
 	return nil
 }
@@ -271,10 +251,8 @@ func (a *attempt) someEntry(ctx context.Context) (*mvccpb.KeyValue, error) {
 
 // firstEntry returns the first entry among kvs, or nil if there is none.
 func firstEntry(dir string, kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
-	for _, kv := range kvs {
-		if isEntry(dir, string(kv.Key)) {
-			return kv
-		}
+	if i := slices.IndexFunc(kvs, func(kv *mvccpb.KeyValue) bool { return isEntry(dir, string(kv.Key)) }); i >= 0 {
+		return kvs[i]
 	}
 	return nil
 }

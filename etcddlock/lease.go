@@ -2,7 +2,6 @@ package etcddlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -89,38 +88,6 @@ func (l *etcdLease) keepAlive(ctx context.Context, lc clientv3.Lease) error {
 	return nil
 }
 
-// renewIn is the time until a third of the TTL after the last renewal.
-func (l *etcdLease) renewIn() time.Duration { return time.Until(l.since().Add(l.ttl / 3)) }
-
-// renewWaiting renews the lease of a waiter, which keeps its place. A busy
-// or leaderless etcd may still keep the lease: the renewal is retried until
-// the lease may have lapsed (or for a third of its TTL). Unanswered by then,
-// the waiter keeps its place and tries again at once: etcd never renews a
-// lease it expired, so a late success proves the lease and its entry lived,
-// while giving up on a slow answer would make a busy etcd a storm of
-// re-joins. Nothing is granted on a lease of unknown state (the read when
-// woken, freshen). Hence not the lease engine, which gives a grant up at
-// its local deadline. It returns nil when renewed or overdue, ctx's error,
-// or the failure (wrapping driver.ErrNotHeld if the lease is gone).
-func (l *etcdLease) renewWaiting(ctx context.Context, lc clientv3.Lease) error {
-	until := l.safeUntil()
-	if soon := time.Now().Add(l.ttl / 3); until.Before(soon) {
-		until = soon
-	}
-	kctx, cancel := context.WithDeadline(ctx, until)
-	defer cancel()
-	err := retry(kctx, func(kctx context.Context) error { return l.keepAlive(kctx, lc) })
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil:
-		return ctx.Err()
-	case kctx.Err() != nil && !errors.Is(err, driver.ErrNotHeld):
-		return nil // overdue: renewIn is past, so the waiter tries again at once
-	}
-	return err
-}
-
 // grantLease asks etcd for a new lease.
 func (d *etcdDriver) grantLease(ctx context.Context, secs int64) (*etcdLease, error) {
 	start := time.Now()
@@ -151,8 +118,7 @@ func (d *etcdDriver) takeLease(ctx context.Context, secs int64) (*etcdLease, err
 		switch {
 		case age < l.ttl/2:
 			// Fresh: the lease engine renews it on time (at a third of
-			// the TTL) once the call is granted, or the waiting loop
-			// does.
+			// the TTL), as a lease.Waiter does while the call waits.
 			return l, nil
 		case time.Now().Before(l.safeUntil()):
 			// Old but alive: renew it before use rather than hand the

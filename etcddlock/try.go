@@ -3,34 +3,29 @@ package etcddlock
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/dlockdev/dlock/driver"
+	"github.com/dlockdev/dlock/driver/queue"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // try makes the one attempt of TryLock, TryAcquire and TryRLock
 // (stepTry): granted only if the rule grants an entry at the queue's end.
 func (a *attempt) try(ctx context.Context) error {
-	// Create our entry if the queue is empty, else read the tail's kind.
-	r, err := a.commit(ctx, nil, a.ifEmpty(a.puts(), a.readTail()))
-	if err != nil {
-		return a.txnErr("take the lock", err)
+	r, err := a.enqueue(ctx, false)
+	if err != nil || a.took(r) {
+		return err
 	}
-	if a.took(r) {
-		return nil
-	}
-	// Held, or waited for. Another kind's queue refuses us; an Exclusive
-	// entry is never granted behind anybody (TryLock never barges); a
-	// Shared one may be.
-	label, known := "", false
-	if r.tail != nil {
-		label, _, _, known = parseTail(r.tail.Value)
-	}
-	if !known && a.req.Mode == driver.Exclusive {
-		// No tail (its entry gave up): an entry says the queue's kind.
-		kv, err := a.someEntry(ctx)
-		if err != nil {
-			return err
+	// Held, or waited for: the tail, or an entry, says the queue's kind.
+	label, _, _, known := parseTail(r.tail.GetValue())
+	if r.tail == nil || !known {
+		kv := firstEntry(a.dir, r.newest)
+		if kv == nil && a.req.Mode == driver.Exclusive {
+			if kv, err = a.someEntry(ctx); err != nil {
+				return err
+			}
 		}
 		if kv != nil {
 			label, _, _ = parseEntry(kv.Value)
@@ -43,7 +38,7 @@ func (a *attempt) try(ctx context.Context) error {
 	case a.req.Mode == driver.Shared:
 		return a.tryShared(ctx)
 	}
-	return driver.ErrLocked
+	return driver.ErrLocked // TryLock never barges ahead of waiters
 }
 
 // tryMaxRounds bounds the reads of tryShared when the queue changes under
@@ -66,30 +61,18 @@ func (a *attempt) tryShared(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		shared, exclusive := 0, 0
-		for _, kv := range kvs {
-			if !isEntry(a.dir, string(kv.Key)) {
-				continue
-			}
-			label, m, _ := parseEntry(kv.Value)
-			if label != a.label {
-				return a.kindErr(label)
-			}
-			if m == driver.Shared {
-				shared++
-			} else {
-				exclusive++
-			}
-		}
-		if !driver.Admits(a.req.Limit, driver.Shared, shared, exclusive) {
+		kvs = slices.DeleteFunc(kvs, func(kv *mvccpb.KeyValue) bool { return !isEntry(a.dir, string(kv.Key)) })
+		l := a.listing(a.entries(kvs, true), true)
+		l.OtherKind = queue.Refuse
+		if p := queue.Decide(l); p.Verdict == queue.Mismatch {
+			label, _, _ := parseEntry(kvs[p.Target].Value)
+			return a.kindErr(label)
+		} else if p.Verdict != queue.Granted {
 			return driver.ErrLocked
 		}
 		r, err := a.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.dir), "<", rev+1).WithPrefix()}, a.puts()...)
-		if err != nil {
-			return a.txnErr("take the lock", err)
-		}
-		if a.took(r) {
-			return nil
+		if err != nil || a.took(r) {
+			return err
 		}
 	}
 	return fmt.Errorf("%w: the queue changed at each of %d tries", driver.ErrLocked, tryMaxRounds)
@@ -99,12 +82,9 @@ func (a *attempt) tryShared(ctx context.Context) error {
 // by an earlier try whose reply was lost (a try creates its entry only
 // where the rule grants it), and reports whether it did.
 func (a *attempt) took(r txnReply) bool {
-	switch {
-	case r.created:
-		a.created(r.rev)
-	case r.ours != nil:
+	if r.ours != nil {
 		a.rev, a.seen = r.ours.CreateRevision, r.rev
-	default:
+	} else if !r.created {
 		return false
 	}
 	a.granted()

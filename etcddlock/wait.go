@@ -3,9 +3,9 @@ package etcddlock
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/dlockdev/dlock/driver"
+	leng "github.com/dlockdev/dlock/internal/lease"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -20,11 +20,11 @@ func (a *attempt) wait(ctx context.Context) error {
 	}
 	rev, released, err := a.waitChange(ctx)
 	switch {
+	case errors.Is(err, driver.ErrNotHeld):
+		err = a.loseLease() // a renewal found the lease gone, and our entry with it
 	case err == nil && released:
-		// Released by its Exclusive holder: nothing older is left, only
-		// readers were between (nothing, if we are Exclusive), and none
-		// can come. Our own entry is not read: one whose lease expired is
-		// caught by freshen; one deleted by hand goes unseen (docs/etcd.md).
+		// Released by its Exclusive holder: granted with no read of our
+		// own entry (docs/etcd.md, Operations, Lock 4).
 		a.byRead = false
 		a.granted()
 	case err == nil:
@@ -75,8 +75,16 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 		h(ctx, a.pred) // tests only: the window between our read and the watch
 	}
 	seen := a.seen // renewals write a.seen meanwhile
-	renewed, stopRenewals := a.renewals(ctx)
-	defer stopRenewals()
+	// Before the watch, whose creation can take longer than a TTL (docs/etcd.md).
+	renewals, gone := a.renewals()
+	stop := func() error {
+		// A renewal that found our place gone wins.
+		if err := renewals.Stop(); errors.Is(err, errRequeue) || errors.Is(err, driver.ErrNotHeld) {
+			return err
+		}
+		return nil
+	}
+	defer stop()
 	// Watch create: the keys that start with the entry's key (the entry
 	// and its marker), or the directory's deletes for a semaphore's first
 	// waiter; from now, not a.seen+1: etcd serves a watch that starts in
@@ -102,8 +110,7 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 				return 0, false, errWatch
 			case started:
 				if gone, released := a.change(wr.Events); gone != 0 {
-					// A renewal that found our place gone wins.
-					return gone, released, stopRenewals()
+					return gone, released, stop()
 				}
 				continue
 			}
@@ -112,19 +119,18 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 			if wr.Header.Revision <= seen {
 				continue
 			}
-			check := a.predGone
-			if a.ahead != nil {
-				check = a.aheadGone
-			}
-			rev, gone, err := check(ctx, wr.Header.Revision)
+			rev, gone, err := a.recheck(ctx, wr.Header.Revision)
 			if err == nil && gone {
-				err = stopRenewals()
+				err = stop()
 			}
 			if err != nil || gone {
 				return rev, false, err
 			}
-		case r := <-renewed:
-			return r.rev, false, r.err
+		case err := <-renewals.Failed():
+			if errors.Is(err, errGone) {
+				return *gone, false, nil
+			}
+			return 0, false, err
 		case <-ctx.Done():
 			return 0, false, ctx.Err()
 		}
@@ -157,107 +163,60 @@ func (a *attempt) change(evs []*clientv3.Event) (gone int64, released bool) {
 	return gone, a.proof && gone != 0 && marked == gone
 }
 
-// renewal is the outcome of a waiter's renewal: an error, or whether the
-// entry it waits for is gone, at revision rev.
-type renewal struct {
-	rev  int64
-	gone bool
-	err  error
-}
+// errGone: a renewal's check found what we wait for gone.
+var errGone = errors.New("etcddlock: entry waited for gone")
 
-// renewals renews our lease a third of its TTL after each renewal,
-// checking the queue at the first and then once a TTL (checkQueue). They
-// run beside the wait, so that a release is acted on at once while a
-// renewal waits for a busy etcd, and start before the watch: a Client's
-// watches are created one at a time, and one can take longer than a TTL
-// to start (docs/etcd.md). A renewal that ends the wait (an error, or what
-// we wait for gone) comes on the channel; stop ends them, and returns
-// errRequeue if one found our place gone. Meanwhile the wait reads only
-// what a renewal does not write (not a.seen, a.l).
-func (a *attempt) renewals(ctx context.Context) (<-chan renewal, func() error) {
-	ctx, cancel := context.WithCancel(ctx)
-	out, done := make(chan renewal, 1), make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTimer(a.l.renewIn())
-		defer t.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				return
-			}
-			r := renewal{err: a.l.renewWaiting(ctx, a.d.lc)}
-			switch {
-			case errors.Is(r.err, driver.ErrNotHeld):
-				r.err = a.loseLease() // the lease is gone: so is our entry
-			case r.err != nil && r.err != ctx.Err():
-				r.err = a.d.wrapErr("renew the lease", r.err)
-			case r.err == nil && i%3 == 0:
-				r.rev, r.gone, r.err = a.checkQueue(ctx)
-			}
-			if r.err != nil || r.gone {
-				out <- r
-				return
-			}
-			t.Reset(a.l.renewIn())
+// renewals renews our lease while we wait, and checks the queue at the
+// first renewal and then once a TTL (docs/etcd.md, Operations, Lock 5).
+// They write a.seen, which the wait does not read meanwhile, and *gone,
+// the revision of a check that ended them with errGone.
+func (a *attempt) renewals() (w *leng.Waiter, gone *int64) {
+	gone, n := new(int64), 0
+	return leng.StartWaiter(a.l.since(), a.l.ttl, func(ctx context.Context) error {
+		if err := a.renew(ctx); err != nil {
+			return err
 		}
-	}()
-	return out, func() error {
-		cancel()
-		<-done
-		select {
-		case r := <-out:
-			if errors.Is(r.err, errRequeue) {
-				return r.err
-			}
-		default:
+		if n++; n%3 != 1 {
+			return nil
 		}
-		return nil
-	}
+		rev, changed, err := a.checkQueue(ctx)
+		if changed {
+			*gone, err = rev, errGone
+		}
+		return err
+	}), gone
 }
 
 // checkQueue reads whether our entry and the entry we wait for still exist
-// (errRequeue: ours is gone; gone: pred is, or changed, at the revision
-// returned). Both only matter when the queue is edited by hand: a deleted
-// entry of ours would be granted at the release ahead (narrowed to a
-// deletion in the last TTL), and a deleted pred that the join's tail named
-// would be waited for forever. Two keys once a TTL: cheap.
+// (errRequeue: ours is gone; changed: pred is, at the revision returned):
+// a hand-made delete of either would otherwise go unseen.
 func (a *attempt) checkQueue(ctx context.Context) (int64, bool, error) {
 	var resp *clientv3.TxnResponse
-	err := retry(ctx, func(ctx context.Context) (err error) {
-		// Txn, read-only: the two keys. Serializable if the member has
-		// applied our join (it could not show our entry before), else
-		// linearizable.
-		get := func(serializable bool) (*clientv3.TxnResponse, error) {
-			opts := []clientv3.OpOption{clientv3.WithKeysOnly()}
-			if serializable {
-				opts = append(opts, clientv3.WithSerializable())
-			}
-			ops := []clientv3.Op{clientv3.OpGet(a.key, opts...)}
-			if a.pred != "" {
-				ops = append(ops, clientv3.OpGet(a.pred, opts...))
-			}
-			return a.d.kv.Txn(ctx).Then(ops...).Commit()
+	err := a.fresh(ctx, a.seen, func(ctx context.Context, opts ...clientv3.OpOption) (rev int64, err error) {
+		// Txn, read-only: the two keys (the member could not show our
+		// entry before it applied our join).
+		opts = append(opts, clientv3.WithKeysOnly())
+		ops := []clientv3.Op{clientv3.OpGet(a.key, opts...)}
+		if a.pred != "" {
+			ops = append(ops, clientv3.OpGet(a.pred, opts...))
 		}
-		resp, err = get(true)
-		if err == nil && resp.Header.Revision < a.seen {
-			resp, err = get(false)
+		if resp, err = a.d.kv.Txn(ctx).Then(ops...).Commit(); err == nil {
+			rev = resp.Header.Revision
 		}
-		return err
+		return rev, err
 	})
 	if err != nil {
-		return 0, false, a.d.wrapErr("read the queue", err)
+		return 0, false, err
 	}
-	ours := resp.Responses[0].GetResponseRange().Kvs
-	if len(ours) == 0 || ours[0].CreateRevision != a.rev {
+	rs, rev := resp.Responses, resp.Header.Revision
+	if ours := rs[0].GetResponseRange().Kvs; len(ours) == 0 || ours[0].CreateRevision != a.rev {
 		return 0, false, errRequeue
 	}
-	if a.pred != "" && a.predChanged(resp.Responses[1].GetResponseRange().Kvs) {
-		return resp.Header.Revision, true, nil
+	if a.pred != "" && a.predChanged(rs[1].GetResponseRange().Kvs) {
+		return rev, true, nil
 	}
-	a.seen = resp.Header.Revision
-	return a.seen, false, nil
+	a.seen = rev
+	return rev, false, nil
 }
 
 // predChanged reports whether kvs, a read of a.pred, shows it gone or, for
@@ -270,38 +229,34 @@ func (a *attempt) predChanged(kvs []*mvccpb.KeyValue) bool {
 	return a.semaphore() && kvs[0].ModRevision != a.predRev
 }
 
-// predGone reads whether a.pred is gone (or changed) at minRev or later,
+// recheck reads whether what we wait for has changed at minRev or later,
 // and returns that revision.
-func (a *attempt) predGone(ctx context.Context, minRev int64) (int64, bool, error) {
-	var resp *clientv3.GetResponse
-	err := retry(ctx, func(ctx context.Context) (err error) {
-		// Range, that one key: serializable if the member has applied
-		// minRev, else linearizable.
-		resp, err = a.d.kv.Get(ctx, a.pred, clientv3.WithKeysOnly(), clientv3.WithSerializable())
-		if err == nil && resp.Header.Revision < minRev {
-			resp, err = a.d.kv.Get(ctx, a.pred, clientv3.WithKeysOnly())
-		}
-		return err
-	})
-	if err != nil {
-		return 0, false, a.d.wrapErr("read the queue", err)
+func (a *attempt) recheck(ctx context.Context, minRev int64) (int64, bool, error) {
+	key, opts := a.pred, []clientv3.OpOption{clientv3.WithKeysOnly()} // Range, that one key
+	if a.ahead != nil {
+		// Range over the oldest keys of the queue: those we wait for.
+		key, opts = a.dir, append(opts, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(a.rev),
+			clientv3.WithLimit(int64(len(a.ahead)+queueReadLimit)), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	}
-	return resp.Header.Revision, a.predChanged(resp.Kvs), nil
-}
-
-// aheadGone reads whether one of a.ahead is gone at minRev or later, and
-// returns that revision.
-func (a *attempt) aheadGone(ctx context.Context, minRev int64) (int64, bool, error) {
-	resp, err := a.getQueue(ctx, minRev, clientv3.WithKeysOnly(), clientv3.WithLimit(int64(len(a.ahead)+queueReadLimit)),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	var resp *clientv3.GetResponse
+	err := a.fresh(ctx, minRev, func(ctx context.Context, serializable ...clientv3.OpOption) (rev int64, err error) {
+		if resp, err = a.d.kv.Get(ctx, key, append(opts, serializable...)...); err == nil {
+			rev = resp.Header.Revision
+		}
+		return rev, err
+	})
 	if err != nil {
 		return 0, false, err
 	}
+	kvs, rev := resp.Kvs, resp.Header.Revision
+	if a.ahead == nil {
+		return rev, a.predChanged(kvs), nil
+	}
 	there := 0
-	for _, kv := range resp.Kvs {
+	for _, kv := range kvs {
 		if a.ahead[string(kv.Key)] {
 			there++
 		}
 	}
-	return resp.Header.Revision, there < len(a.ahead), nil
+	return rev, there < len(a.ahead), nil
 }

@@ -37,8 +37,8 @@ func (h *harness) NewFaultyClient(ctx context.Context, t *testing.T) (*dlock.Cli
 	return c, p, err
 }
 
-func (h *harness) open(ctx context.Context, t *testing.T, addr string) (*dlock.Client, error) {
-	c, err := dlock.Open(ctx, fmt.Sprintf("zk://%s%s?session_timeout=%v&connect_timeout=30s%s", addr, zkdlock.DefaultRoot, h.ttl, h.params))
+func (h *harness) open(ctx context.Context, t *testing.T, addr string, opts ...dlock.Option) (*dlock.Client, error) {
+	c, err := dlock.Open(ctx, fmt.Sprintf("zk://%s%s?session_timeout=%v&connect_timeout=30s%s", addr, zkdlock.DefaultRoot, h.ttl, h.params), opts...)
 	if err != nil {
 		return nil, err
 	}

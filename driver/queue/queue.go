@@ -44,13 +44,13 @@
 // ExclusiveRelease proof. A reader reads values newest first: a Listing of
 // the entries read so far, Complete when the read reached the head,
 // OtherKind AsExclusive (an entry of another kind counts as a writer);
-// NeedMore is its next page. A permit reads the oldest limit+1 entries,
-// all Shared of its label (the kind check): Complete when it reached its
-// own entry, which gives Granted or WaitAny over those holders; else more
-// than limit entries are ahead (Listing.Before), and the entry just ahead,
-// which the tail named at its join or a read finds, gives WaitFor with
-// Notice: the touch a granted permit writes when Notify says so is that
-// notice. At a join, the tail names the entry just ahead with its mode: a
+// NeedMore is its next page. A permit reads keys only, newest first, in
+// pages of limit+9 keys and up, its entries all Shared of its label (the
+// kind check): Complete when the read reached the head, which gives
+// Granted or WaitAny over those holders; else more than limit entries read
+// ahead give WaitFor on the entry just ahead with Notice (the touch a
+// granted permit writes when Notify says so is that notice), and fewer
+// NeedMore. At a join, the tail names the entry just ahead with its mode: a
 // WaitFor there needs no read. etcd takes no Delete or Release proof from a
 // plain delete: it reads again, which is always allowed.
 package queue

@@ -14,7 +14,7 @@ import (
 // leaves the grant on the server; a later Release says not held.
 func TestEngine_abandonEndsWithoutRelease(t *testing.T) {
 	g := newFake(time.Hour) // no renewal would come during the test anyway
-	e := Start("k", g, nil)
+	e := Start("k", g, nil, nil)
 	reason := errors.New("closed")
 	if err := e.Abandon(context.Background(), reason); err != nil {
 		t.Fatalf("Abandon = %v, want nil (the grant is no Abandoner)", err)

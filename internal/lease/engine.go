@@ -60,6 +60,7 @@ type Engine struct {
 	grant    driver.Grant
 	validity time.Duration
 	log      *slog.Logger
+	obs      Observer // nil: nobody observes, and the engine reads no clock for it
 
 	stop chan struct{} // closed by Release to end watchLost; nil without a Lost channel
 	done chan struct{} // the public Done channel
@@ -75,15 +76,23 @@ type Engine struct {
 	// limitTimer runs onLimit (see LimitAt), with limitReason; guarded by mu.
 	limitTimer  *time.Timer
 	limitReason error
+
+	renewAt time.Time // when the renew timer is due; guarded by mu
+	ending  End       // why the lease ended, once err is set; guarded by mu
+	endedAt time.Time // when, with an observer; guarded by mu
 	// releasing is closed when the server call of the first Release (or
 	// of the limit's release) has returned: a later Release waits for it,
 	// so that what follows a Release finds the server settled. Guarded
 	// by mu; nil until then, and after Abandon.
 	releasing chan struct{}
+
+	// reportMu orders the observer's calls: no Renewed after Ended.
+	reportMu    sync.Mutex
+	reportedEnd bool // guarded by reportMu
 }
 
-// Start begins renewing g about every Validity/3. log may be nil.
-func Start(key string, g driver.Grant, log *slog.Logger) *Engine {
+// Start begins renewing g about every Validity/3. log and obs may be nil.
+func Start(key string, g driver.Grant, log *slog.Logger, obs Observer) *Engine {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -92,6 +101,7 @@ func Start(key string, g driver.Grant, log *slog.Logger) *Engine {
 		grant:    g,
 		validity: g.Validity(),
 		log:      log,
+		obs:      obs,
 		done:     make(chan struct{}),
 	}
 	validFrom := g.ValidFrom()
@@ -101,7 +111,8 @@ func Start(key string, g driver.Grant, log *slog.Logger) *Engine {
 	e.mu.Lock()
 	e.deadline = e.deadlineFrom(e.heardFrom(validFrom))
 	e.deadlineTimer = time.AfterFunc(time.Until(e.deadline), e.onDeadline)
-	e.renewTimer = time.AfterFunc(time.Until(e.nextRenewal(from)), e.renew)
+	e.renewAt = e.nextRenewal(from)
+	e.renewTimer = time.AfterFunc(time.Until(e.renewAt), e.renew)
 	e.mu.Unlock()
 	if lost := g.Lost(); lost != nil {
 		e.stop = make(chan struct{})
@@ -174,9 +185,10 @@ func (e *Engine) Deadline() time.Time {
 
 func (e *Engine) checkDeadline() {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.err == nil && !time.Now().Before(e.deadline) {
-		e.endLocked(e.expiredErr())
+	ended := e.err == nil && !time.Now().Before(e.deadline) && e.endLocked(Expired, e.expiredErr())
+	e.mu.Unlock()
+	if ended {
+		e.reportEnd()
 	}
 }
 
@@ -184,20 +196,31 @@ func (e *Engine) expiredErr() error {
 	return fmt.Errorf("%w: not renewed within its validity of %v", driver.ErrLeaseLost, e.validity)
 }
 
-// endLocked closes done with reason and stops renewing. e.mu must be held.
-// A loss is reported by Err with the key, since Lease.Err is read away from
-// any call that would name it; Release says it once more, nested in its
-// own error, without (the caller of Unlock names the key).
-func (e *Engine) endLocked(reason error) {
+// endLocked closes done with reason and stops renewing, and reports
+// whether it did: then the caller calls reportEnd once e.mu is released.
+// e.mu must be held. A loss is reported by Err with the key, since
+// Lease.Err is read away from any call that would name it; Release says it
+// once more, nested in its own error, without (the caller of Unlock names
+// the key).
+func (e *Engine) endLocked(end End, reason error) bool {
 	if e.err != nil {
-		return
+		return false
 	}
-	e.reason, e.err = reason, reason
+	e.reason, e.err, e.ending = reason, reason, end
+	if e.obs != nil {
+		e.endedAt = time.Now()
+		if end == Expired {
+			// Found at the deadline or later (by Done or Err): it was
+			// lost at the deadline.
+			e.endedAt = e.deadline
+		}
+	}
 	if errors.Is(reason, driver.ErrLeaseLost) || (reason == e.limitReason && reason != nil) {
 		e.err = fmt.Errorf("lease %q: %w", e.key, reason)
 	}
 	close(e.done)
 	e.stopTimersLocked()
+	return true
 }
 
 // stopTimersLocked stops both timers and cancels a renewal in flight. A
@@ -218,13 +241,13 @@ func (e *Engine) stopTimersLocked() {
 // end is endLocked for the timers and watchLost, which may still run after
 // Release started: what they find then is ignored, since Release decides
 // the outcome.
-func (e *Engine) end(err error) {
+func (e *Engine) end(end End, err error) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.released {
-		return
+	ended := !e.released && e.endLocked(end, err)
+	e.mu.Unlock()
+	if ended {
+		e.reportEnd()
 	}
-	e.endLocked(err)
 }
 
 // watchLost ends the lease when the backend reports the grant lost.
@@ -232,7 +255,7 @@ func (e *Engine) watchLost(lost <-chan error) {
 	select {
 	case <-e.stop:
 	case err := <-lost:
-		e.end(fmt.Errorf("%w: %w", driver.ErrLeaseLost, err))
+		e.end(Dropped, fmt.Errorf("%w: %w", driver.ErrLeaseLost, err))
 	}
 }
 
@@ -241,15 +264,20 @@ func (e *Engine) watchLost(lost <-chan error) {
 // waits for the current one.
 func (e *Engine) onDeadline() {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.err != nil || e.released {
+		e.mu.Unlock()
 		return
 	}
 	if left := time.Until(e.deadline); left > 0 {
 		e.deadlineTimer.Reset(left)
+		e.mu.Unlock()
 		return
 	}
-	e.endLocked(e.expiredErr())
+	ended := e.endLocked(Expired, e.expiredErr())
+	e.mu.Unlock()
+	if ended {
+		e.reportEnd()
+	}
 }
 
 // renew renews the grant once, in the renew timer's goroutine, and sets the
@@ -269,33 +297,49 @@ func (e *Engine) renew() {
 
 	sent := time.Now()
 	err := e.grant.Renew(ctx)
+	var latency time.Duration
+	if e.obs != nil {
+		latency = time.Since(sent)
+	}
 	cancel()
 	// After the reply, so that the dlock_weak build's countFrom sees when
 	// it arrived.
 	start := countFrom(sent)
 
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	e.cancelRenew = nil
 	if e.err != nil || e.released {
+		e.mu.Unlock()
 		return
 	}
+	late := sent.Sub(e.renewAt)
+	ended := false
 	switch {
 	case err == nil:
 		if d := e.deadlineFrom(e.heardFrom(sent)); d.After(e.deadline) {
 			e.deadline = d
 			e.deadlineTimer.Reset(time.Until(d))
 		}
-		e.renewTimer.Reset(time.Until(e.nextRenewal(start)))
+		e.renewAt = e.nextRenewal(start)
+		e.renewTimer.Reset(time.Until(e.renewAt))
 	case errors.Is(err, driver.ErrNotHeld):
 		// The driver's "not held" is what "lease lost" means here: say
 		// only the latter, and the driver's detail.
-		e.endLocked(nest(driver.ErrLeaseLost, err, driver.ErrNotHeld.Error()+": "))
+		ended = e.endLocked(Dropped, nest(driver.ErrLeaseLost, err, driver.ErrNotHeld.Error()+": "))
 	default:
 		// Transient: the server may still hold the grant. Try again soon;
-		// the deadline timer ends the lease if nothing works.
-		e.log.Warn("dlock: lease renewal failed, retrying", "key", e.key, "error", err)
-		e.renewTimer.Reset(max(e.validity/20, time.Millisecond))
+		// the deadline timer ends the lease if nothing works. The
+		// observer hears of it (dlock logs it with WithLogger).
+		retry := max(e.validity/20, time.Millisecond)
+		e.renewAt = time.Now().Add(retry)
+		e.renewTimer.Reset(retry)
+	}
+	e.mu.Unlock()
+	if e.obs != nil {
+		e.reportRenewed(latency, late, err)
+	}
+	if ended {
+		e.reportEnd()
 	}
 }
 
@@ -346,9 +390,16 @@ func (e *Engine) ReleaseWith(ctx context.Context, reason error) error {
 	// somebody else still watches the lease, as Client.Do's function does
 	// while Client.Close releases the lease under it.
 	e.mu.Lock()
+	end := Released
+	if reason != nil && reason == e.limitReason {
+		end = Limited
+	}
 	lostErr := e.reason
-	e.endLocked(reason)
+	ended := e.endLocked(end, reason)
 	e.mu.Unlock()
+	if ended {
+		e.reportEnd()
+	}
 
 	// Release even a lease we consider lost: the server may still have it
 	// (we give up early by design), and releasing lets the next waiter in
@@ -399,8 +450,11 @@ func (e *Engine) Abandon(ctx context.Context, reason error) error {
 	}
 	e.released = true
 	e.stopTimersLocked()
-	e.endLocked(reason)
+	ended := e.endLocked(Abandoned, reason)
 	e.mu.Unlock()
+	if ended {
+		e.reportEnd()
+	}
 	if e.stop != nil {
 		close(e.stop)
 	}

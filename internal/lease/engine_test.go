@@ -76,7 +76,7 @@ func TestEngine_deadlineCountsFromValidFromWithMargin(t *testing.T) {
 	g := newFake(time.Second)
 	g.validFrom = time.Now().Add(-time.Hour) // granted long ago: already expired
 	g.setRenewErr(errors.New("network down"))
-	e := Start("k", g, nil)
+	e := Start("k", g, nil, nil)
 	defer e.Release(context.Background())
 	want := g.validFrom.Add(time.Second - 10*time.Millisecond - DriftMargin)
 	if got := e.Deadline(); !got.Equal(want) {
@@ -97,7 +97,7 @@ func TestEngine_renewsAndMovesDeadlineFromSendTime(t *testing.T) {
 	g := newFake(300 * time.Millisecond)
 	g.delay = 50 * time.Millisecond
 	g.gate = make(chan struct{})
-	e := Start("k", g, nil)
+	e := Start("k", g, nil, nil)
 	defer e.Release(context.Background())
 	defer close(g.gate)
 	for range 2 {
@@ -127,7 +127,7 @@ func TestEngine_renewsAndMovesDeadlineFromSendTime(t *testing.T) {
 func TestEngine_renewRefusedEndsLease(t *testing.T) {
 	g := newFake(300 * time.Millisecond)
 	g.setRenewErr(driver.ErrNotHeld)
-	e := Start("k", g, nil)
+	e := Start("k", g, nil, nil)
 	waitDone(t, e)
 	if !errors.Is(e.Err(), driver.ErrLeaseLost) || !errors.Is(e.Err(), driver.ErrNotHeld) {
 		t.Fatalf("Err = %v, want ErrLeaseLost wrapping ErrNotHeld", e.Err())
@@ -143,7 +143,7 @@ func TestEngine_renewRefusedEndsLease(t *testing.T) {
 func TestEngine_transientFailuresExpireAtDeadline(t *testing.T) {
 	g := newFake(300 * time.Millisecond)
 	g.setRenewErr(errors.New("network down"))
-	e := Start("k", g, nil)
+	e := Start("k", g, nil, nil)
 	deadline := e.Deadline()
 	waitDone(t, e)
 	if time.Now().Before(deadline) {
@@ -162,7 +162,7 @@ func TestEngine_transientFailuresExpireAtDeadline(t *testing.T) {
 
 func TestEngine_lostSignalEndsLease(t *testing.T) {
 	g := newFake(time.Hour)
-	e := Start("k", g, nil)
+	e := Start("k", g, nil, nil)
 	g.lost <- errors.New("session expired")
 	waitDone(t, e)
 	if !errors.Is(e.Err(), driver.ErrLeaseLost) {
@@ -172,7 +172,7 @@ func TestEngine_lostSignalEndsLease(t *testing.T) {
 
 func TestEngine_releaseEndsWithErrReleased(t *testing.T) {
 	g := newFake(time.Hour)
-	e := Start("k", g, nil)
+	e := Start("k", g, nil, nil)
 	if err := e.Release(context.Background()); err != nil {
 		t.Fatalf("Release = %v", err)
 	}
@@ -207,7 +207,7 @@ func (g *doneAtRelease) Release(ctx context.Context) error {
 // leave the Do's context live until the server has answered.
 func TestEngine_releaseWith_endsLeaseBeforeServerRelease(t *testing.T) {
 	g := &doneAtRelease{fakeGrant: newFake(time.Hour)}
-	g.e = Start("k", g, nil)
+	g.e = Start("k", g, nil, nil)
 	closed := errors.New("closed")
 	if err := g.e.ReleaseWith(context.Background(), closed); err != nil {
 		t.Fatalf("ReleaseWith = %v", err)
@@ -233,7 +233,7 @@ func TestEngine_withoutLostChannelHoldsNoGoroutine(t *testing.T) {
 	before := runtime.NumGoroutine()
 	engines := make([]*Engine, n)
 	for i := range engines {
-		engines[i] = Start("k", noLostGrant{newFake(time.Hour)}, nil)
+		engines[i] = Start("k", noLostGrant{newFake(time.Hour)}, nil, nil)
 	}
 	if grew := runtime.NumGoroutine() - before; grew >= n/2 {
 		t.Errorf("%d held leases added %d goroutines; want none", n, grew)
@@ -245,7 +245,7 @@ func TestEngine_withoutLostChannelHoldsNoGoroutine(t *testing.T) {
 	}
 
 	g := newFake(300 * time.Millisecond)
-	e := Start("k", noLostGrant{g}, nil)
+	e := Start("k", noLostGrant{g}, nil, nil)
 	<-g.renewed // the renew timer fired
 	g.setRenewErr(errors.New("transient"))
 	waitDone(t, e)
@@ -305,7 +305,7 @@ func TestEngine_laggingGrant_countsFromHeardFrom(t *testing.T) {
 	g := &laggingGrant{fakeGrant: newFake(v)}
 	g.gate = make(chan struct{})
 	g.setHeard(g.validFrom.Add(-v / 2))
-	e := Start("k", g, nil)
+	e := Start("k", g, nil, nil)
 	defer e.Release(context.Background())
 	defer close(g.gate)
 	if got, want := e.Deadline(), e.deadlineFrom(g.HeardFrom()); !got.Equal(want) {
@@ -340,7 +340,7 @@ func TestEngine_laggingGrant_countsFromHeardFrom(t *testing.T) {
 func TestEngine_laggingGrant_heardFromNeverLaterThanRequest(t *testing.T) {
 	g := &laggingGrant{fakeGrant: newFake(time.Hour)}
 	g.setHeard(g.validFrom.Add(time.Minute))
-	e := Start("k", g, nil)
+	e := Start("k", g, nil, nil)
 	defer e.Release(context.Background())
 	if got, want := e.Deadline(), e.deadlineFrom(g.validFrom); !got.Equal(want) {
 		t.Fatalf("deadline = %v, want ValidFrom + validity - margins = %v", got, want)
@@ -351,7 +351,7 @@ func TestEngine_laggingGrant_heardFromNeverLaterThanRequest(t *testing.T) {
 // each, as before.
 func TestEngine_nextRenewal_unchangedForOtherGrants(t *testing.T) {
 	g := newFake(time.Hour)
-	e := Start("k", g, nil)
+	e := Start("k", g, nil, nil)
 	defer e.Release(context.Background())
 	e.mu.Lock()
 	next := e.nextRenewal(g.validFrom)
@@ -369,7 +369,7 @@ func TestEngine_nextRenewal_unchangedForOtherGrants(t *testing.T) {
 func TestEngine_errorTextSaysEachThingOnce(t *testing.T) {
 	g := newFake(300 * time.Millisecond)
 	g.setRenewErr(fmt.Errorf("%w: the key expired", driver.ErrNotHeld))
-	e := Start("k", g, nil)
+	e := Start("k", g, nil, nil)
 	waitDone(t, e)
 	if got, want := e.Err().Error(), `lease "k": dlock: lease lost: the key expired`; got != want {
 		t.Errorf("Err = %s\nwant  %s", got, want)
@@ -386,7 +386,7 @@ func TestEngine_errorTextSaysEachThingOnce(t *testing.T) {
 	}
 
 	g = newFake(300 * time.Millisecond)
-	e = Start("k", g, nil)
+	e = Start("k", g, nil, nil)
 	g.lost <- errors.New("node deleted")
 	waitDone(t, e)
 	if got, want := e.Err().Error(), `lease "k": dlock: lease lost: node deleted`; got != want {
