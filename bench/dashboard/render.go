@@ -139,7 +139,7 @@ func drawDashboard(d *dashboard, ev *evaluated, start, end time.Time, out string
 		y1 := h - headerHeight - vg.Length(g.Y)*rowHeight - gap
 		y0 := h - headerHeight - vg.Length(g.Y+g.H)*rowHeight + gap
 		c := draw.Crop(full, x0, x1-w, y0, y1-h)
-		if err := drawPanel(c, &p, ev.panels[i], start, end); err != nil {
+		if err := drawPanel(c, &p, ev.panels[i], start, end, ev.in.step); err != nil {
 			return fmt.Errorf("panel %q: %w", p.Title, err)
 		}
 	}
@@ -156,7 +156,7 @@ func drawDashboard(d *dashboard, ev *evaluated, start, end time.Time, out string
 
 // drawPanel draws one panel into c: a frame, the title, the series, and
 // the legend below them.
-func drawPanel(c draw.Canvas, p *panel, curves []curve, start, end time.Time) error {
+func drawPanel(c draw.Canvas, p *panel, curves []curve, start, end time.Time, step time.Duration) error {
 	frame := draw.LineStyle{Color: color.Gray{0xcc}, Width: vg.Points(0.8)}
 	r := c.Rectangle
 	c.StrokeLines(frame, []vg.Point{r.Min, {X: r.Max.X, Y: r.Min.Y}, r.Max, {X: r.Min.X, Y: r.Max.Y}, r.Min})
@@ -186,7 +186,7 @@ func drawPanel(c draw.Canvas, p *panel, curves []curve, start, end time.Time) er
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for i, cv := range curves {
 		col := palette[i%len(palette)]
-		for _, seg := range segments(cv.points, start, log) {
+		for _, seg := range segments(cv.points, start, step, log) {
 			for _, pt := range seg {
 				lo, hi = min(lo, pt.Y), max(hi, pt.Y)
 			}
@@ -226,12 +226,17 @@ func drawPanel(c draw.Canvas, p *panel, curves []curve, start, end time.Time) er
 }
 
 // segments cuts a series where it has no value (NaN, infinite, or not
-// positive on a log scale), as Grafana breaks a line over nulls; x is in
-// seconds since start.
-func segments(pts []point, start time.Time, log bool) []plotter.XYs {
+// positive on a log scale) and where Prometheus returned no point for a
+// step or more (a target that was not scraped), as Grafana breaks a line
+// over nulls; x is in seconds since start.
+func segments(pts []point, start time.Time, step time.Duration, log bool) []plotter.XYs {
 	var out []plotter.XYs
 	var cur plotter.XYs
-	for _, p := range pts {
+	for i, p := range pts {
+		if i > 0 && p.t.Sub(pts[i-1].t) > step*3/2 && len(cur) > 0 {
+			out = append(out, cur)
+			cur = nil
+		}
 		if math.IsNaN(p.v) || math.IsInf(p.v, 0) || (log && p.v <= 0) {
 			if len(cur) > 0 {
 				out = append(out, cur)
