@@ -174,11 +174,15 @@ func (m *Metrics) acquireDone(ctx context.Context, info dlock.AcquireDoneInfo) c
 		return ctx
 	}
 	m.active.WithLabelValues(m.values(&lv, info.Backend, info.Kind, info.Key)...).Inc()
-	// The lost counters exist, at 0, from the first grant on: increase()
-	// and rate() cannot see a series' first sample rise from nothing, so
-	// an alert on lost leases would miss the first loss.
-	m.lost.WithLabelValues(m.values(&lv, info.Backend, info.Kind, info.Key, dlock.EndExpired.String())...)
-	m.lost.WithLabelValues(m.values(&lv, info.Backend, info.Kind, info.Key, dlock.EndDropped.String())...)
+	// The lost and unprotected counters exist, at 0, from the first grant
+	// on: increase() and rate() cannot see a series' first sample rise
+	// from nothing, so an alert on them would miss the first loss.
+	for _, r := range []dlock.EndReason{dlock.EndExpired, dlock.EndDropped} {
+		m.lost.WithLabelValues(m.values(&lv, info.Backend, info.Kind, info.Key, r.String())...)
+	}
+	for _, r := range []dlock.EndReason{dlock.EndExpired, dlock.EndDropped, dlock.EndHoldLimit} {
+		m.unprotected.WithLabelValues(m.values(&lv, info.Backend, info.Kind, info.Key, r.String())...)
+	}
 	if m.leader != nil && info.Kind == dlock.KindElection {
 		m.leader.WithLabelValues(info.Key).Set(1)
 	}

@@ -128,6 +128,11 @@ func TestMetrics_Hooks_leaseLife(t *testing.T) {
 			t.Errorf("dlock_lease_lost_total{reason=%q} = %v before any loss, want 0", reason, v)
 		}
 	}
+	for _, reason := range []string{"expired", "dropped", "hold_limit"} {
+		if v := series(t, fams, "dlock_unprotected_total", with(lock, "reason", reason)).GetCounter().GetValue(); v != 0 {
+			t.Errorf("dlock_unprotected_total{reason=%q} = %v before any unprotected run, want 0", reason, v)
+		}
+	}
 	if n := series(t, fams, "dlock_renew_duration_seconds", with(lock, "result", "ok")).GetHistogram().GetSampleCount(); n != 1 {
 		t.Errorf("renewals ok: %d, want 1", n)
 	}
