@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlockdev/dlock/driver"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // errRequeue: the call lost its place in the queue (its lease expired, or
@@ -64,11 +65,11 @@ func cancelledErr(ctx context.Context, err error) error {
 //	stepJoin     --queued into an empty queue-----------------> stepFreshen
 //	stepJoin     --queued behind the tail's entry--------------> stepWait, or stepEvaluate
 //	stepJoin     --no tail, entries left; stepBehind queued----> stepEvaluate
-//	stepEvaluate --granted-------------------------------------> stepTouch (a semaphore's waiter), stepFreshen
+//	stepEvaluate --granted-------------------------------------> stepFreshen
 //	stepEvaluate --the plan names what to wait for-------------> stepWait
 //	stepWait     --the release marker of the entry waited for--> stepFreshen
 //	stepWait     --any other change, or the watch broke---------> stepEvaluate
-//	stepTouch, stepFreshen --> granted
+//	stepFreshen  --a semaphore's waiter touched, the lease fresh-> granted
 //
 // Any other error ends the attempt; errRequeue (our entry or lease is gone)
 // drops the place and goes back to stepLease after a backoff.
@@ -81,8 +82,7 @@ const (
 	stepBehind               // queue behind the newest entry, found by a read (no tail)
 	stepEvaluate             // read the queue and plan (queue.go)
 	stepWait                 // wait for what the plan names to change (wait.go)
-	stepTouch                // a semaphore's waiter granted: tell the one behind it
-	stepFreshen              // renew an old lease before the grant
+	stepFreshen              // touch (a semaphore's waiter), renew an old lease
 	stepGranted
 )
 
@@ -137,7 +137,6 @@ var steps = [...]func(*attempt, context.Context) error{
 	stepBehind:   (*attempt).behind,
 	stepEvaluate: (*attempt).evaluate,
 	stepWait:     (*attempt).wait,
-	stepTouch:    (*attempt).touch,
 	stepFreshen:  (*attempt).freshen,
 }
 
@@ -177,13 +176,8 @@ func (a *attempt) evaluateAt(minRev int64) {
 	a.minRev, a.step = minRev, stepEvaluate
 }
 
-// granted goes on from a grant by the rule (a semaphore's waiter touches).
-func (a *attempt) granted() {
-	a.pred, a.ahead, a.step = "", nil, stepFreshen
-	if a.waited && a.semaphore() {
-		a.step = stepTouch
-	}
-}
+// granted goes on from a grant by the rule.
+func (a *attempt) granted() { a.pred, a.ahead, a.step = "", nil, stepFreshen }
 
 // loseLease forgets a lease that is gone, and with it our entry.
 func (a *attempt) loseLease() error {
@@ -191,10 +185,19 @@ func (a *attempt) loseLease() error {
 	return errRequeue
 }
 
-// freshen renews the lease of a call just granted if its last renewal, from
-// which the grant's validity counts, is old (stepFreshen). Success proves
-// that etcd never dropped the lease, nor our entry with it.
+// freshen readies a call just granted (stepFreshen). A semaphore's waiter
+// touches its entry: a put of the same value and lease, if it is the one
+// we created, which tells the waiter behind it that it was granted (a
+// retry only wakes that waiter once more). A lease whose last renewal, from
+// which the grant's validity counts, is old is renewed: success proves that
+// etcd never dropped the lease, nor our entry with it.
 func (a *attempt) freshen(ctx context.Context) error {
+	if a.waited && a.semaphore() {
+		touch := clientv3.OpPut(a.key, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())
+		if r, err := a.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)}, touch); err != nil || !r.put {
+			return cmp.Or(err, errRequeue) // errRequeue: our entry is gone
+		}
+	}
 	if time.Since(a.l.since()) >= a.l.ttl/2 {
 		if err := a.renew(ctx); errors.Is(err, driver.ErrNotHeld) {
 			return a.loseLease()

@@ -11,17 +11,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Every Txn that creates an entry compares, in that Txn, a witness of the
-// queue's kind (docs/etcd.md, Kind). Its operations, one line each:
-
 // absent: our entry does not exist (a retry after a lost reply finds it:
 // its name is our lease's id, and the lease is ours alone).
 func (a *attempt) absent() clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)
 }
-
-// readOurs reads our entry, made by an earlier Txn whose reply was lost.
-func (a *attempt) readOurs() clientv3.Op { return clientv3.OpGet(a.key) }
 
 // puts create our entry and the tail naming it, on our lease, and delete
 // the marker of our lease's last release.
@@ -32,62 +26,52 @@ func (a *attempt) puts() []clientv3.Op {
 	}, a.l.dropMarker()...)
 }
 
-// readTail reads the tail: the newest entry and its kind.
-func (a *attempt) readTail() clientv3.Op { return clientv3.OpGet(tailKey(a.dir)) }
-
-// tailOurs: the tail carries our label (etcd compares values byte-wise).
-func (a *attempt) tailOurs() []clientv3.Cmp {
-	lo, hi := tailBounds(a.label, a.dir)
-	tail := clientv3.Value(tailKey(a.dir))
-	return []clientv3.Cmp{clientv3.Compare(tail, ">", lo), clientv3.Compare(tail, "<", hi)}
-}
-
-// tailExists: there is a tail, whatever it carries.
-func (a *attempt) tailExists() clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(tailKey(a.dir)), ">", 0)
-}
-
-// readNewest reads the newest keys of the queue, with their kinds.
-func (a *attempt) readNewest() clientv3.Op {
-	return clientv3.OpGet(a.dir, clientv3.WithPrefix(), clientv3.WithLimit(queueReadLimit),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))
-}
-
-// ifEmpty runs then if the queue has no key, or only markers (empty
-// values; etcd fails a value comparison over no keys, hence two steps).
-func (a *attempt) ifEmpty(then []clientv3.Op, els ...clientv3.Op) clientv3.Op {
-	return clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.dir), "=", 0).WithPrefix()}, then,
-		[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(a.dir), "=", "").WithPrefix()}, then, els)})
-}
-
-// enqueue sends the Txn of a join (behindTail) or a try: behind a tail of
-// our kind (a join only); else into an empty queue; else it reads the
-// tail, or without one the queue's newest keys.
+// enqueue sends the Txn of a join (behindTail) or a try, which compares a
+// witness of the queue's kind (docs/etcd.md, Kind): behind a tail of our
+// kind (a join only); else into an empty queue; else it reads the tail, or
+// without one the queue's newest keys.
 func (a *attempt) enqueue(ctx context.Context, behindTail bool) (txnReply, error) {
+	tail := tailKey(a.dir)
+	// Read the tail: the newest entry and its kind.
+	readTail := clientv3.OpGet(tail)
+	// Read the newest keys of the queue, with their kinds.
+	readNewest := clientv3.OpGet(a.dir, clientv3.WithPrefix(), clientv3.WithLimit(queueReadLimit),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))
+	// There is a tail, whatever it carries.
+	tailExists := clientv3.Compare(clientv3.CreateRevision(tail), ">", 0)
+	// The queue has no key, or only markers (empty values; etcd fails a
+	// value comparison over no keys, hence two steps).
+	noKey := clientv3.Compare(clientv3.CreateRevision(a.dir), "=", 0).WithPrefix()
+	onlyMarkers := clientv3.Compare(clientv3.Value(a.dir), "=", "").WithPrefix()
 	puts := a.puts()
-	then := []clientv3.Op{a.ifEmpty(puts, clientv3.OpTxn([]clientv3.Cmp{a.tailExists()}, []clientv3.Op{a.readTail()}, []clientv3.Op{a.readNewest()}))}
+	then := []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{noKey}, puts, []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{onlyMarkers}, puts,
+		[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{tailExists}, []clientv3.Op{readTail}, []clientv3.Op{readNewest})})})}
 	if behindTail {
-		then = []clientv3.Op{clientv3.OpTxn(a.tailOurs(), append([]clientv3.Op{a.readTail()}, puts...), then)}
+		// The tail carries our label (etcd compares values byte-wise).
+		lo, hi := tailBounds(a.label, a.dir)
+		ours := []clientv3.Cmp{clientv3.Compare(clientv3.Value(tail), ">", lo), clientv3.Compare(clientv3.Value(tail), "<", hi)}
+		then = []clientv3.Op{clientv3.OpTxn(ours, append([]clientv3.Op{readTail}, puts...), then)}
 	}
-	return a.commit(ctx, nil, then...)
+	return a.commit(ctx, []clientv3.Cmp{a.absent()}, then...)
 }
 
-// txnReply is the reply of a Txn that may create our entry, decoded once.
+// txnReply is the reply of a Txn on our entry, decoded once.
 type txnReply struct {
-	rev     int64
-	ours    *mvccpb.KeyValue   // our entry, made earlier: the Txn found it
-	created bool               // the Txn created our entry
-	tail    *mvccpb.KeyValue   // the tail it read, if any
-	newest  []*mvccpb.KeyValue // the newest keys of the queue, if it read them
+	rev    int64
+	ours   *mvccpb.KeyValue   // our entry, read when the comparisons failed
+	put    bool               // the Txn wrote our entry: created it, or touched it
+	tail   *mvccpb.KeyValue   // the tail it read, if any
+	newest []*mvccpb.KeyValue // the newest keys of the queue, if it read them
 }
 
-// commit sends If(absent, cmps) Then(then) Else(readOurs) and decodes the
-// reply. An unknown outcome marks the attempt dirty: the puts may yet land.
+// commit sends If(cmps) Then(then) Else(read our entry) and decodes the
+// reply. An unknown outcome before our entry is known marks the attempt
+// dirty: the puts may yet land.
 func (a *attempt) commit(ctx context.Context, cmps []clientv3.Cmp, then ...clientv3.Op) (txnReply, error) {
 	var resp *clientv3.TxnResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
-		resp, err = a.d.kv.Txn(ctx).If(append([]clientv3.Cmp{a.absent()}, cmps...)...).Then(then...).Else(a.readOurs()).Commit()
-		if err != nil && !rejected(err) {
+		resp, err = a.d.kv.Txn(ctx).If(cmps...).Then(then...).Else(clientv3.OpGet(a.key)).Commit()
+		if err != nil && !rejected(err) && a.rev == 0 {
 			a.dirty = true
 		}
 		return err
@@ -110,20 +94,20 @@ func (a *attempt) commit(ctx context.Context, cmps []clientv3.Cmp, then ...clien
 		return r, nil
 	}
 	r.decode(resp.Responses, tailKey(a.dir))
-	if r.created {
+	if r.put && a.rev == 0 {
 		a.rev, a.seen = r.rev, r.rev
 		a.l.marker = "" // the puts deleted it
 	}
 	return r, nil
 }
 
-// decode walks the branches the Txn took: a put is our create; a read of
+// decode walks the branches the Txn took: a put is of our entry; a read of
 // the tail key is the tail, any other read the queue's newest keys.
 func (r *txnReply) decode(ops []*etcdserverpb.ResponseOp, tail string) {
 	for _, op := range ops {
 		switch {
 		case op.GetResponsePut() != nil:
-			r.created = true
+			r.put = true
 		case op.GetResponseTxn() != nil:
 			r.decode(op.GetResponseTxn().Responses, tail)
 		case op.GetResponseRange() != nil:
@@ -152,7 +136,7 @@ func (a *attempt) join(ctx context.Context) error {
 		return err
 	case r.ours != nil:
 		return a.joined(r)
-	case !r.created:
+	case !r.put:
 		if label, _, _, ok := parseTail(r.tail.GetValue()); r.tail != nil && ok && label != a.label {
 			return a.kindErr(label)
 		}
@@ -208,11 +192,11 @@ func (a *attempt) behind(ctx context.Context) error {
 	if label, _, _ := parseEntry(w.Value); label != a.label {
 		return a.kindErr(label)
 	}
-	r, err := a.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(string(w.Key)), "=", w.CreateRevision)}, a.puts()...)
+	r, err := a.commit(ctx, []clientv3.Cmp{a.absent(), clientv3.Compare(clientv3.CreateRevision(string(w.Key)), "=", w.CreateRevision)}, a.puts()...)
 	switch {
 	case err != nil:
 		return err
-	case r.created:
+	case r.put:
 		a.evaluateAt(a.rev)
 	case r.ours != nil:
 		return a.joined(r)

@@ -70,7 +70,7 @@ func (a *attempt) tryShared(ctx context.Context) error {
 		} else if p.Verdict != queue.Granted {
 			return driver.ErrLocked
 		}
-		r, err := a.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.dir), "<", rev+1).WithPrefix()}, a.puts()...)
+		r, err := a.commit(ctx, []clientv3.Cmp{a.absent(), clientv3.Compare(clientv3.CreateRevision(a.dir), "<", rev+1).WithPrefix()}, a.puts()...)
 		if err != nil || a.took(r) {
 			return err
 		}
@@ -84,7 +84,7 @@ func (a *attempt) tryShared(ctx context.Context) error {
 func (a *attempt) took(r txnReply) bool {
 	if r.ours != nil {
 		a.rev, a.seen = r.ours.CreateRevision, r.rev
-	} else if !r.created {
+	} else if !r.put {
 		return false
 	}
 	a.granted()

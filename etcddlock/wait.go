@@ -41,30 +41,6 @@ func (a *attempt) wait(ctx context.Context) error {
 	return err
 }
 
-// touch tells the waiter behind a semaphore's newly granted waiter that it
-// was granted: a write to our entry that changes only its mod revision
-// (stepTouch).
-func (a *attempt) touch(ctx context.Context) error {
-	var resp *clientv3.TxnResponse
-	err := retry(ctx, func(ctx context.Context) (err error) {
-		// Txn: if our entry is the one we created, put it again, same
-		// value and lease (a retry only wakes that waiter once more).
-		resp, err = a.d.kv.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
-			Then(clientv3.OpPut(a.key, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())).
-			Commit()
-		return err
-	})
-	if err != nil {
-		return a.d.wrapErr("mark the entry granted", err)
-	}
-	if !resp.Succeeded {
-		return errRequeue // our entry is gone
-	}
-	a.step = stepFreshen
-	return nil
-}
-
 // waitChange waits, renewing our lease, until a.pred goes (or, a
 // semaphore's, is granted) or one of a.ahead goes. It returns a revision
 // at which that had happened, and whether a release marker proves our grant.
