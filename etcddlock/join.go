@@ -141,7 +141,7 @@ func (a *attempt) join(ctx context.Context) error {
 			return a.kindErr(label)
 		}
 		// No tail, or one dlock did not write: go by the entries.
-		a.witness, a.step = firstEntry(a.dir, r.newest), stepBehind
+		a.witness, a.minRev, a.step = firstEntry(a.dir, r.newest), r.rev, stepBehind
 		return nil
 	case r.tail == nil:
 		a.granted() // queued into an empty queue: the oldest entry
@@ -175,18 +175,25 @@ func (a *attempt) joined(r txnReply) error {
 	return nil
 }
 
-// behind queues behind entries that have no tail (stepBehind): it reads an
-// entry, unless the join did, and creates ours if that entry, the kind's
-// witness, still exists; else it reads again, and joins again when only
-// markers are left.
+// behind queues behind entries that have no tail (stepBehind): behind an
+// entry, the kind's witness, that the join read or a read from the queue's
+// end finds, if it still exists; else it reads again, and joins again when
+// only markers are left.
 func (a *attempt) behind(ctx context.Context) error {
 	w := a.witness
 	a.witness = nil
 	if w == nil {
-		var err error
-		if w, err = a.someEntry(ctx); err != nil || w == nil {
-			a.step = stepJoin
+		p, ahead, err := a.scan(ctx, 0)
+		switch {
+		case err != nil:
 			return err
+		case p.Verdict == queue.Mismatch:
+			w = ahead[p.Target]
+		case len(ahead) == 0:
+			a.step = stepJoin
+			return nil
+		default:
+			w = ahead[len(ahead)-1]
 		}
 	}
 	if label, _, _ := parseEntry(w.Value); label != a.label {
@@ -200,37 +207,10 @@ func (a *attempt) behind(ctx context.Context) error {
 		a.evaluateAt(a.rev)
 	case r.ours != nil:
 		return a.joined(r)
+	default:
+		a.minRev = r.rev // the witness went
 	}
 	return nil
-}
-
-// readOldest reads the queue's oldest n keys (0: all) with their values,
-// or all of them if fewer than want of those n are entries (markers among
-// them), and returns them with the read's revision.
-func (a *attempt) readOldest(ctx context.Context, n, want int) ([]*mvccpb.KeyValue, int64, error) {
-	var resp *clientv3.GetResponse
-	read := func(n int) error {
-		return retry(ctx, func(ctx context.Context) (err error) {
-			// Range over the queue with the values, oldest first.
-			resp, err = a.d.kv.Get(ctx, a.dir, clientv3.WithPrefix(), clientv3.WithLimit(int64(n)),
-				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-			return err
-		})
-	}
-	err := read(n)
-	if err == nil && n > 0 && len(resp.Kvs) == n && countEntries(a.dir, resp.Kvs) < want {
-		err = read(0)
-	}
-	if err != nil {
-		return nil, 0, a.d.wrapErr("read the queue", err)
-	}
-	return resp.Kvs, resp.Header.Revision, nil
-}
-
-// someEntry returns the oldest entry of the queue, or nil if it has none.
-func (a *attempt) someEntry(ctx context.Context) (*mvccpb.KeyValue, error) {
-	kvs, _, err := a.readOldest(ctx, queueReadLimit, 1)
-	return firstEntry(a.dir, kvs), err
 }
 
 // firstEntry returns the first entry among kvs, or nil if there is none.
@@ -239,15 +219,4 @@ func firstEntry(dir string, kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
 		return kvs[i]
 	}
 	return nil
-}
-
-// countEntries returns how many of kvs are entries, not markers.
-func countEntries(dir string, kvs []*mvccpb.KeyValue) int {
-	n := 0
-	for _, kv := range kvs {
-		if isEntry(dir, string(kv.Key)) {
-			n++
-		}
-	}
-	return n
 }
