@@ -112,7 +112,7 @@ type place struct {
 
 	// What we wait for (queue.go): the entry pred, or any of ahead.
 	pred    string
-	predRev int64           // its create revision (and mod revision: see predChanged)
+	predRev int64           // its create revision (and mod revision: see check)
 	ahead   map[string]bool // nil unless we wait for any of them
 	proof   bool            // pred's release marker proves our grant (queue.Plan.ExclusiveRelease)
 

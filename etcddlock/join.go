@@ -148,7 +148,7 @@ func (a *attempt) join(ctx context.Context) error {
 		return nil
 	}
 	// The tail, written with the newest entry on its lease and deleted when
-	// it goes, names an entry created at its mod revision (checkQueue
+	// it goes, names an entry created at its mod revision (check
 	// catches a hand-made change).
 	label, mode, entry, _ := parseTail(r.tail.Value)
 	a.evaluateAt(a.rev)

@@ -95,7 +95,7 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 			if wr.Header.Revision <= seen {
 				continue
 			}
-			rev, gone, err := a.recheck(ctx, wr.Header.Revision)
+			rev, gone, err := a.check(ctx, wr.Header.Revision)
 			if err == nil && gone {
 				err = stop()
 			}
@@ -155,28 +155,34 @@ func (a *attempt) renewals() (w *leng.Waiter, gone *int64) {
 		if n++; n%3 != 1 {
 			return nil
 		}
-		rev, changed, err := a.checkQueue(ctx)
-		if changed {
+		rev, changed, err := a.check(ctx, a.seen)
+		switch {
+		case changed:
 			*gone, err = rev, errGone
+		case err == nil:
+			a.seen = rev
 		}
 		return err
 	}), gone
 }
 
-// checkQueue reads whether our entry and the entry we wait for still exist
-// (errRequeue: ours is gone; changed: pred is, at the revision returned):
-// a hand-made delete of either would otherwise go unseen.
-func (a *attempt) checkQueue(ctx context.Context) (int64, bool, error) {
+// check reads, at minRev or later, whether our entry and what we wait for
+// still exist, and returns the read's revision: errRequeue if ours is
+// gone; changed if what we wait for is (or, a semaphore's waiter's, was
+// touched). A hand-made delete of either would otherwise go unseen.
+func (a *attempt) check(ctx context.Context, minRev int64) (rev int64, changed bool, err error) {
 	var resp *clientv3.TxnResponse
-	err := a.fresh(ctx, a.seen, func(ctx context.Context, opts ...clientv3.OpOption) (rev int64, err error) {
-		// Txn, read-only: the two keys (the member could not show our
-		// entry before it applied our join).
+	err = a.fresh(ctx, minRev, func(ctx context.Context, opts ...clientv3.OpOption) (rev int64, err error) {
+		// Txn, read-only, keys only: our entry (the member could not show
+		// it before it applied our join), and the entry we wait for, or
+		// the oldest keys of the queue, among them those we wait for.
 		opts = append(opts, clientv3.WithKeysOnly())
-		ops := []clientv3.Op{clientv3.OpGet(a.key, opts...)}
-		if a.pred != "" {
-			ops = append(ops, clientv3.OpGet(a.pred, opts...))
+		waited := clientv3.OpGet(a.pred, opts...)
+		if a.ahead != nil {
+			waited = clientv3.OpGet(a.dir, append(opts, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(a.rev),
+				clientv3.WithLimit(int64(len(a.ahead)+queueReadLimit)), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))...)
 		}
-		if resp, err = a.d.kv.Txn(ctx).Then(ops...).Commit(); err == nil {
+		if resp, err = a.d.kv.Txn(ctx).Then(clientv3.OpGet(a.key, opts...), waited).Commit(); err == nil {
 			rev = resp.Header.Revision
 		}
 		return rev, err
@@ -184,55 +190,21 @@ func (a *attempt) checkQueue(ctx context.Context) (int64, bool, error) {
 	if err != nil {
 		return 0, false, err
 	}
-	rs, rev := resp.Responses, resp.Header.Revision
-	if ours := rs[0].GetResponseRange().Kvs; len(ours) == 0 || ours[0].CreateRevision != a.rev {
+	ours, kvs := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	if len(ours) == 0 || ours[0].CreateRevision != a.rev {
 		return 0, false, errRequeue
 	}
-	if a.pred != "" && a.predChanged(rs[1].GetResponseRange().Kvs) {
-		return rev, true, nil
-	}
-	a.seen = rev
-	return rev, false, nil
-}
-
-// predChanged reports whether kvs, a read of a.pred, shows it gone or, for
-// a semaphore's waiter, touched. Other kinds look at the create revision
-// alone: a holder's Publish changes its mod revision and grants nobody.
-func (a *attempt) predChanged(kvs []*mvccpb.KeyValue) bool {
-	if len(kvs) == 0 || kvs[0].CreateRevision != a.predRev {
-		return true
-	}
-	return a.semaphore() && kvs[0].ModRevision != a.predRev
-}
-
-// recheck reads whether what we wait for has changed at minRev or later,
-// and returns that revision.
-func (a *attempt) recheck(ctx context.Context, minRev int64) (int64, bool, error) {
-	key, opts := a.pred, []clientv3.OpOption{clientv3.WithKeysOnly()} // Range, that one key
 	if a.ahead != nil {
-		// Range over the oldest keys of the queue: those we wait for.
-		key, opts = a.dir, append(opts, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(a.rev),
-			clientv3.WithLimit(int64(len(a.ahead)+queueReadLimit)), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-	}
-	var resp *clientv3.GetResponse
-	err := a.fresh(ctx, minRev, func(ctx context.Context, serializable ...clientv3.OpOption) (rev int64, err error) {
-		if resp, err = a.d.kv.Get(ctx, key, append(opts, serializable...)...); err == nil {
-			rev = resp.Header.Revision
+		there := 0
+		for _, kv := range kvs {
+			if a.ahead[string(kv.Key)] {
+				there++
+			}
 		}
-		return rev, err
-	})
-	if err != nil {
-		return 0, false, err
+		return resp.Header.Revision, there < len(a.ahead), nil
 	}
-	kvs, rev := resp.Kvs, resp.Header.Revision
-	if a.ahead == nil {
-		return rev, a.predChanged(kvs), nil
-	}
-	there := 0
-	for _, kv := range kvs {
-		if a.ahead[string(kv.Key)] {
-			there++
-		}
-	}
-	return rev, there < len(a.ahead), nil
+	// Other kinds than a semaphore look at the create revision alone: a
+	// holder's Publish changes its mod revision and grants nobody.
+	changed = len(kvs) == 0 || kvs[0].CreateRevision != a.predRev || a.semaphore() && kvs[0].ModRevision != a.predRev
+	return resp.Header.Revision, changed, nil
 }
