@@ -119,11 +119,11 @@ type place struct {
 	minRev  int64            // the next evaluation reads at minRev or later
 	witness *mvccpb.KeyValue // stepBehind: the newest entry, if the join read it
 
-	lastPred string  // the last entry we waited for: its release marker is ours to delete
-	lostJoin bool    // our join's reply was lost: we may not know what we waited for
-	waited   bool    // the grant rule refused us at least once
-	byRead   bool    // the wait ended with a read of the queue, not a marker (see grant.strays)
-	rewatch  backoff // between watches that ended by themselves
+	lastPred   string  // the last entry we waited for: its release marker is ours to delete
+	lostCreate bool    // a reply to our create was lost: we may not know what we waited for
+	waited     bool    // the grant rule refused us at least once
+	byRead     bool    // the wait ended with a read of the queue, not a marker (see grant.strays)
+	rewatch    backoff // between watches that ended by themselves
 }
 
 // semaphore reports whether the call is a semaphore's (its waiters count).
@@ -236,7 +236,7 @@ func (a *attempt) grant(ctx context.Context) *grant {
 	case a.lastPred != "":
 		g.markers = []string{markerKey(a.lastPred)}
 		g.strays = a.byRead && a.waited
-	case a.lostJoin && a.req.Wait && a.req.Mode == driver.Exclusive:
+	case a.lostCreate && a.req.Wait && a.req.Mode == driver.Exclusive:
 		g.markers = a.d.strayMarkers(ctx, a.dir, a.key)
 	}
 	a.l = nil

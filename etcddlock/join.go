@@ -87,16 +87,18 @@ func (a *attempt) commit(ctx context.Context, cmps []clientv3.Cmp, then ...clien
 		return txnReply{}, a.d.wrapErr(what, err)
 	}
 	r := txnReply{rev: resp.Header.Revision}
-	if !resp.Succeeded {
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-			r.ours = kvs[0]
-		}
-		return r, nil
+	if resp.Succeeded {
+		r.decode(resp.Responses, tailKey(a.dir))
+	} else if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+		r.ours = kvs[0]
 	}
-	r.decode(resp.Responses, tailKey(a.dir))
-	if r.put && a.rev == 0 {
+	switch {
+	case a.rev != 0:
+	case r.put:
 		a.rev, a.seen = r.rev, r.rev
 		a.l.marker = "" // the puts deleted it
+	case r.ours != nil: // made by an earlier Txn whose reply was lost
+		a.rev, a.seen, a.lostCreate = r.ours.CreateRevision, r.rev, true
 	}
 	return r, nil
 }
@@ -135,7 +137,8 @@ func (a *attempt) join(ctx context.Context) error {
 	case err != nil:
 		return err
 	case r.ours != nil:
-		return a.joined(r)
+		a.evaluateAt(r.rev)
+		return nil
 	case !r.put:
 		if label, _, _, ok := parseTail(r.tail.GetValue()); r.tail != nil && ok && label != a.label {
 			return a.kindErr(label)
@@ -161,17 +164,6 @@ func (a *attempt) join(ctx context.Context) error {
 	if p := queue.Decide(a.listing([]queue.Entry{{Mode: mode, Label: label}}, false)); p.Verdict == queue.WaitFor {
 		a.proof, a.step = p.ExclusiveRelease, stepWait
 	}
-	return nil
-}
-
-// joined goes on from a Txn that found our entry, made by an earlier one
-// whose reply was lost.
-func (a *attempt) joined(r txnReply) error {
-	if r.ours.CreateRevision == 0 {
-		return errRequeue
-	}
-	a.rev, a.lostJoin = r.ours.CreateRevision, true
-	a.evaluateAt(r.rev)
 	return nil
 }
 
@@ -203,10 +195,8 @@ func (a *attempt) behind(ctx context.Context) error {
 	switch {
 	case err != nil:
 		return err
-	case r.put:
-		a.evaluateAt(a.rev)
-	case r.ours != nil:
-		return a.joined(r)
+	case r.put || r.ours != nil:
+		a.evaluateAt(r.rev)
 	default:
 		a.minRev = r.rev // the witness went
 	}

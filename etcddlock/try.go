@@ -62,9 +62,7 @@ func (a *attempt) try(ctx context.Context) error {
 // by an earlier try whose reply was lost (a try creates its entry only
 // where the rule grants it), and reports whether it did.
 func (a *attempt) took(r txnReply) bool {
-	if r.ours != nil {
-		a.rev, a.seen = r.ours.CreateRevision, r.rev
-	} else if !r.put {
+	if !r.put && r.ours == nil {
 		return false
 	}
 	a.granted()
