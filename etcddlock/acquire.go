@@ -31,7 +31,7 @@ func (d *etcdDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (d
 	stop := context.AfterFunc(d.ctx, cancel)
 	defer stop()
 
-	a := &attempt{d: d, req: req, dir: d.queueDir(req.Key), secs: seconds(req.TTL), label: driver.KindLabel(req.Kind, req.Limit)}
+	a := &attempt{d: d, req: req, dir: d.queueDir(req.Key), label: driver.KindLabel(req.Kind, req.Limit)}
 	g, err := a.run(ctx)
 	if err != nil {
 		a.abandon(ctx)
@@ -41,9 +41,9 @@ func (d *etcdDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (d
 }
 
 // cancelledErr returns ctx's own error if ctx was cancelled (by the caller
-// or Client.Close) and err is only that cancellation, wrapped by whichever
-// step it landed in: one cause, one error. An error that carries an etcd
-// failure is kept whole, and so is a deadline's (its step says what was slow).
+// or Client.Close) and err is only that, wrapped by whichever step it landed
+// in; an etcd failure is kept whole, and so is a deadline (its step says
+// what was slow).
 func cancelledErr(ctx context.Context, err error) error {
 	cerr := ctx.Err()
 	if !errors.Is(cerr, context.Canceled) {
@@ -91,7 +91,6 @@ type attempt struct {
 	d     *etcdDriver
 	req   *driver.AcquireRequest
 	dir   string // the lock's queue directory
-	secs  int64  // TTL in whole seconds
 	label string // driver.KindLabel of the request: what every entry of the queue must be
 
 	step    step
@@ -116,7 +115,7 @@ type place struct {
 	ahead   map[string]bool // nil unless we wait for any of them
 	proof   bool            // pred's release marker proves our grant (queue.Plan.ExclusiveRelease)
 
-	minRev  int64            // the next evaluation reads at minRev or later
+	minRev  int64            // the next read of the queue (scan) reads at minRev or later
 	witness *mvccpb.KeyValue // stepBehind: the newest entry, if the join read it
 
 	lastPred   string  // the last entry we waited for: its release marker is ours to delete
@@ -158,7 +157,7 @@ func (a *attempt) run(ctx context.Context) (*grant, error) {
 // takeLease takes a lease for our entry (stepLease).
 func (a *attempt) takeLease(ctx context.Context) error {
 	if a.l == nil {
-		l, err := a.d.takeLease(ctx, a.secs)
+		l, err := a.d.takeLease(ctx, seconds(a.req.TTL))
 		if err != nil {
 			return err
 		}
@@ -171,11 +170,6 @@ func (a *attempt) takeLease(ctx context.Context) error {
 	return nil
 }
 
-// evaluateAt goes to stepEvaluate, reading at minRev or later.
-func (a *attempt) evaluateAt(minRev int64) {
-	a.minRev, a.step = minRev, stepEvaluate
-}
-
 // granted goes on from a grant by the rule.
 func (a *attempt) granted() { a.pred, a.ahead, a.step = "", nil, stepFreshen }
 
@@ -185,19 +179,20 @@ func (a *attempt) loseLease() error {
 	return errRequeue
 }
 
-// freshen readies a call just granted (stepFreshen). A semaphore's waiter
-// touches its entry: a put of the same value and lease, if it is the one
-// we created, which tells the waiter behind it that it was granted (a
-// retry only wakes that waiter once more). A lease whose last renewal, from
-// which the grant's validity counts, is old is renewed: success proves that
-// etcd never dropped the lease, nor our entry with it.
+// freshen readies a call just granted (stepFreshen): a semaphore's waiter
+// touches its entry for the waiter behind it, and an old lease is renewed
+// (docs/etcd.md, Operations).
 func (a *attempt) freshen(ctx context.Context) error {
 	if a.waited && a.semaphore() {
+		// Txn: if our entry is the one we created, put it again, same value
+		// and lease (a retry only wakes that waiter once more).
 		touch := clientv3.OpPut(a.key, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())
 		if r, err := a.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)}, touch); err != nil || !r.put {
 			return cmp.Or(err, errRequeue) // errRequeue: our entry is gone
 		}
 	}
+	// The grant's validity counts from the last renewal: an old one is
+	// renewed, which proves that etcd never dropped the lease, nor our entry.
 	if time.Since(a.l.since()) >= a.l.ttl/2 {
 		if err := a.renew(ctx); errors.Is(err, driver.ErrNotHeld) {
 			return a.loseLease()
@@ -235,7 +230,7 @@ func (a *attempt) grant(ctx context.Context) *grant {
 		// Its entries are all Shared: no markers.
 	case a.lastPred != "":
 		g.markers = []string{markerKey(a.lastPred)}
-		g.strays = a.byRead && a.waited
+		g.strays = a.byRead
 	case a.lostCreate && a.req.Wait && a.req.Mode == driver.Exclusive:
 		g.markers = a.d.strayMarkers(ctx, a.dir, a.key)
 	}
@@ -257,8 +252,6 @@ func (a *attempt) abandon(ctx context.Context) {
 	}
 	a.l = nil
 	if p := cmp.Or(a.pred, a.lastPred); p != "" && !a.semaphore() {
-		// The entry ahead may have been released for us just now: its
-		// marker is ours to delete.
-		a.d.deleteMarker(ctx, markerKey(p))
+		a.d.deleteMarker(ctx, markerKey(p)) // the entry ahead may have been released for us just now
 	}
 }

@@ -65,8 +65,7 @@ type txnReply struct {
 }
 
 // commit sends If(cmps) Then(then) Else(read our entry) and decodes the
-// reply. An unknown outcome before our entry is known marks the attempt
-// dirty: the puts may yet land.
+// reply. An unknown outcome before our entry exists marks the attempt dirty.
 func (a *attempt) commit(ctx context.Context, cmps []clientv3.Cmp, then ...clientv3.Op) (txnReply, error) {
 	var resp *clientv3.TxnResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
@@ -123,11 +122,6 @@ func (r *txnReply) decode(ops []*etcdserverpb.ResponseOp, tail string) {
 	}
 }
 
-// kindErr returns the error for a queue whose entries are of label.
-func (a *attempt) kindErr(label string) error {
-	return driver.KindMismatch(label, a.req.Kind, a.req.Limit)
-}
-
 // join puts our entry at the end of the queue (stepJoin): behind a tail of
 // our kind with one key read, not a sorted read of the queue, which would
 // cost etcd a walk of every entry at every join (docs/etcd.md, Lock 2).
@@ -136,27 +130,24 @@ func (a *attempt) join(ctx context.Context) error {
 	switch {
 	case err != nil:
 		return err
-	case r.ours != nil:
-		a.evaluateAt(r.rev)
+	case r.put && r.tail == nil:
+		a.granted() // queued into an empty queue: the oldest entry
 		return nil
-	case !r.put:
+	case !r.put && r.ours == nil:
 		if label, _, _, ok := parseTail(r.tail.GetValue()); r.tail != nil && ok && label != a.label {
-			return a.kindErr(label)
+			return driver.KindMismatch(label, a.req.Kind, a.req.Limit)
 		}
 		// No tail, or one dlock did not write: go by the entries.
 		a.witness, a.minRev, a.step = firstEntry(a.dir, r.newest), r.rev, stepBehind
 		return nil
-	case r.tail == nil:
-		a.granted() // queued into an empty queue: the oldest entry
-		return nil
 	}
-	// The tail, written with the newest entry on its lease and deleted when
-	// it goes, names an entry created at its mod revision (check
-	// catches a hand-made change).
-	label, mode, entry, _ := parseTail(r.tail.Value)
-	a.evaluateAt(a.rev)
+	// Queued behind the tail, or found after a lost reply (no tail read).
+	// The tail names the newest entry, created at its mod revision
+	// (docs/etcd.md, Keys; check catches a hand-made change).
+	label, mode, entry, _ := parseTail(r.tail.GetValue())
+	a.minRev, a.step = r.rev, stepEvaluate
 	if !isEntry(a.dir, entry) || entry == a.key {
-		return nil // not an entry's key, or ours: a tail left by a hand-made change
+		return nil // none, not an entry's key, or ours (a tail left by a hand-made change)
 	}
 	// The tail's entry is just ahead: a lock, a writer, or a reader behind
 	// a writer waits for it with no read; a permit counts (evaluate).
@@ -167,10 +158,9 @@ func (a *attempt) join(ctx context.Context) error {
 	return nil
 }
 
-// behind queues behind entries that have no tail (stepBehind): behind an
-// entry, the kind's witness, that the join read or a read from the queue's
-// end finds, if it still exists; else it reads again, and joins again when
-// only markers are left.
+// behind queues behind entries that have no tail (stepBehind), if an entry
+// that the join read, or a read finds, still exists (the kind's witness);
+// it joins again when only markers are left.
 func (a *attempt) behind(ctx context.Context) error {
 	w := a.witness
 	a.witness = nil
@@ -189,14 +179,14 @@ func (a *attempt) behind(ctx context.Context) error {
 		}
 	}
 	if label, _, _ := parseEntry(w.Value); label != a.label {
-		return a.kindErr(label)
+		return driver.KindMismatch(label, a.req.Kind, a.req.Limit)
 	}
 	r, err := a.commit(ctx, []clientv3.Cmp{a.absent(), clientv3.Compare(clientv3.CreateRevision(string(w.Key)), "=", w.CreateRevision)}, a.puts()...)
 	switch {
 	case err != nil:
 		return err
 	case r.put || r.ours != nil:
-		a.evaluateAt(r.rev)
+		a.minRev, a.step = r.rev, stepEvaluate
 	default:
 		a.minRev = r.rev // the witness went
 	}

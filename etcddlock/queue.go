@@ -67,13 +67,12 @@ func (a *attempt) evaluate(ctx context.Context) error {
 }
 
 // scan reads the queue newest first, from our entry (at revision at, if
-// not 0) or, with none yet (a try, stepBehind), from its end, in pages
-// eightfold larger each time, until the planner decides over the entries
-// read ahead of ours; it returns them oldest first. errRequeue: our entry
-// is gone. A reader reads the values (the modes), and so does a call with
-// no entry (the kind check); a semaphore's entries are all Shared of its
-// label, a lock's need no mode.
+// not 0) or, with none yet, from its end, in pages eightfold larger each
+// time, until the planner decides over the entries read ahead of ours,
+// which it returns oldest first. errRequeue: our entry is gone.
 func (a *attempt) scan(ctx context.Context, at int64) (queue.Plan, []*mvccpb.KeyValue, error) {
+	// A reader reads the values (the modes), and so does a call with no
+	// entry (the kind check); a semaphore's are all Shared of its label.
 	fromEnd := a.rev == 0
 	values := fromEnd || a.req.Mode == driver.Shared && !a.semaphore()
 	limit := int64(queueReadLimit)
@@ -110,12 +109,21 @@ func (a *attempt) scan(ctx context.Context, at int64) (queue.Plan, []*mvccpb.Key
 		}
 		a.seen = cmp.Or(at, resp.Header.Revision)
 		var ahead []*mvccpb.KeyValue
+		var es []queue.Entry
 		for _, kv := range slices.Backward(kvs) {
-			if isEntry(a.dir, string(kv.Key)) {
-				ahead = append(ahead, kv)
+			if !isEntry(a.dir, string(kv.Key)) {
+				continue
 			}
+			// Read with its value, or a semaphore's, or mode and kind unknown.
+			e := queue.Entry{}
+			if label, m, _ := parseEntry(kv.Value); values {
+				e = queue.Entry{Mode: m, Label: cmp.Or(label, foreignLabel)}
+			} else if a.semaphore() {
+				e = queue.Entry{Mode: driver.Shared, Label: a.label}
+			}
+			ahead, es = append(ahead, kv), append(es, e)
 		}
-		if p := queue.Decide(a.listing(a.entries(ahead, values), !resp.More)); p.Verdict != queue.NeedMore {
+		if p := queue.Decide(a.listing(es, !resp.More)); p.Verdict != queue.NeedMore {
 			return p, ahead, nil
 		}
 		if !resp.More {
@@ -136,22 +144,6 @@ func (a *attempt) listing(ahead []queue.Entry, all bool) queue.Listing {
 		l.Limit = a.req.Limit
 	}
 	return l
-}
-
-// entries are the planner's entries of kvs: read with their values, or a
-// semaphore's, or unknown.
-func (a *attempt) entries(kvs []*mvccpb.KeyValue, values bool) []queue.Entry {
-	es := make([]queue.Entry, len(kvs))
-	for i, kv := range kvs {
-		switch {
-		case values:
-			label, m, _ := parseEntry(kv.Value)
-			es[i] = queue.Entry{Mode: m, Label: cmp.Or(label, foreignLabel)}
-		case a.semaphore():
-			es[i] = queue.Entry{Mode: driver.Shared, Label: a.label}
-		}
-	}
-	return es
 }
 
 // fresh runs read serializable (no leader round) if the member has

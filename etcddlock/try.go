@@ -15,10 +15,9 @@ const tryMaxRounds = 8
 
 // try makes the one attempt of TryLock, TryAcquire and TryRLock
 // (stepTry): granted only if the rule grants an entry at the queue's end.
-// Behind entries, a Shared try reads the queue and creates our entry if
-// the rule grants it and no key was created since the read: the entries
-// are then a subset of those read, all of our kind, and the rule, more
-// permissive as entries go, grants us.
+// A Shared try behind entries reads them, and creates our entry if no key
+// was created since (docs/etcd.md, Kind): then the entries are a subset of
+// those read, and the rule, more permissive as entries go, grants us.
 func (a *attempt) try(ctx context.Context) error {
 	r, err := a.enqueue(ctx, false)
 	if err != nil || a.took(r) {
@@ -32,7 +31,7 @@ func (a *attempt) try(ctx context.Context) error {
 	}
 	switch {
 	case known && label != a.label:
-		return a.kindErr(label)
+		return driver.KindMismatch(label, a.req.Kind, a.req.Limit)
 	case known && a.req.Mode == driver.Exclusive:
 		return driver.ErrLocked // TryLock never barges ahead of waiters
 	}
@@ -44,7 +43,7 @@ func (a *attempt) try(ctx context.Context) error {
 			return err
 		case p.Verdict == queue.Mismatch:
 			label, _, _ := parseEntry(ahead[p.Target].Value)
-			return a.kindErr(label)
+			return driver.KindMismatch(label, a.req.Kind, a.req.Limit)
 		case p.Verdict != queue.Granted || a.req.Mode == driver.Exclusive:
 			return driver.ErrLocked
 		}

@@ -1,8 +1,10 @@
 package etcddlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/dlockdev/dlock/driver"
 	leng "github.com/dlockdev/dlock/internal/lease"
@@ -12,30 +14,22 @@ import (
 
 // wait waits for what the plan names to change (stepWait).
 func (a *attempt) wait(ctx context.Context) error {
-	a.waited = true
-	if a.pred != "" {
-		// If it goes in a release, however we learn it, the marker is
-		// ours to delete.
-		a.lastPred = a.pred
-	}
+	// If pred goes in a release, however we learn it, its marker is ours to delete.
+	a.waited, a.lastPred = true, cmp.Or(a.pred, a.lastPred)
 	rev, released, err := a.waitChange(ctx)
+	a.byRead = !released
 	switch {
 	case errors.Is(err, driver.ErrNotHeld):
 		err = a.loseLease() // a renewal found the lease gone, and our entry with it
 	case err == nil && released:
-		// Released by its Exclusive holder: granted with no read of our
-		// own entry (docs/etcd.md, Operations, Lock 4).
-		a.byRead = false
-		a.granted()
+		a.granted() // by its Exclusive holder's release, with no read (docs/etcd.md, Operations, Lock 4)
 	case err == nil:
 		// Gone otherwise, or granted (a semaphore's waiter): read the
 		// queue, which also checks that our entry still exists.
-		a.rewatch, a.byRead = backoff{}, true
-		a.evaluateAt(rev)
+		a.rewatch, a.minRev, a.step = backoff{}, rev, stepEvaluate
 	case errors.Is(err, errWatch):
-		a.byRead = true
 		if err = a.rewatch.wait(ctx); err == nil {
-			a.evaluateAt(a.seen)
+			a.minRev, a.step = a.seen, stepEvaluate
 		}
 	}
 	return err
@@ -61,10 +55,9 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 		return nil
 	}
 	defer stop()
-	// Watch create: the keys that start with the entry's key (the entry
-	// and its marker), or the directory's deletes for a semaphore's first
-	// waiter; from now, not a.seen+1: etcd serves a watch that starts in
-	// the past from a catch-up loop that runs every 100 ms.
+	// Watch create, from now (docs/etcd.md, Operations, Lock 3): the keys
+	// that start with the entry's key (the entry and its marker), or the
+	// directory's deletes for a semaphore's first waiter.
 	var wch clientv3.WatchChan
 	if a.ahead != nil {
 		wch = a.d.w.Watch(wctx, a.dir, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
@@ -95,12 +88,8 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 			if wr.Header.Revision <= seen {
 				continue
 			}
-			rev, gone, err := a.check(ctx, wr.Header.Revision)
-			if err == nil && gone {
-				err = stop()
-			}
-			if err != nil || gone {
-				return rev, false, err
+			if rev, gone, err := a.check(ctx, wr.Header.Revision); err != nil || gone {
+				return rev, false, cmp.Or(err, stop())
 			}
 		case err := <-renewals.Failed():
 			if errors.Is(err, errGone) {
@@ -143,9 +132,8 @@ func (a *attempt) change(evs []*clientv3.Event) (gone int64, released bool) {
 var errGone = errors.New("etcddlock: entry waited for gone")
 
 // renewals renews our lease while we wait, and checks the queue at the
-// first renewal and then once a TTL (docs/etcd.md, Operations, Lock 5).
-// They write a.seen, which the wait does not read meanwhile, and *gone,
-// the revision of a check that ended them with errGone.
+// first renewal and then once a TTL (docs/etcd.md, Operations, Lock 5),
+// writing a.seen (which the wait does not read meanwhile) and *gone.
 func (a *attempt) renewals() (w *leng.Waiter, gone *int64) {
 	gone, n := new(int64), 0
 	return leng.StartWaiter(a.l.since(), a.l.ttl, func(ctx context.Context) error {
@@ -195,13 +183,8 @@ func (a *attempt) check(ctx context.Context, minRev int64) (rev int64, changed b
 		return 0, false, errRequeue
 	}
 	if a.ahead != nil {
-		there := 0
-		for _, kv := range kvs {
-			if a.ahead[string(kv.Key)] {
-				there++
-			}
-		}
-		return resp.Header.Revision, there < len(a.ahead), nil
+		there := slices.DeleteFunc(kvs, func(kv *mvccpb.KeyValue) bool { return !a.ahead[string(kv.Key)] })
+		return resp.Header.Revision, len(there) < len(a.ahead), nil
 	}
 	// Other kinds than a semaphore look at the create revision alone: a
 	// holder's Publish changes its mod revision and grants nobody.
