@@ -60,16 +60,16 @@ func cancelledErr(ctx context.Context, err error) error {
 // step is what an attempt does next: run executes one at a time, and each
 // step's function does its requests and sets the next.
 //
-//	stepLease    --a lease------------------------------------> stepJoin, or stepTry for TryLock
+//	stepLease    --a lease-------------------------------------> stepJoin, or stepTry for TryLock
 //	stepTry      --created where the rule grants it------------> stepFreshen
-//	stepJoin     --queued into an empty queue-----------------> stepFreshen
+//	stepJoin     --queued into an empty queue------------------> stepFreshen
 //	stepJoin     --queued behind the tail's entry--------------> stepWait, or stepEvaluate
 //	stepJoin     --no tail, entries left; stepBehind queued----> stepEvaluate
 //	stepEvaluate --granted-------------------------------------> stepFreshen
 //	stepEvaluate --the plan names what to wait for-------------> stepWait
 //	stepWait     --the release marker of the entry waited for--> stepFreshen
-//	stepWait     --any other change, or the watch broke---------> stepEvaluate
-//	stepFreshen  --a semaphore's waiter touched, the lease fresh-> granted
+//	stepWait     --any other change, or the watch broke--------> stepEvaluate
+//	stepFreshen  --touched (a semaphore's waiter), lease fresh-> granted
 //
 // Any other error ends the attempt; errRequeue (our entry or lease is gone)
 // drops the place and goes back to stepLease after a backoff.
