@@ -7,7 +7,6 @@ import (
 
 	"github.com/dlockdev/dlock/etcddlock"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // A Shared try on a queue without a tail (its newest entry left), whose
@@ -28,8 +27,10 @@ func TestTryAcquire_noTailNewestKeysMarkers_granted(t *testing.T) {
 	if _, err := admin.Delete(ctx, strings.TrimSuffix(dir, "/")+"\x00tail"); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 8 {
-		if _, err := admin.Put(ctx, fmt.Sprintf("%s%016x%s", dir, i+1, releasedSuffix), ""); err != nil {
+	markers := make([]string, 8)
+	for i := range markers {
+		markers[i] = fmt.Sprintf("%s%016x%s", dir, i+1, releasedSuffix)
+		if _, err := admin.Put(ctx, markers[i], ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -37,8 +38,10 @@ func TestTryAcquire_noTailNewestKeysMarkers_granted(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TryAcquire with 1 of 2 permits held: %v, want granted", err)
 	}
-	if _, err := admin.Delete(ctx, dir+"0", clientv3.WithRange(dir+"1")); err != nil { // the markers
-		t.Fatal(err)
+	for _, m := range markers {
+		if _, err := admin.Delete(ctx, m); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
