@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // errRequeue: the call lost its place in the queue (its lease expired, or
@@ -186,8 +186,7 @@ func (a *attempt) freshen(ctx context.Context) error {
 	if a.waited && a.semaphore() {
 		// Txn: if our entry is the one we created, put it again, same value
 		// and lease (a retry only wakes that waiter once more).
-		touch := clientv3.OpPut(a.key, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())
-		if r, err := a.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)}, touch); err != nil || !r.put {
+		if r, err := a.commit(ctx, []*pb.Compare{cmpCreate(a.key, pb.Compare_EQUAL, a.rev)}, opTouch(a.key)); err != nil || !r.put {
 			return cmp.Or(err, errRequeue) // errRequeue: our entry is gone
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/driver"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -49,6 +50,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts *Options) (*dlock.Clien
 // etcdDriver implements driver.Driver and driver.Inspector.
 type etcdDriver struct {
 	kv     clientv3.KV
+	kvc    pb.KVClient      // the connection's own, for the Txns built in txn.go
 	lc     clientv3.Lease   // the driver's own: closed by Close
 	w      clientv3.Watcher // the driver's own: closed by Close
 	owned  io.Closer        // the etcd client, when Open created it
@@ -80,7 +82,7 @@ func newDriver(ctx context.Context, cli *clientv3.Client, kv clientv3.KV, lc cli
 	o := opts.withDefaults()
 	dctx, cancel := context.WithCancel(context.Background())
 	d := &etcdDriver{
-		kv: kv, lc: lc, w: w, owned: owned, addr: addr, opts: o, prefix: o.Prefix,
+		kv: kv, kvc: clientv3.RetryKVClient(cli), lc: lc, w: w, owned: owned, addr: addr, opts: o, prefix: o.Prefix,
 		ctx: dctx, cancel: cancel, idle: map[int64][]*etcdLease{},
 	}
 	// Range, one key of the prefix: proves that etcd answers, has a leader

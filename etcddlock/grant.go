@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -169,7 +170,7 @@ func (g *grant) watchFrom(ctx context.Context, rev *int64) bool {
 func (g *grant) Release(ctx context.Context) error {
 	g.stopWatch()
 	tail, marker := tailKey(g.dir), markerKey(g.key)
-	then := []clientv3.Op{clientv3.OpDelete(g.key)}
+	then := []*pb.RequestOp{opDelete(g.key)}
 	if g.strays {
 		for _, m := range g.d.strayMarkers(ctx, g.dir, g.key) {
 			if !slices.Contains(g.markers, m) { // a Txn may not name a key twice
@@ -179,24 +180,22 @@ func (g *grant) Release(ctx context.Context) error {
 		g.strays = false
 	}
 	for _, m := range g.markers {
-		then = append(then, clientv3.OpDelete(m))
+		then = append(then, opDelete(m))
 	}
 	// A Shared holder writes no marker: readers or permits may be held
 	// ahead of it, and a marker tells the waiter behind that nothing is.
-	var mark []clientv3.Op
+	var mark []*pb.RequestOp
 	if g.mode == driver.Exclusive {
-		mark = []clientv3.Op{clientv3.OpPut(marker, "", clientv3.WithLease(g.l.id))}
+		mark = []*pb.RequestOp{opPut(marker, "", g.l.id)}
 		// The marker is attached to our lease; the lease's next
 		// entry-creating write deletes it if no waiter did. Recorded
 		// before sending, as the write may be applied even if its
 		// reply is lost.
 		g.l.marker = marker
 	}
-	then = append(then, clientv3.OpTxn(
-		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(tail), ">", g.token)},
-		mark,
-		[]clientv3.Op{clientv3.OpDelete(tail)}))
-	var resp *clientv3.TxnResponse
+	then = append(then, opTxn([]*pb.Compare{cmpMod(tail, pb.Compare_GREATER, g.token)}, mark, []*pb.RequestOp{opDelete(tail)}))
+	ours := []*pb.Compare{cmpCreate(g.key, pb.Compare_EQUAL, g.token)}
+	var resp *pb.TxnResponse
 	uncertain := false // a try failed after etcd may have applied it
 	err := retry(ctx, func(ctx context.Context) (err error) {
 		// Txn: if our entry is still the one we created, delete it — the
@@ -209,10 +208,7 @@ func (g *grant) Release(ctx context.Context) error {
 		// key without reading the queue (Exclusive holders only). Else
 		// the tail names us (or nothing): delete it, as we were the
 		// newest entry.
-		resp, err = g.d.kv.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(g.key), "=", g.token)).
-			Then(then...).
-			Commit()
+		resp, err = g.d.txn(ctx, ours, then, nil)
 		if err != nil && !rejected(err) {
 			uncertain = true
 		}

@@ -6,23 +6,22 @@ import (
 
 	"github.com/dlockdev/dlock/driver"
 	"github.com/dlockdev/dlock/driver/queue"
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // absent: our entry does not exist (a retry after a lost reply finds it:
 // its name is our lease's id, and the lease is ours alone).
-func (a *attempt) absent() clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)
+func (a *attempt) absent() *pb.Compare {
+	return cmpCreate(a.key, pb.Compare_EQUAL, 0)
 }
 
 // puts create our entry and the tail naming it, on our lease, and delete
 // the marker of our lease's last release.
-func (a *attempt) puts() []clientv3.Op {
-	return append([]clientv3.Op{
-		clientv3.OpPut(a.key, entryValue(a.label, a.req.Mode, a.req.Metadata), clientv3.WithLease(a.l.id)),
-		clientv3.OpPut(tailKey(a.dir), tailValue(a.label, a.req.Mode, a.key), clientv3.WithLease(a.l.id)),
+func (a *attempt) puts() []*pb.RequestOp {
+	return append([]*pb.RequestOp{
+		opPut(a.key, entryValue(a.label, a.req.Mode, a.req.Metadata), a.l.id),
+		opPut(tailKey(a.dir), tailValue(a.label, a.req.Mode, a.key), a.l.id),
 	}, a.l.dropMarker()...)
 }
 
@@ -33,26 +32,27 @@ func (a *attempt) puts() []clientv3.Op {
 func (a *attempt) enqueue(ctx context.Context, behindTail bool) (txnReply, error) {
 	tail := tailKey(a.dir)
 	// Read the tail: the newest entry and its kind.
-	readTail := clientv3.OpGet(tail)
+	readTail := opGet(tail)
 	// Read the newest keys of the queue, with their kinds.
-	readNewest := clientv3.OpGet(a.dir, clientv3.WithPrefix(), clientv3.WithLimit(queueReadLimit),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))
+	readNewest := opNewest(a.dir, queueReadLimit)
 	// There is a tail, whatever it carries.
-	tailExists := clientv3.Compare(clientv3.CreateRevision(tail), ">", 0)
+	tailExists := cmpCreate(tail, pb.Compare_GREATER, 0)
 	// The queue has no key, or only markers (empty values; etcd fails a
 	// value comparison over no keys, hence two steps).
-	noKey := clientv3.Compare(clientv3.CreateRevision(a.dir), "=", 0).WithPrefix()
-	onlyMarkers := clientv3.Compare(clientv3.Value(a.dir), "=", "").WithPrefix()
+	noKey := prefixed(cmpCreate(a.dir, pb.Compare_EQUAL, 0))
+	onlyMarkers := prefixed(cmpValue(a.dir, pb.Compare_EQUAL, ""))
+	// The same operations may appear in several branches: etcd's messages
+	// are values, so they are encoded once per branch.
 	puts := a.puts()
-	then := []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{noKey}, puts, []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{onlyMarkers}, puts,
-		[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{tailExists}, []clientv3.Op{readTail}, []clientv3.Op{readNewest})})})}
+	then := []*pb.RequestOp{opTxn([]*pb.Compare{noKey}, puts, []*pb.RequestOp{opTxn([]*pb.Compare{onlyMarkers}, puts,
+		[]*pb.RequestOp{opTxn([]*pb.Compare{tailExists}, []*pb.RequestOp{readTail}, []*pb.RequestOp{readNewest})})})}
 	if behindTail {
 		// The tail carries our label (etcd compares values byte-wise).
 		lo, hi := tailBounds(a.label, a.dir)
-		ours := []clientv3.Cmp{clientv3.Compare(clientv3.Value(tail), ">", lo), clientv3.Compare(clientv3.Value(tail), "<", hi)}
-		then = []clientv3.Op{clientv3.OpTxn(ours, append([]clientv3.Op{readTail}, puts...), then)}
+		ours := []*pb.Compare{cmpValue(tail, pb.Compare_GREATER, lo), cmpValue(tail, pb.Compare_LESS, hi)}
+		then = []*pb.RequestOp{opTxn(ours, append([]*pb.RequestOp{readTail}, puts...), then)}
 	}
-	return a.commit(ctx, []clientv3.Cmp{a.absent()}, then...)
+	return a.commit(ctx, []*pb.Compare{a.absent()}, then...)
 }
 
 // txnReply is the reply of a Txn on our entry, decoded once.
@@ -66,10 +66,11 @@ type txnReply struct {
 
 // commit sends If(cmps) Then(then) Else(read our entry) and decodes the
 // reply. An unknown outcome before our entry exists marks the attempt dirty.
-func (a *attempt) commit(ctx context.Context, cmps []clientv3.Cmp, then ...clientv3.Op) (txnReply, error) {
-	var resp *clientv3.TxnResponse
+func (a *attempt) commit(ctx context.Context, cmps []*pb.Compare, then ...*pb.RequestOp) (txnReply, error) {
+	var resp *pb.TxnResponse
+	els := []*pb.RequestOp{opGet(a.key)}
 	err := retry(ctx, func(ctx context.Context) (err error) {
-		resp, err = a.d.kv.Txn(ctx).If(cmps...).Then(then...).Else(clientv3.OpGet(a.key)).Commit()
+		resp, err = a.d.txn(ctx, cmps, then, els)
 		if err != nil && !rejected(err) && a.rev == 0 {
 			a.dirty = true
 		}
@@ -104,7 +105,7 @@ func (a *attempt) commit(ctx context.Context, cmps []clientv3.Cmp, then ...clien
 
 // decode walks the branches the Txn took: a put is of our entry; a read of
 // the tail key is the tail, any other read the queue's newest keys.
-func (r *txnReply) decode(ops []*etcdserverpb.ResponseOp, tail string) {
+func (r *txnReply) decode(ops []*pb.ResponseOp, tail string) {
 	for _, op := range ops {
 		switch {
 		case op.GetResponsePut() != nil:
@@ -181,7 +182,7 @@ func (a *attempt) behind(ctx context.Context) error {
 	if label, _, _ := parseEntry(w.Value); label != a.label {
 		return driver.KindMismatch(label, a.req.Kind, a.req.Limit)
 	}
-	r, err := a.commit(ctx, []clientv3.Cmp{a.absent(), clientv3.Compare(clientv3.CreateRevision(string(w.Key)), "=", w.CreateRevision)}, a.puts()...)
+	r, err := a.commit(ctx, []*pb.Compare{a.absent(), cmpCreate(string(w.Key), pb.Compare_EQUAL, w.CreateRevision)}, a.puts()...)
 	switch {
 	case err != nil:
 		return err

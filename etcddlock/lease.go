@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlockdev/dlock/driver"
 	leng "github.com/dlockdev/dlock/internal/lease"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -39,11 +40,11 @@ type etcdLease struct {
 // lease's last release, if any, for the write that creates its next entry:
 // markers that no waiter cleared (a waiter that gave up or died after the
 // release) thus never outlive the lease's next use, nor the lease.
-func (l *etcdLease) dropMarker() []clientv3.Op {
+func (l *etcdLease) dropMarker() []*pb.RequestOp {
 	if l.marker == "" {
 		return nil
 	}
-	return []clientv3.Op{clientv3.OpDelete(l.marker)}
+	return []*pb.RequestOp{opDelete(l.marker)}
 }
 
 // seconds converts a TTL to the whole seconds etcd leases count in,

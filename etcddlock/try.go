@@ -6,7 +6,7 @@ import (
 
 	"github.com/dlockdev/dlock/driver"
 	"github.com/dlockdev/dlock/driver/queue"
-	clientv3 "go.etcd.io/etcd/client/v3"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
 // tryMaxRounds bounds the rounds of a Shared try when the queue changes
@@ -48,7 +48,7 @@ func (a *attempt) try(ctx context.Context) error {
 			return driver.ErrLocked
 		}
 		// Txn: if no key was created in the queue since the read, the puts.
-		r, err = a.commit(ctx, []clientv3.Cmp{a.absent(), clientv3.Compare(clientv3.CreateRevision(a.dir), "<", a.seen+1).WithPrefix()}, a.puts()...)
+		r, err = a.commit(ctx, []*pb.Compare{a.absent(), prefixed(cmpCreate(a.dir, pb.Compare_LESS, a.seen+1))}, a.puts()...)
 		if err != nil || a.took(r) {
 			return err
 		}
