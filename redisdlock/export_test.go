@@ -1,5 +1,12 @@
 package redisdlock
 
+import (
+	"context"
+
+	"github.com/dlockdev/dlock/driver"
+	"github.com/redis/go-redis/v9"
+)
+
 // RedisKeyForTest returns the Redis key of a lock's hash.
 func RedisKeyForTest(prefix, key string) string {
 	return prefix + "{" + escapeKey(key) + "}"
@@ -23,4 +30,13 @@ func LockKeysForTest(prefix, key string) []string {
 		out = append(out, k.(string))
 	}
 	return out
+}
+
+// NewDriverForTest returns the driver that New wraps in a dlock.Client, for
+// tests of its methods that the Client does not call directly.
+func NewDriverForTest(ctx context.Context, rdb redis.UniversalClient, opts *Options) (interface {
+	driver.Driver
+	driver.BatchRenewer
+}, error) {
+	return newDriver(ctx, rdb, opts, false, clientAddr(rdb))
 }
