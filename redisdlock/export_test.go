@@ -40,3 +40,17 @@ func NewDriverForTest(ctx context.Context, rdb redis.UniversalClient, opts *Opti
 }, error) {
 	return newDriver(ctx, rdb, opts, false, clientAddr(rdb))
 }
+
+// EarlyNoticeForTest reports whether d's notifier keeps a notice for owner
+// that came before owner's waiter registered.
+func EarlyNoticeForTest(d driver.Driver, owner string) bool {
+	n := d.(*redisDriver).notify
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, e := range n.early {
+		if e.owner == owner {
+			return true
+		}
+	}
+	return false
+}

@@ -9,11 +9,12 @@ import (
 // grant is a lock held on Redis. It implements driver.Grant.
 type grant struct {
 	d         *redisDriver
-	keys      []any // lockKeys
-	owner     any   // the owner id (a string), boxed once
+	keys      []any  // lockKeys
+	owner     string // the owner id
 	ttl       time.Duration
+	ttlMs     int64   // ttl as the scripts take it
+	meta      metaArg // the request's metadata
 	token     uint64
-	tokenArg  any // the token as release.lua's argument, boxed once
 	validFrom time.Time
 
 	// clock is the latest reading of the server's clock, from the grant or
@@ -21,6 +22,30 @@ type grant struct {
 	// Only renewals (Renew, RenewBatch) use it after the grant, and the
 	// lease engine runs one renewal of a grant at a time.
 	clock clockReading
+
+	// EVALSHA's arguments, laid out here: acquire.lua's (newGrant), then
+	// release.lua's (releaseCmd), and renew.lua's on their own, since a
+	// renewal may run beside the release. The arguments point to the
+	// fields above (go-redis takes *string, *int64, *uint64), so sending
+	// allocates nothing of ours.
+	cmd      [3 + 6 + 9]any
+	renewCmd [3 + 1 + 2]any
+}
+
+// metaArg is metadata as a script argument: go-redis sends a
+// BinaryMarshaler's bytes, and a pointer to one boxes without allocating.
+type metaArg []byte
+
+func (m *metaArg) MarshalBinary() ([]byte, error) { return *m, nil }
+
+// releaseCmd lays out release.lua's command in g.cmd: the keys, the owner
+// and the token (0 for an attempt never granted).
+func (g *grant) releaseCmd() []any {
+	a := g.cmd[:3+len(g.keys)+2]
+	a[2] = len(g.keys)
+	copy(a[3:], g.keys)
+	a[3+len(g.keys)], a[4+len(g.keys)] = &g.owner, &g.token
+	return a
 }
 
 func (g *grant) Token() uint64           { return g.token }
@@ -36,7 +61,8 @@ func (g *grant) Lost() <-chan error { return nil }
 // RenewBatch (renew.go) does the same for many grants in one request.
 func (g *grant) Renew(ctx context.Context) error {
 	sent := time.Now()
-	v, err := renewScript.run(ctx, g.d, g.keys[:1], g.d.ttlArg(g.ttl), g.owner).Slice()
+	g.renewCmd = [...]any{nil, nil, 1, g.keys[0], &g.ttlMs, &g.owner}
+	v, err := renewScript.send(ctx, g.d, g.renewCmd[:]).Slice()
 	received := time.Now()
 	if err != nil {
 		return wrapErr(fmt.Sprintf("redis at %s: renew", g.d.addr), err)
@@ -95,7 +121,7 @@ func parseRenewTime(v []any, n int) (serverUs int64, ok bool) {
 // The token lets a release resent after a lost reply recognise that its
 // first attempt freed the key.
 func (g *grant) Release(ctx context.Context) error {
-	n, err := releaseScript.run(ctx, g.d, g.keys, g.owner, g.tokenArg).Int()
+	n, err := releaseScript.send(ctx, g.d, g.releaseCmd()).Int()
 	if err != nil {
 		return wrapErr(fmt.Sprintf("redis at %s", g.d.addr), err)
 	}

@@ -100,8 +100,6 @@ type redisDriver struct {
 	// Script arguments that never change, boxed once.
 	waiterTimeoutArg, channelArg any
 
-	ttlBox atomic.Pointer[boxedTTL] // the TTL argument sent last (ttlArg)
-
 	keyCache   sync.Map     // user key → lockKeys
 	cachedKeys atomic.Int64 // entries stored in keyCache since it was last cleared
 }
@@ -168,24 +166,6 @@ func (d *redisDriver) Close() error {
 // up so that the server never keeps a lease for less than asked.
 func ms(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-// boxedTTL is a TTL and its script argument, ms(ttl) boxed.
-type boxedTTL struct {
-	ttl time.Duration
-	arg any
-}
-
-// ttlArg returns ms(ttl) boxed for a script argument, boxing anew only
-// when ttl is not the one sent last: a program uses one TTL or a few, and
-// boxing an int64 allocates on every Lock and renewal otherwise.
-func (d *redisDriver) ttlArg(ttl time.Duration) any {
-	if b := d.ttlBox.Load(); b != nil && b.ttl == ttl {
-		return b.arg
-	}
-	b := &boxedTTL{ttl: ttl, arg: ms(ttl)}
-	d.ttlBox.Store(b)
-	return b.arg
 }
 
 var (

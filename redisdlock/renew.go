@@ -77,9 +77,9 @@ func (d *redisDriver) RenewBatch(ctx context.Context, grants []driver.Grant) []e
 		for _, it := range items[:n] {
 			args = append(args, it.g.keys[0])
 		}
-		args = append(args, d.ttlArg(items[0].g.ttl))
+		args = append(args, &items[0].g.ttlMs)
 		for _, it := range items[:n] {
-			args = append(args, it.g.owner)
+			args = append(args, &it.g.owner)
 		}
 		run := &renewRun{args: args}
 		for _, it := range items[:n] {

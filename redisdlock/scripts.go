@@ -50,21 +50,29 @@ func newScript(src string) *script {
 	return &script{Script: s, sha: s.Hash(), src: src}
 }
 
-// run sends EVALSHA sha len(keys) keys... args... through d's go-redis
-// client (so go-redis routes it by its first key on a Cluster, and retries
-// and hooks apply), unless the server cannot be dialled (see
+// run sends EVALSHA sha len(keys) keys... args...: see send.
+func (s *script) run(ctx context.Context, d *redisDriver, keys []any, args ...any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, nil, nil, len(keys))
+	a = append(a, keys...)
+	a = append(a, args...)
+	return s.send(ctx, d, a)
+}
+
+// send runs the script with a as EVALSHA's arguments: it fills in a[0] and
+// a[1], the command and the digest, and takes the rest as it is (the
+// number of keys, the keys, the arguments). It sends them through d's
+// go-redis client (so go-redis routes it by its first key on a Cluster, and
+// retries and hooks apply), unless the server cannot be dialled (see
 // notifier.unreachable): then it fails with the dial's error, sending
 // nothing.
-func (s *script) run(ctx context.Context, d *redisDriver, keys []any, args ...any) *redis.Cmd {
+func (s *script) send(ctx context.Context, d *redisDriver, a []any) *redis.Cmd {
 	if err := d.notify.unreachable(); err != nil {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)
 		return cmd
 	}
-	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, "evalsha", s.sha, len(keys))
-	a = append(a, keys...)
-	a = append(a, args...)
+	a[0], a[1] = "evalsha", s.sha
 	cmd := d.rdb.Do(ctx, a...)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		a[0], a[1] = "eval", s.src
