@@ -8,10 +8,13 @@ import (
 )
 
 // The scripts are the whole algorithm; docs/redis.md explains it. Each is
-// common.lua followed by its own body, and runs atomically on the server.
+// common.lua followed by its own body (acquire's has a free key's fast path
+// in front), and runs atomically on the server.
 var (
 	//go:embed scripts/common.lua
 	commonLua string
+	//go:embed scripts/acquire_free.lua
+	acquireFreeLua string
 	//go:embed scripts/acquire.lua
 	acquireLua string
 	//go:embed scripts/release.lua
@@ -25,7 +28,7 @@ var (
 	//go:embed scripts/fence.lua
 	fenceLua string
 
-	acquireScript = newScript(commonLua + acquireLua)
+	acquireScript = newScript(acquireFreeLua + commonLua + acquireLua) // a free key's path first
 	releaseScript = newScript(commonLua + releaseLua)
 	renewScript   = newScript(renewLua) // alone: it needs nothing of common.lua
 	inspectScript = newScript(commonLua + inspectLua)
