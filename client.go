@@ -25,6 +25,9 @@ type Client struct {
 	log      *slog.Logger
 	hooks    hookSet
 	backend  string // driver.Named's, for the hooks
+	// sched renews the leases together when the driver can
+	// (driver.BatchRenewer); nil: each lease renews on its own.
+	sched *lease.Scheduler
 
 	// ctx is cancelled by Close so that waiting Lock calls return.
 	ctx    context.Context
@@ -76,8 +79,13 @@ func NewClient(d driver.Driver, opts ...Option) (*Client, error) {
 	if n, ok := d.(driver.Named); ok {
 		backend = n.Backend()
 	}
+	var sched *lease.Scheduler
+	if br, ok := d.(driver.BatchRenewer); ok {
+		sched = lease.NewScheduler(br)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Client{
+		sched:    sched,
 		drv:      d,
 		defaults: cfg.lock,
 		log:      cfg.logger,
@@ -211,7 +219,11 @@ func (c *Client) take(ctx context.Context, op, key string, sh shape, wait bool, 
 	if c.hooks.watchesLeases() {
 		l.hookCtx, obs = hookCtx, leaseEvents{l}
 	}
-	l.eng = lease.Start(key, g, c.log, obs)
+	if c.sched != nil {
+		l.eng = c.sched.Start(key, g, c.log, obs)
+	} else {
+		l.eng = lease.Start(key, g, c.log, obs)
+	}
 	if cfg.hold > 0 {
 		l.hold = &minHold{until: at.Add(cfg.hold)}
 	}
