@@ -220,6 +220,20 @@ func (g *grant) ValidFrom() time.Time    { return g.e.at }
 func (g *grant) Validity() time.Duration { return g.e.ttl }
 func (g *grant) Lost() <-chan error      { return g.e.lost }
 
+// AfterLost has f called, instead of a send on Lost, when the grant is
+// dropped; at once if it has been.
+func (g *grant) AfterLost(f func(error)) {
+	s := g.c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case reason := <-g.e.lost:
+		go f(reason)
+	default:
+		g.e.onLost = f
+	}
+}
+
 // errFrozen is what a renewal of a frozen client meets.
 var errFrozen = errors.New("memdlock: renewals frozen by Handle.Freeze")
 

@@ -172,7 +172,7 @@ func (s *space) clear(key string, reason error) {
 			e.stop()
 		}
 		if e.granted {
-			e.lost <- reason
+			e.tellLost(reason)
 		} else {
 			waiters = append(waiters, e)
 		}

@@ -70,8 +70,8 @@ var ErrReleased = errors.New("dlock: lease released by Unlock")
 // held lease costs no goroutine, and starting or releasing one wakes no
 // other thread. Lock and Unlock are on the hand-off's critical path, and on
 // a busy machine a goroutine's start-up and its wake-up at Release cost more
-// than the rest of a Redis cycle. Only a grant with a Lost channel gets a
-// goroutine, to wait on that channel.
+// than the rest of a Redis cycle. Only a grant with a Lost channel that is
+// not a driver.LostNotifier gets a goroutine, to wait on that channel.
 type Engine struct {
 	key      string
 	grant    driver.Grant
@@ -84,10 +84,13 @@ type Engine struct {
 	grp *group
 	idx int // position in grp.members, -1 outside; guarded by grp.s.mu
 
-	stop chan struct{} // closed by Release to end watchLost; nil without a Lost channel
-	done chan struct{} // the public Done channel
+	stop chan struct{} // closed by Release to end watchLost; nil without it
 
-	mu            sync.Mutex
+	mu sync.Mutex
+	// done is the public Done channel, made by the first Done (a lease
+	// nobody waits on costs none): closedChan once the lease has ended
+	// before. Guarded by mu.
+	done          chan struct{}
 	deadline      time.Time          // local deadline; guarded by mu
 	err           error              // non-nil once done is closed; guarded by mu
 	reason        error              // err without the key, for Release's error; guarded by mu
@@ -102,10 +105,12 @@ type Engine struct {
 	renewAt time.Time // when the renew timer is due; guarded by mu
 	ending  End       // why the lease ended, once err is set; guarded by mu
 	endedAt time.Time // when, with an observer; guarded by mu
-	// releasing is closed when the server call of the first Release (or
-	// of the limit's release) has returned: a later Release waits for it,
-	// so that what follows a Release finds the server settled. Guarded
-	// by mu; nil until then, and after Abandon.
+	// inRelease says the server call of the first Release (or of the
+	// limit's release) has not returned: a later Release waits for it,
+	// on releasing (made by the first to wait, closed when the call
+	// returns), so that what follows a Release finds the server settled.
+	// Guarded by mu.
+	inRelease bool
 	releasing chan struct{}
 
 	// reportMu orders the observer's calls: no Renewed after Ended.
@@ -116,7 +121,21 @@ type Engine struct {
 // Start begins renewing g about every Validity/3, on timers of its own.
 // log and obs may be nil.
 func Start(key string, g driver.Grant, log *slog.Logger, obs Observer) *Engine {
-	e := newEngine(key, g, log, obs, realClock{})
+	e := new(Engine)
+	StartIn(e, nil, key, g, log, obs)
+	return e
+}
+
+// StartIn begins renewing g in e, a zero Engine that the caller keeps
+// (inside a struct of its own, which saves an allocation per lease): with
+// the other leases of s when s is not nil (see Scheduler.Start), and
+// otherwise as Start does. e must not be copied afterwards.
+func StartIn(e *Engine, s *Scheduler, key string, g driver.Grant, log *slog.Logger, obs Observer) {
+	if s != nil {
+		s.start(e, key, g, log, obs)
+		return
+	}
+	e.init(key, g, log, obs, realClock{})
 	// The timers' functions take mu first, so they see both timers set
 	// even when one fires at once (a grant already past its deadline).
 	e.mu.Lock()
@@ -124,33 +143,28 @@ func Start(key string, g driver.Grant, log *slog.Logger, obs Observer) *Engine {
 	e.renewTimer = time.AfterFunc(time.Until(e.renewAt), e.renew)
 	e.mu.Unlock()
 	e.watch()
-	return e
 }
 
-// newEngine returns the engine of g with its deadline and first renewal
-// set, not yet renewing.
-func newEngine(key string, g driver.Grant, log *slog.Logger, obs Observer, clk clock) *Engine {
+// init sets up e for g with its deadline and first renewal, not yet
+// renewing.
+func (e *Engine) init(key string, g driver.Grant, log *slog.Logger, obs Observer, clk clock) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	e := &Engine{
-		key:      key,
-		grant:    g,
-		validity: g.Validity(),
-		log:      log,
-		obs:      obs,
-		clk:      clk,
-		idx:      -1,
-		done:     make(chan struct{}),
-	}
+	e.key, e.grant, e.validity, e.log, e.obs, e.clk, e.idx = key, g, g.Validity(), log, obs, clk, -1
 	validFrom := g.ValidFrom()
 	e.deadline = e.deadlineFrom(e.heardFrom(validFrom))
 	e.renewAt = e.nextRenewal(countFrom(validFrom))
-	return e
 }
 
-// watch starts waiting on the grant's Lost channel, if it has one.
+// watch starts waiting for the news that the grant is gone: with a
+// function for a driver.LostNotifier, and otherwise on the grant's Lost
+// channel, if it has one.
 func (e *Engine) watch() {
+	if ln, ok := e.grant.(driver.LostNotifier); ok {
+		ln.AfterLost(e.lost)
+		return
+	}
 	if lost := e.grant.Lost(); lost != nil {
 		e.stop = make(chan struct{})
 		go e.watchLost(lost)
@@ -200,8 +214,24 @@ func (e *Engine) deadlineFrom(start time.Time) time.Time {
 // Done returns a channel closed when the lease is lost or released.
 func (e *Engine) Done() <-chan struct{} {
 	e.checkDeadline()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.done == nil {
+		if e.err != nil {
+			return closedChan
+		}
+		e.done = make(chan struct{})
+	}
 	return e.done
 }
+
+// closedChan is the Done channel of a lease that ended before anybody
+// asked for it.
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 // Err returns nil while the lease is held, and afterwards why it ended.
 func (e *Engine) Err() error {
@@ -263,7 +293,9 @@ func (e *Engine) endLocked(end End, reason error) bool {
 	if errors.Is(reason, driver.ErrLeaseLost) || (reason == e.limitReason && reason != nil) {
 		e.err = fmt.Errorf("lease %q: %w", e.key, reason)
 	}
-	close(e.done)
+	if e.done != nil {
+		close(e.done)
+	}
 	e.stopTimersLocked()
 	return true
 }
@@ -302,8 +334,13 @@ func (e *Engine) watchLost(lost <-chan error) {
 	select {
 	case <-e.stop:
 	case err := <-lost:
-		e.end(Dropped, fmt.Errorf("%w: %w", driver.ErrLeaseLost, err))
+		e.lost(err)
 	}
+}
+
+// lost ends the lease when the backend reports the grant gone.
+func (e *Engine) lost(err error) {
+	e.end(Dropped, fmt.Errorf("%w: %w", driver.ErrLeaseLost, err))
 }
 
 // onDeadline ends the lease when its deadline has passed. The timer may fire
@@ -416,6 +453,9 @@ func (e *Engine) Release(ctx context.Context) error { return e.ReleaseWith(ctx, 
 func (e *Engine) ReleaseWith(ctx context.Context, reason error) error {
 	e.mu.Lock()
 	if e.released {
+		if e.inRelease && e.releasing == nil {
+			e.releasing = make(chan struct{})
+		}
 		releasing, limit := e.releasing, e.limitReason
 		limited := limit != nil && e.reason == limit
 		e.mu.Unlock()
@@ -431,10 +471,8 @@ func (e *Engine) ReleaseWith(ctx context.Context, reason error) error {
 		}
 		return fmt.Errorf("%w: already unlocked", driver.ErrNotHeld)
 	}
-	e.released = true
-	releasing := make(chan struct{})
-	e.releasing = releasing
-	defer close(releasing)
+	e.released, e.inRelease = true, true
+	defer e.endRelease()
 	// Stop renewing without waiting for a renewal in flight: it acts only
 	// on this grant, and its verdict is ignored from now on.
 	e.stopTimersLocked()
@@ -474,6 +512,17 @@ func (e *Engine) ReleaseWith(ctx context.Context, reason error) error {
 		return err
 	}
 	return nil
+}
+
+// endRelease tells the Releases waiting for the first one that its server
+// call has returned.
+func (e *Engine) endRelease() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.inRelease = false
+	if e.releasing != nil {
+		close(e.releasing)
+	}
 }
 
 // nested is an error of one category caused by another error: errors.Is

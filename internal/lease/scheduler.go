@@ -52,7 +52,14 @@ func newScheduler(r driver.BatchRenewer, clk clock) *Scheduler {
 // with the other leases of its validity. log and obs may be nil. The
 // engine is the same as Start's but for how it is renewed.
 func (s *Scheduler) Start(key string, g driver.Grant, log *slog.Logger, obs Observer) *Engine {
-	e := newEngine(key, g, log, obs, s.clk)
+	e := new(Engine)
+	s.start(e, key, g, log, obs)
+	return e
+}
+
+// start is Start in e, for StartIn.
+func (s *Scheduler) start(e *Engine, key string, g driver.Grant, log *slog.Logger, obs Observer) {
+	e.init(key, g, log, obs, s.clk)
 	s.mu.Lock()
 	grp := s.groups[e.validity]
 	if grp == nil {
@@ -68,7 +75,6 @@ func (s *Scheduler) Start(key string, g driver.Grant, log *slog.Logger, obs Obse
 	grp.armBy(e.renewAt)
 	s.mu.Unlock()
 	e.watch()
-	return e
 }
 
 // group is the leases of one Scheduler with one validity. Its fields are
