@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/driver"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/dlockdev/dlock/redisdlock"
@@ -168,5 +170,84 @@ func TestRenewBatch_cluster(t *testing.T) {
 	}
 	if len(errs) != len(grants) {
 		t.Errorf("%d results for %d grants, one gone", len(errs), len(grants))
+	}
+}
+
+// renewCounter counts the runs of renew.lua a go-redis client sends.
+type renewCounter struct{ runs atomic.Int64 }
+
+func (h *renewCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *renewCounter) count(cmd redis.Cmder) {
+	if a := cmd.Args(); len(a) > 1 && a[0] == "evalsha" && a[1] == redisdlock.RenewScriptHashForTest() {
+		h.runs.Add(1)
+	}
+}
+
+func (h *renewCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *renewCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			h.count(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A Client holding 1,000 locks renews them together: while every lease is
+// renewed twice, its client sends a few runs of renew.lua (4 per tick of
+// its leases' group), not 2,000 requests (as it did before RenewBatch).
+func TestClient_heldLocksRenewedInBatches(t *testing.T) {
+	const n, ttl = 1000, 1500 * time.Millisecond
+	srv := testserver.StartRedis(t)
+	ctx := testCtx(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	h := &renewCounter{}
+	rdb.AddHook(h)
+	c, err := redisdlock.New(ctx, rdb, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	leases := make([]*dlock.Lease, n)
+	for i := range leases {
+		if leases[i], err = c.Lock(ctx, fmt.Sprintf("held-%d", i), dlock.WithTTL(ttl)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := h.runs.Load()
+	for round := range 2 {
+		deadlines := make([]time.Time, n)
+		for i, l := range leases {
+			deadlines[i] = l.Deadline()
+		}
+		for i, l := range leases {
+			for !l.Deadline().After(deadlines[i]) {
+				select {
+				case <-l.Done():
+					t.Fatalf("round %d: lease %d ended: %v", round, i, l.Err())
+				case <-ctx.Done():
+					t.Fatalf("round %d: lease %d never renewed (watchdog)", round, i)
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		}
+	}
+	// Two renewals of every lease take two ticks of the group or three (a
+	// batch may be in flight when a round starts), of 4 runs each.
+	runs := h.runs.Load() - before
+	t.Logf("%d runs of renew.lua for two renewals of %d leases", runs, n)
+	if runs > 12 {
+		t.Errorf("%d runs of renew.lua while %d leases were each renewed twice, want at most 12", runs, n)
+	}
+	for _, l := range leases {
+		_ = l.Unlock(ctx)
 	}
 }
