@@ -2,6 +2,8 @@ package redisdlock_test
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/dlockdev/dlock/redisdlock"
@@ -10,7 +12,9 @@ import (
 
 // BenchmarkLockUnlock is the uncontended cycle on one key, the common path:
 // Lock and Unlock of a free key on one Client, against the server TestMain
-// started. Profile it with
+// started. It reports the server's time in the scripts per cycle
+// (server-ns/op, from INFO commandstats) besides the client's. Profile it
+// with
 //
 //	go test -run '^$' -bench LockUnlock -benchmem -cpuprofile cpu.out -memprofile mem.out
 func BenchmarkLockUnlock(b *testing.B) {
@@ -23,6 +27,9 @@ func BenchmarkLockUnlock(b *testing.B) {
 	}
 	defer c.Close()
 	b.ReportAllocs()
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
 	for b.Loop() {
 		l, err := c.Lock(ctx, "bench-cycle")
 		if err != nil {
@@ -32,6 +39,30 @@ func BenchmarkLockUnlock(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64(scriptMicros(b, ctx, rdb))*1000/float64(b.N), "server-ns/op")
+}
+
+// scriptMicros returns the server's time in EVALSHA and EVAL since the last
+// CONFIG RESETSTAT, in µs.
+func scriptMicros(b *testing.B, ctx context.Context, rdb *redis.Client) int64 {
+	s, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(s, "\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+				for _, f := range strings.Split(rest, ",") {
+					if v, ok := strings.CutPrefix(f, "usec="); ok {
+						n, _ := strconv.ParseInt(v, 10, 64)
+						total += n
+					}
+				}
+			}
+		}
+	}
+	return total
 }
 
 // An uncontended Lock and Unlock allocates no more than it did when

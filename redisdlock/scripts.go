@@ -9,7 +9,7 @@ import (
 
 // The scripts are the whole algorithm; docs/redis.md explains it. Each is
 // common.lua followed by its own body (acquire's has a free key's fast path
-// in front), and runs atomically on the server.
+// in front, release's a lock holder's), and runs atomically on the server.
 var (
 	//go:embed scripts/common.lua
 	commonLua string
@@ -17,6 +17,8 @@ var (
 	acquireFreeLua string
 	//go:embed scripts/acquire.lua
 	acquireLua string
+	//go:embed scripts/release_lock.lua
+	releaseLockLua string
 	//go:embed scripts/release.lua
 	releaseLua string
 	//go:embed scripts/renew.lua
@@ -29,8 +31,8 @@ var (
 	fenceLua string
 
 	acquireScript = newScript(acquireFreeLua + commonLua + acquireLua) // a free key's path first
-	releaseScript = newScript(commonLua + releaseLua)
-	renewScript   = newScript(renewLua) // alone: it needs nothing of common.lua
+	releaseScript = newScript(releaseLockLua + commonLua + releaseLua) // a lock's holder's path first
+	renewScript   = newScript(renewLua)                                // alone: it needs nothing of common.lua
 	inspectScript = newScript(commonLua + inspectLua)
 	publishScript = newScript(publishLua) // alone, as renew.lua
 	// Fence's, run by redis.Script.Run: it takes any redis.Scripter.
