@@ -125,3 +125,42 @@ func TestAcquire_noticeBeforeQueuedReplyKept(t *testing.T) {
 		t.Fatal("the waiter missed its notice: not granted until its next poll, an hour away (watchdog)")
 	}
 }
+
+// A lock's release that hands the key to a waiter, resent after its reply
+// was lost, reports success: the hash's 'p' names the caller as the latest
+// releaser (docs/redis.md, "Lost replies"), which the hand-off of the
+// release fast path (release_lock.lua) writes as the general path does.
+func TestUnlock_lostReplyOfHandOff(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx := testCtx(t)
+	c, ld := lossyClient(t, ctx, srv.Addr(), redisdlock.ReleaseScriptHashForTest())
+	l, err := c.Lock(ctx, "lost-handoff", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := newTestClient(t, ctx, srv.Addr(), nil)
+	granted := make(chan error, 1)
+	go func() {
+		wl, err := waiter.Lock(ctx, "lost-handoff", dlock.WithTTL(time.Minute))
+		if err == nil {
+			err = wl.Unlock(ctx)
+		}
+		granted <- err
+	}()
+	waitWaiters(t, ctx, c, "lost-handoff", 1)
+	ld.armed.Store(true)
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock that handed the lock on, its first reply lost: %v, want nil", err)
+	}
+	if ld.hits.Load() != 1 {
+		t.Fatalf("injected %d lost replies, want 1", ld.hits.Load())
+	}
+	select {
+	case err := <-granted:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiter was never granted (watchdog)")
+	}
+}
