@@ -39,7 +39,7 @@ func (d *redisDriver) newGrant(req *driver.AcquireRequest) *grant {
 	}
 	label, limit, mode := shapeArgs(req)
 	a := g.cmd[:]
-	a[2] = len(g.keys)
+	a[2] = numKeys(len(g.keys))
 	copy(a[3:], g.keys)
 	copy(a[3+len(g.keys):], []any{&g.owner, &g.ttlMs, &g.meta, wait, d.waiterTimeoutArg, d.channelArg, label, limit, mode})
 	return g

@@ -98,3 +98,28 @@ func TestLockUnlock_allocations(t *testing.T) {
 		t.Errorf("%.2f allocations per uncontended Lock and Unlock, want at most %d", got, most+raceAllocs)
 	}
 }
+
+// BenchmarkLockUnlock_distinctKeys is the uncontended cycle on a new key
+// each time, as a service locking one key per order or user does.
+func BenchmarkLockUnlock_distinctKeys(b *testing.B) {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	c, err := redisdlock.New(ctx, rdb, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		l, err := c.Lock(ctx, "order-"+strconv.Itoa(i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -25,11 +25,7 @@ func RenewScriptHashForTest() string { return renewScript.Hash() }
 // names: its hash, queue, waiters and old fence, then its slot's token
 // record and release trace.
 func LockKeysForTest(prefix, key string) []string {
-	var out []string
-	for _, k := range buildLockKeys(prefix, key) {
-		out = append(out, k.(string))
-	}
-	return out
+	return buildLockKeys(prefix, key).names[:]
 }
 
 // NewDriverForTest returns the driver that New wraps in a dlock.Client, for

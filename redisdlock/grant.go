@@ -42,7 +42,7 @@ func (m *metaArg) MarshalBinary() ([]byte, error) { return *m, nil }
 // and the token (0 for an attempt never granted).
 func (g *grant) releaseCmd() []any {
 	a := g.cmd[:3+len(g.keys)+2]
-	a[2] = len(g.keys)
+	a[2] = numKeys(len(g.keys))
 	copy(a[3:], g.keys)
 	a[3+len(g.keys)], a[4+len(g.keys)] = &g.owner, &g.token
 	return a
@@ -61,7 +61,7 @@ func (g *grant) Lost() <-chan error { return nil }
 // RenewBatch (renew.go) does the same for many grants in one request.
 func (g *grant) Renew(ctx context.Context) error {
 	sent := time.Now()
-	g.renewCmd = [...]any{nil, nil, 1, g.keys[0], &g.ttlMs, &g.owner}
+	g.renewCmd = [...]any{nil, nil, numKeysArgs[1], g.keys[0], &g.ttlMs, &g.owner}
 	v, err := renewScript.send(ctx, g.d, g.renewCmd[:]).Slice()
 	received := time.Now()
 	if err != nil {

@@ -56,7 +56,7 @@ func (d *redisDriver) RenewBatch(ctx context.Context, grants []driver.Grant) []e
 		}
 		it := item{i: i, g: g}
 		if cluster {
-			it.slot = hashSlot(g.keys[0].(string))
+			it.slot = hashSlot(keyName(g.keys[0]))
 		}
 		items = append(items, it)
 	}
@@ -73,7 +73,7 @@ func (d *redisDriver) RenewBatch(ctx context.Context, grants []driver.Grant) []e
 			n++
 		}
 		args := make([]any, 0, 4+2*n)
-		args = append(args, "evalsha", renewScript.sha, n)
+		args = append(args, "evalsha", renewScript.sha, numKeys(n))
 		for _, it := range items[:n] {
 			args = append(args, it.g.keys[0])
 		}

@@ -3,6 +3,7 @@ package redisdlock
 import (
 	"context"
 	_ "embed"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -58,7 +59,7 @@ func newScript(src string) *script {
 // run sends EVALSHA sha len(keys) keys... args...: see send.
 func (s *script) run(ctx context.Context, d *redisDriver, keys []any, args ...any) *redis.Cmd {
 	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, nil, nil, len(keys))
+	a = append(a, nil, nil, numKeys(len(keys)))
 	a = append(a, keys...)
 	a = append(a, args...)
 	return s.send(ctx, d, a)
@@ -84,4 +85,17 @@ func (s *script) send(ctx context.Context, d *redisDriver, a []any) *redis.Cmd {
 		cmd = d.rdb.Do(ctx, a...)
 	}
 	return cmd
+}
+
+// numKeysArgs are EVALSHA's numbers of keys, boxed once: a string, which
+// go-redis reads as it is when it looks for a Cluster command's first key
+// (an int it would format, allocating, on every request).
+var numKeysArgs = [...]any{"0", "1", "2", "3", "4", "5", "6"}
+
+// numKeys returns n as EVALSHA's number of keys.
+func numKeys(n int) any {
+	if n < len(numKeysArgs) {
+		return numKeysArgs[n]
+	}
+	return strconv.Itoa(n)
 }
