@@ -131,11 +131,15 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 	// its token is above it; one with a token up to it announces a grant
 	// made before, which we have lost since (we were paused, say, while it
 	// expired and passed on), since the request found us still waiting.
-	notBefore := time.Now()
+	// (Clock readings are few: time.Now costs up to a µs on some VMs.)
+	sent := time.Now() // of the latest request
+	notBefore := sent
 	var staleUpTo uint64
 	queued := false
-	for {
-		sent := time.Now()
+	for polls := 0; ; polls++ {
+		if polls > 0 {
+			sent = time.Now()
+		}
 		r, err := d.runAcquire(ctx, g)
 		switch {
 		case err != nil && ctx.Err() != nil:
@@ -152,7 +156,8 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 			r.pttl = -1
 		case r.status == statusGranted:
 			g.token, g.validFrom = r.token, sent
-			g.clock = clockReading{sent: sent, received: time.Now(), serverUs: r.serverUs}
+			// Only a later reading's received is ever used (clockReading.ahead).
+			g.clock = clockReading{sent: sent, received: sent, serverUs: r.serverUs}
 			return g, nil
 		case r.status == statusMismatch:
 			// Nothing was written: no entry to remove. (A waiter whose
@@ -196,7 +201,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 			// hand-off, which came after notBefore: a reading of the
 			// server's clock, perhaps high, which can only make
 			// clockReading.ahead report less.
-			g.clock = clockReading{sent: notBefore, received: time.Now(), serverUs: int64(token)}
+			g.clock = clockReading{sent: notBefore, received: notBefore, serverUs: int64(token)}
 			return g, nil
 		}
 	}
