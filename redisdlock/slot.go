@@ -60,8 +60,3 @@ var slotTags = sync.OnceValue(func() *[16384]uint32 {
 	}
 	return &tags
 })
-
-// slotTag returns the hash tag of the token record of key's slot.
-func slotTag(key string) string {
-	return strconv.FormatUint(uint64(slotTags()[hashSlot(key)]), 10)
-}
