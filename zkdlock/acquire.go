@@ -20,7 +20,8 @@ func (d *zkDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (dri
 		return nil, fmt.Errorf("zkdlock: owner %q is not a hex string", req.Owner)
 	}
 	label := driver.KindLabel(req.Kind, req.Limit)
-	a := &attempt{d: d, req: req, keyPath: d.keyPath(req.Key), label: label, prefix: nodePrefix(req.Owner, label, req.Mode)}
+	keyPath := d.keyPath(req.Key)
+	a := &attempt{d: d, req: req, keyPath: keyPath, label: label, createPath: nodePath(keyPath, req.Owner, label, req.Mode)}
 	g, err := a.run(ctx)
 	if err != nil {
 		if !a.clean {
@@ -99,7 +100,9 @@ type attempt struct {
 	req     *driver.AcquireRequest
 	keyPath string
 	label   string // the kind's label (driver.KindLabel)
-	prefix  string // of this attempt's node name: "<tag>-<owner>-"
+	// createPath is the path of this attempt's node as created, before
+	// the server appends the sequence number: "<keyPath>/<tag>-<owner>-".
+	createPath string
 
 	step step
 
