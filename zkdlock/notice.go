@@ -62,6 +62,12 @@ func (g *grant) writeNotice(data []byte) {
 			if done := g.settleNotice(data); done {
 				return
 			}
+		case errors.Is(err, zk.ErrNoAuth):
+			// Refused (Options.ACL does not let the owner write its
+			// node): nothing landed, so a version 1 is somebody else's.
+			// The waiter behind learns of this node only when it goes.
+			g.landed(0)
+			return
 		case !transient(err):
 			// Released (g.ctx ended), the node or the session gone, the
 			// Conn closed, or no permission to write: nothing to write, or
