@@ -209,7 +209,7 @@ func TestCheckHeld_nodeWrittenBySomebodyElse_refused(t *testing.T) {
 
 // A semaphore's permits: each passes while it is held, and fails once
 // released, while the others pass. The permit granted with a node behind
-// it writes its node (the grant notice, data version 1) before its grant:
+// it writes its node (the grant notice, data version 1) after its grant:
 // its check expects that version.
 func TestCheckHeld_semaphore(t *testing.T) {
 	e := newFenceEnv(t)
