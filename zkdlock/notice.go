@@ -1,6 +1,7 @@
 package zkdlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -34,13 +35,18 @@ import (
 func (g *grant) writeNotice(data []byte) {
 	defer close(g.noticed)
 	d := g.d
+	// Release ends it, and so does Client.Close: a lease lost but not
+	// released must not keep it trying.
+	ctx, cancel := context.WithCancel(g.ctx)
+	defer cancel()
+	defer context.AfterFunc(d.ctx, cancel)()
 	for i := 0; ; i++ {
 		if d.conn.SessionID() != g.sid {
 			return // the session ended, and the node with it: the watch reports it
 		}
 		sent := time.Now()
 		// A multi of one setData: Conn has no plain setData.
-		stat, err := call(g.ctx, nil, g.validity, func() (*zk.Stat, error) {
+		stat, err := call(ctx, nil, g.validity, func() (*zk.Stat, error) {
 			rs, err := d.conn.Multi(&zk.SetDataRequest{Path: g.path, Data: data, Version: 0})
 			if err == nil && (len(rs) != 1 || rs[0].Error != nil || rs[0].Stat == nil) {
 				err = fmt.Errorf("unexpected reply to a multi: %+v", rs)
@@ -59,7 +65,7 @@ func (g *grant) writeNotice(data []byte) {
 			g.landed(stat.Version)
 			return
 		case errors.Is(err, zk.ErrBadVersion):
-			if done := g.settleNotice(data); done {
+			if done := g.settleNotice(ctx, data); done {
 				return
 			}
 		case errors.Is(err, zk.ErrNoAuth):
@@ -69,12 +75,12 @@ func (g *grant) writeNotice(data []byte) {
 			g.landed(0)
 			return
 		case !transient(err):
-			// Released (g.ctx ended), the node or the session gone, the
-			// Conn closed, or no permission to write: nothing to write, or
-			// the watch reports the loss.
+			// Released or closed (ctx ended), the node or the session
+			// gone, or the Conn closed: nothing to write, or the watch
+			// reports the loss.
 			return
 		}
-		if backoff(g.ctx, i, g.validity/10) != nil {
+		if backoff(ctx, i, g.validity/10) != nil {
 			return
 		}
 	}
@@ -85,8 +91,8 @@ func (g *grant) writeNotice(data []byte) {
 // or by somebody else, and reports the loss in the second case. It
 // reports false when the read failed on a connection problem: the notice
 // is tried again.
-func (g *grant) settleNotice(data []byte) (done bool) {
-	r, err := call(g.ctx, nil, g.validity, func() (getW, error) {
+func (g *grant) settleNotice(ctx context.Context, data []byte) (done bool) {
+	r, err := call(ctx, nil, g.validity, func() (getW, error) {
 		data, stat, err := g.d.conn.Get(g.path)
 		return getW{stat: stat, data: data}, err
 	})
