@@ -187,17 +187,18 @@ func (c *Client) take(ctx context.Context, op, key string, sh shape, wait bool, 
 		// Inside Do of this key: waiting would wait for ourselves.
 		return nil, false, opErr(op, key, ErrReentrant)
 	}
+	// The request, and the call's context when it needs one, live in the
+	// lease they become: one allocation for all.
+	l = &Lease{client: c, key: key, kind: sh.kind, mode: sh.mode, metadata: cfg.metadata}
 	// The hooks' context outlives the call, kept with the lease.
 	hookCtx := ctx
 	// Close must interrupt a waiting Lock.
-	ctx, call, err := c.startCall(ctx)
+	ctx, call, err := c.startCall(ctx, &l.callCtx)
 	if err != nil {
 		return nil, false, opErr(op, key, err)
 	}
 	defer c.endCall(call)
 
-	// The request lives in the lease it becomes, one allocation for both.
-	l = &Lease{client: c, key: key, kind: sh.kind, mode: sh.mode, metadata: cfg.metadata}
 	l.req = driver.AcquireRequest{
 		Key:      key,
 		Owner:    newOwnerID(&l.ownerBits),
@@ -455,14 +456,16 @@ func newOwnerID(b *[16]byte) string {
 // startCall counts a Lock or TryLock call in flight for Close, and
 // returns its ctx ended by Close too (with the cause ErrClosed), and the
 // key of its cancel function for endCall. It returns ErrClosed after
-// Close.
-func (c *Client) startCall(ctx context.Context) (context.Context, uint64, error) {
+// Close. A ctx that carries values but is never cancelled is kept in
+// own, which the caller has allocated anyway.
+func (c *Client) startCall(ctx context.Context, own *closedBy) (context.Context, uint64, error) {
 	var cancel context.CancelCauseFunc
 	if ctx.Done() == nil {
 		// Never cancelled (Background, or values only): Close alone ends
 		// it, with no context of its own to register.
 		if ctx != context.Background() {
-			ctx = closedBy{c.ctx, ctx}
+			*own = closedBy{c.ctx, ctx}
+			ctx = own
 		} else {
 			ctx = c.ctx
 		}
@@ -505,7 +508,7 @@ type closedBy struct {
 	values          context.Context
 }
 
-func (c closedBy) Value(key any) any {
+func (c *closedBy) Value(key any) any {
 	// The Client's context answers for its cancellation (context.Cause),
 	// and has no other values.
 	if v := c.Context.Value(key); v != nil {

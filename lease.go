@@ -32,9 +32,10 @@ type Lease struct {
 	eng      *lease.Engine // &engine
 	engine   lease.Engine
 	// req is the request that acquired the lease; ownerBits are its
-	// Owner's.
+	// Owner's, and callCtx its context when it needed one of its own.
 	req       driver.AcquireRequest
 	ownerBits [16]byte
+	callCtx   closedBy
 	hold      *minHold // HoldAtLeast's state; nil without it
 	granted   time.Time
 	// hookCtx is the context AcquireDone returned, for the lease's later

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlockdev/dlock/driver"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // errRequeue: the call lost its place in the queue (its lease expired, or
@@ -30,7 +31,7 @@ func (d *etcdDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (d
 	stop := context.AfterFunc(d.ctx, cancel)
 	defer stop()
 
-	a := &attempt{d: d, req: req, dir: d.queueDir(req.Key), secs: seconds(req.TTL), label: driver.KindLabel(req.Kind, req.Limit)}
+	a := &attempt{d: d, req: req, dir: d.queueDir(req.Key), label: driver.KindLabel(req.Kind, req.Limit)}
 	g, err := a.run(ctx)
 	if err != nil {
 		a.abandon(ctx)
@@ -40,9 +41,9 @@ func (d *etcdDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (d
 }
 
 // cancelledErr returns ctx's own error if ctx was cancelled (by the caller
-// or Client.Close) and err is only that cancellation, wrapped by whichever
-// step it landed in: one cause, one error. An error that carries an etcd
-// failure is kept whole, and so is a deadline's (its step says what was slow).
+// or Client.Close) and err is only that, wrapped by whichever step it landed
+// in; an etcd failure is kept whole, and so is a deadline (its step says
+// what was slow).
 func cancelledErr(ctx context.Context, err error) error {
 	cerr := ctx.Err()
 	if !errors.Is(cerr, context.Canceled) {
@@ -59,16 +60,16 @@ func cancelledErr(ctx context.Context, err error) error {
 // step is what an attempt does next: run executes one at a time, and each
 // step's function does its requests and sets the next.
 //
-//	stepLease    --a lease------------------------------------> stepJoin, or stepTry for TryLock
+//	stepLease    --a lease-------------------------------------> stepJoin, or stepTry for TryLock
 //	stepTry      --created where the rule grants it------------> stepFreshen
-//	stepJoin     --queued into an empty queue-----------------> stepFreshen
+//	stepJoin     --queued into an empty queue------------------> stepFreshen
 //	stepJoin     --queued behind the tail's entry--------------> stepWait, or stepEvaluate
 //	stepJoin     --no tail, entries left; stepBehind queued----> stepEvaluate
-//	stepEvaluate --granted-------------------------------------> stepTouch (a semaphore's waiter), stepFreshen
+//	stepEvaluate --granted-------------------------------------> stepFreshen
 //	stepEvaluate --the plan names what to wait for-------------> stepWait
 //	stepWait     --the release marker of the entry waited for--> stepFreshen
-//	stepWait     --any other change, or the watch broke---------> stepEvaluate
-//	stepTouch, stepFreshen --> granted
+//	stepWait     --any other change, or the watch broke--------> stepEvaluate
+//	stepFreshen  --touched (a semaphore's waiter), lease fresh-> granted
 //
 // Any other error ends the attempt; errRequeue (our entry or lease is gone)
 // drops the place and goes back to stepLease after a backoff.
@@ -81,8 +82,7 @@ const (
 	stepBehind               // queue behind the newest entry, found by a read (no tail)
 	stepEvaluate             // read the queue and plan (queue.go)
 	stepWait                 // wait for what the plan names to change (wait.go)
-	stepTouch                // a semaphore's waiter granted: tell the one behind it
-	stepFreshen              // renew an old lease before the grant
+	stepFreshen              // touch (a semaphore's waiter), renew an old lease
 	stepGranted
 )
 
@@ -91,7 +91,6 @@ type attempt struct {
 	d     *etcdDriver
 	req   *driver.AcquireRequest
 	dir   string // the lock's queue directory
-	secs  int64  // TTL in whole seconds
 	label string // driver.KindLabel of the request: what every entry of the queue must be
 
 	step    step
@@ -112,18 +111,18 @@ type place struct {
 
 	// What we wait for (queue.go): the entry pred, or any of ahead.
 	pred    string
-	predRev int64           // its create revision (and mod revision: see predChanged)
+	predRev int64           // its create revision (and mod revision: see check)
 	ahead   map[string]bool // nil unless we wait for any of them
 	proof   bool            // pred's release marker proves our grant (queue.Plan.ExclusiveRelease)
 
-	minRev  int64            // the next evaluation reads at minRev or later
+	minRev  int64            // the next read of the queue (scan) reads at minRev or later
 	witness *mvccpb.KeyValue // stepBehind: the newest entry, if the join read it
 
-	lastPred string  // the last entry we waited for: its release marker is ours to delete
-	lostJoin bool    // our join's reply was lost: we may not know what we waited for
-	waited   bool    // the grant rule refused us at least once
-	byRead   bool    // the wait ended with a read of the queue, not a marker (see grant.strays)
-	rewatch  backoff // between watches that ended by themselves
+	lastPred   string  // the last entry we waited for: its release marker is ours to delete
+	lostCreate bool    // a reply to our create was lost: we may not know what we waited for
+	waited     bool    // the grant rule refused us at least once
+	byRead     bool    // the wait ended with a read of the queue, not a marker (see grant.strays)
+	rewatch    backoff // between watches that ended by themselves
 }
 
 // semaphore reports whether the call is a semaphore's (its waiters count).
@@ -137,7 +136,6 @@ var steps = [...]func(*attempt, context.Context) error{
 	stepBehind:   (*attempt).behind,
 	stepEvaluate: (*attempt).evaluate,
 	stepWait:     (*attempt).wait,
-	stepTouch:    (*attempt).touch,
 	stepFreshen:  (*attempt).freshen,
 }
 
@@ -159,7 +157,7 @@ func (a *attempt) run(ctx context.Context) (*grant, error) {
 // takeLease takes a lease for our entry (stepLease).
 func (a *attempt) takeLease(ctx context.Context) error {
 	if a.l == nil {
-		l, err := a.d.takeLease(ctx, a.secs)
+		l, err := a.d.takeLease(ctx, seconds(a.req.TTL))
 		if err != nil {
 			return err
 		}
@@ -172,18 +170,8 @@ func (a *attempt) takeLease(ctx context.Context) error {
 	return nil
 }
 
-// evaluateAt goes to stepEvaluate, reading at minRev or later.
-func (a *attempt) evaluateAt(minRev int64) {
-	a.minRev, a.step = minRev, stepEvaluate
-}
-
-// granted goes on from a grant by the rule (a semaphore's waiter touches).
-func (a *attempt) granted() {
-	a.pred, a.ahead, a.step = "", nil, stepFreshen
-	if a.waited && a.semaphore() {
-		a.step = stepTouch
-	}
-}
+// granted goes on from a grant by the rule.
+func (a *attempt) granted() { a.pred, a.ahead, a.step = "", nil, stepFreshen }
 
 // loseLease forgets a lease that is gone, and with it our entry.
 func (a *attempt) loseLease() error {
@@ -191,10 +179,20 @@ func (a *attempt) loseLease() error {
 	return errRequeue
 }
 
-// freshen renews the lease of a call just granted if its last renewal, from
-// which the grant's validity counts, is old (stepFreshen). Success proves
-// that etcd never dropped the lease, nor our entry with it.
+// freshen readies a call just granted (stepFreshen): a semaphore's waiter
+// touches its entry for the waiter behind it, and an old lease is renewed
+// (docs/etcd.md, Operations).
 func (a *attempt) freshen(ctx context.Context) error {
+	if a.waited && a.semaphore() {
+		// Txn: if our entry is the one we created, put it again, same value
+		// and lease (a retry only wakes that waiter once more).
+		touch := clientv3.OpPut(a.key, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())
+		if r, err := a.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)}, touch); err != nil || !r.put {
+			return cmp.Or(err, errRequeue) // errRequeue: our entry is gone
+		}
+	}
+	// The grant's validity counts from the last renewal: an old one is
+	// renewed, which proves that etcd never dropped the lease, nor our entry.
 	if time.Since(a.l.since()) >= a.l.ttl/2 {
 		if err := a.renew(ctx); errors.Is(err, driver.ErrNotHeld) {
 			return a.loseLease()
@@ -232,8 +230,8 @@ func (a *attempt) grant(ctx context.Context) *grant {
 		// Its entries are all Shared: no markers.
 	case a.lastPred != "":
 		g.markers = []string{markerKey(a.lastPred)}
-		g.strays = a.byRead && a.waited
-	case a.lostJoin && a.req.Wait && a.req.Mode == driver.Exclusive:
+		g.strays = a.byRead
+	case a.lostCreate && a.req.Wait && a.req.Mode == driver.Exclusive:
 		g.markers = a.d.strayMarkers(ctx, a.dir, a.key)
 	}
 	a.l = nil
@@ -254,8 +252,6 @@ func (a *attempt) abandon(ctx context.Context) {
 	}
 	a.l = nil
 	if p := cmp.Or(a.pred, a.lastPred); p != "" && !a.semaphore() {
-		// The entry ahead may have been released for us just now: its
-		// marker is ours to delete.
-		a.d.deleteMarker(ctx, markerKey(p))
+		a.d.deleteMarker(ctx, markerKey(p)) // the entry ahead may have been released for us just now
 	}
 }

@@ -14,16 +14,17 @@ import (
 )
 
 // readHeldKV is a real etcd KV whose reads of keys under prefix (the
-// queue) wait until their context ends, and are then sent with that ended
-// context: the call is cancelled while its read is in flight, and etcd's
-// client returns what it returns for that.
+// queue), Range or read-only Txn, wait until their context ends, and are
+// then sent with that ended context: the call is cancelled while its read
+// is in flight, and etcd's client returns what it returns for that.
 type readHeldKV struct {
 	clientv3.KV
 	prefix string
 	inRead chan struct{} // closed when the first read of prefix is held
 }
 
-func (k *readHeldKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+// hold holds a read of key until ctx ends.
+func (k *readHeldKV) hold(ctx context.Context, key string) {
 	if strings.HasPrefix(key, k.prefix) {
 		select {
 		case <-k.inRead:
@@ -32,7 +33,50 @@ func (k *readHeldKV) Get(ctx context.Context, key string, opts ...clientv3.OpOpt
 		}
 		<-ctx.Done()
 	}
+}
+
+func (k *readHeldKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	k.hold(ctx, key)
 	return k.KV.Get(ctx, key, opts...)
+}
+
+func (k *readHeldKV) Txn(ctx context.Context) clientv3.Txn {
+	return &heldTxn{Txn: k.KV.Txn(ctx), ctx: ctx, k: k}
+}
+
+// heldTxn is a Txn of readHeldKV: one with no comparison whose operations
+// are all reads is held as a read of its first key.
+type heldTxn struct {
+	clientv3.Txn
+	ctx    context.Context
+	k      *readHeldKV
+	ifs    bool
+	reads  []clientv3.Op
+	writes bool
+}
+
+func (t *heldTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	t.ifs, t.Txn = t.ifs || len(cs) > 0, t.Txn.If(cs...)
+	return t
+}
+
+func (t *heldTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	for _, op := range ops {
+		if op.IsGet() {
+			t.reads = append(t.reads, op)
+		} else {
+			t.writes = true
+		}
+	}
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *heldTxn) Commit() (*clientv3.TxnResponse, error) {
+	if !t.ifs && !t.writes && len(t.reads) > 0 {
+		t.k.hold(t.ctx, string(t.reads[0].KeyBytes()))
+	}
+	return t.Txn.Commit()
 }
 
 // bumpingWatcher is a real etcd watcher that, before it creates a watch of a

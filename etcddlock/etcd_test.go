@@ -173,11 +173,11 @@ func TestHandOff_wakesOnlyTheNextWaiter(t *testing.T) {
 					// entry ahead was released by its holder.
 				}
 				delete(sent, "watch cancel") // sent when the watch ends, asynchronously
-				if sent[rangeMethod] == 1 {
+				if sent[readTxn] == 1 {
 					// The check that the entry ahead did not go before
 					// the watch started: made only if a revision passed
 					// since the join (an earlier test's lease expiring).
-					delete(sent, rangeMethod)
+					delete(sent, readTxn)
 				}
 				if !sameCounts(sent, want) {
 					t.Errorf("waiter %d sent %v, want %v", i, sent, want)

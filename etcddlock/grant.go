@@ -284,7 +284,7 @@ func (d *etcdDriver) strayMarkers(ctx context.Context, dir, key string) []string
 		}
 		// Done unless every key read was a marker and more may follow
 		// (at most one marker per live lease: the loop ends).
-		if !resp.More || countEntries(dir, resp.Kvs) > 0 {
+		if !resp.More || firstEntry(dir, resp.Kvs) != nil {
 			return markers
 		}
 	}

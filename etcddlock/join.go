@@ -11,17 +11,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Every Txn that creates an entry compares, in that Txn, a witness of the
-// queue's kind (docs/etcd.md, Kind). Its operations, one line each:
-
 // absent: our entry does not exist (a retry after a lost reply finds it:
 // its name is our lease's id, and the lease is ours alone).
 func (a *attempt) absent() clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)
 }
-
-// readOurs reads our entry, made by an earlier Txn whose reply was lost.
-func (a *attempt) readOurs() clientv3.Op { return clientv3.OpGet(a.key) }
 
 // puts create our entry and the tail naming it, on our lease, and delete
 // the marker of our lease's last release.
@@ -32,62 +26,51 @@ func (a *attempt) puts() []clientv3.Op {
 	}, a.l.dropMarker()...)
 }
 
-// readTail reads the tail: the newest entry and its kind.
-func (a *attempt) readTail() clientv3.Op { return clientv3.OpGet(tailKey(a.dir)) }
-
-// tailOurs: the tail carries our label (etcd compares values byte-wise).
-func (a *attempt) tailOurs() []clientv3.Cmp {
-	lo, hi := tailBounds(a.label, a.dir)
-	tail := clientv3.Value(tailKey(a.dir))
-	return []clientv3.Cmp{clientv3.Compare(tail, ">", lo), clientv3.Compare(tail, "<", hi)}
-}
-
-// tailExists: there is a tail, whatever it carries.
-func (a *attempt) tailExists() clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(tailKey(a.dir)), ">", 0)
-}
-
-// readNewest reads the newest keys of the queue, with their kinds.
-func (a *attempt) readNewest() clientv3.Op {
-	return clientv3.OpGet(a.dir, clientv3.WithPrefix(), clientv3.WithLimit(queueReadLimit),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))
-}
-
-// ifEmpty runs then if the queue has no key, or only markers (empty
-// values; etcd fails a value comparison over no keys, hence two steps).
-func (a *attempt) ifEmpty(then []clientv3.Op, els ...clientv3.Op) clientv3.Op {
-	return clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(a.dir), "=", 0).WithPrefix()}, then,
-		[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(a.dir), "=", "").WithPrefix()}, then, els)})
-}
-
-// enqueue sends the Txn of a join (behindTail) or a try: behind a tail of
-// our kind (a join only); else into an empty queue; else it reads the
-// tail, or without one the queue's newest keys.
+// enqueue sends the Txn of a join (behindTail) or a try, which compares a
+// witness of the queue's kind (docs/etcd.md, Kind): behind a tail of our
+// kind (a join only); else into an empty queue; else it reads the tail, or
+// without one the queue's newest keys.
 func (a *attempt) enqueue(ctx context.Context, behindTail bool) (txnReply, error) {
+	tail := tailKey(a.dir)
+	// Read the tail: the newest entry and its kind.
+	readTail := clientv3.OpGet(tail)
+	// Read the newest keys of the queue, with their kinds.
+	readNewest := clientv3.OpGet(a.dir, clientv3.WithPrefix(), clientv3.WithLimit(queueReadLimit),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))
+	// There is a tail, whatever it carries.
+	tailExists := clientv3.Compare(clientv3.CreateRevision(tail), ">", 0)
+	// The queue has no key, or only markers (empty values; etcd fails a
+	// value comparison over no keys, hence two steps).
+	noKey := clientv3.Compare(clientv3.CreateRevision(a.dir), "=", 0).WithPrefix()
+	onlyMarkers := clientv3.Compare(clientv3.Value(a.dir), "=", "").WithPrefix()
 	puts := a.puts()
-	then := []clientv3.Op{a.ifEmpty(puts, clientv3.OpTxn([]clientv3.Cmp{a.tailExists()}, []clientv3.Op{a.readTail()}, []clientv3.Op{a.readNewest()}))}
+	then := []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{noKey}, puts, []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{onlyMarkers}, puts,
+		[]clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{tailExists}, []clientv3.Op{readTail}, []clientv3.Op{readNewest})})})}
 	if behindTail {
-		then = []clientv3.Op{clientv3.OpTxn(a.tailOurs(), append([]clientv3.Op{a.readTail()}, puts...), then)}
+		// The tail carries our label (etcd compares values byte-wise).
+		lo, hi := tailBounds(a.label, a.dir)
+		ours := []clientv3.Cmp{clientv3.Compare(clientv3.Value(tail), ">", lo), clientv3.Compare(clientv3.Value(tail), "<", hi)}
+		then = []clientv3.Op{clientv3.OpTxn(ours, append([]clientv3.Op{readTail}, puts...), then)}
 	}
-	return a.commit(ctx, nil, then...)
+	return a.commit(ctx, []clientv3.Cmp{a.absent()}, then...)
 }
 
-// txnReply is the reply of a Txn that may create our entry, decoded once.
+// txnReply is the reply of a Txn on our entry, decoded once.
 type txnReply struct {
-	rev     int64
-	ours    *mvccpb.KeyValue   // our entry, made earlier: the Txn found it
-	created bool               // the Txn created our entry
-	tail    *mvccpb.KeyValue   // the tail it read, if any
-	newest  []*mvccpb.KeyValue // the newest keys of the queue, if it read them
+	rev    int64
+	ours   *mvccpb.KeyValue   // our entry, read when the comparisons failed
+	put    bool               // the Txn wrote our entry: created it, or touched it
+	tail   *mvccpb.KeyValue   // the tail it read, if any
+	newest []*mvccpb.KeyValue // the newest keys of the queue, if it read them
 }
 
-// commit sends If(absent, cmps) Then(then) Else(readOurs) and decodes the
-// reply. An unknown outcome marks the attempt dirty: the puts may yet land.
+// commit sends If(cmps) Then(then) Else(read our entry) and decodes the
+// reply. An unknown outcome before our entry exists marks the attempt dirty.
 func (a *attempt) commit(ctx context.Context, cmps []clientv3.Cmp, then ...clientv3.Op) (txnReply, error) {
 	var resp *clientv3.TxnResponse
 	err := retry(ctx, func(ctx context.Context) (err error) {
-		resp, err = a.d.kv.Txn(ctx).If(append([]clientv3.Cmp{a.absent()}, cmps...)...).Then(then...).Else(a.readOurs()).Commit()
-		if err != nil && !rejected(err) {
+		resp, err = a.d.kv.Txn(ctx).If(cmps...).Then(then...).Else(clientv3.OpGet(a.key)).Commit()
+		if err != nil && !rejected(err) && a.rev == 0 {
 			a.dirty = true
 		}
 		return err
@@ -103,27 +86,29 @@ func (a *attempt) commit(ctx context.Context, cmps []clientv3.Cmp, then ...clien
 		return txnReply{}, a.d.wrapErr(what, err)
 	}
 	r := txnReply{rev: resp.Header.Revision}
-	if !resp.Succeeded {
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-			r.ours = kvs[0]
-		}
-		return r, nil
+	if resp.Succeeded {
+		r.decode(resp.Responses, tailKey(a.dir))
+	} else if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+		r.ours = kvs[0]
 	}
-	r.decode(resp.Responses, tailKey(a.dir))
-	if r.created {
+	switch {
+	case a.rev != 0:
+	case r.put:
 		a.rev, a.seen = r.rev, r.rev
 		a.l.marker = "" // the puts deleted it
+	case r.ours != nil: // made by an earlier Txn whose reply was lost
+		a.rev, a.seen, a.lostCreate = r.ours.CreateRevision, r.rev, true
 	}
 	return r, nil
 }
 
-// decode walks the branches the Txn took: a put is our create; a read of
+// decode walks the branches the Txn took: a put is of our entry; a read of
 // the tail key is the tail, any other read the queue's newest keys.
 func (r *txnReply) decode(ops []*etcdserverpb.ResponseOp, tail string) {
 	for _, op := range ops {
 		switch {
 		case op.GetResponsePut() != nil:
-			r.created = true
+			r.put = true
 		case op.GetResponseTxn() != nil:
 			r.decode(op.GetResponseTxn().Responses, tail)
 		case op.GetResponseRange() != nil:
@@ -137,11 +122,6 @@ func (r *txnReply) decode(ops []*etcdserverpb.ResponseOp, tail string) {
 	}
 }
 
-// kindErr returns the error for a queue whose entries are of label.
-func (a *attempt) kindErr(label string) error {
-	return driver.KindMismatch(label, a.req.Kind, a.req.Limit)
-}
-
 // join puts our entry at the end of the queue (stepJoin): behind a tail of
 // our kind with one key read, not a sorted read of the queue, which would
 // cost etcd a walk of every entry at every join (docs/etcd.md, Lock 2).
@@ -150,26 +130,24 @@ func (a *attempt) join(ctx context.Context) error {
 	switch {
 	case err != nil:
 		return err
-	case r.ours != nil:
-		return a.joined(r)
-	case !r.created:
-		if label, _, _, ok := parseTail(r.tail.GetValue()); r.tail != nil && ok && label != a.label {
-			return a.kindErr(label)
-		}
-		// No tail, or one dlock did not write: go by the entries.
-		a.witness, a.step = firstEntry(a.dir, r.newest), stepBehind
-		return nil
-	case r.tail == nil:
+	case r.put && r.tail == nil:
 		a.granted() // queued into an empty queue: the oldest entry
 		return nil
+	case !r.put && r.ours == nil:
+		if label, _, _, ok := parseTail(r.tail.GetValue()); r.tail != nil && ok && label != a.label {
+			return driver.KindMismatch(label, a.req.Kind, a.req.Limit)
+		}
+		// No tail, or one dlock did not write: go by the entries.
+		a.witness, a.minRev, a.step = firstEntry(a.dir, r.newest), r.rev, stepBehind
+		return nil
 	}
-	// The tail, written with the newest entry on its lease and deleted when
-	// it goes, names an entry created at its mod revision (checkQueue
-	// catches a hand-made change).
-	label, mode, entry, _ := parseTail(r.tail.Value)
-	a.evaluateAt(a.rev)
+	// Queued behind the tail, or found after a lost reply (no tail read).
+	// The tail names the newest entry, created at its mod revision
+	// (docs/etcd.md, Keys; check catches a hand-made change).
+	label, mode, entry, _ := parseTail(r.tail.GetValue())
+	a.minRev, a.step = r.rev, stepEvaluate
 	if !isEntry(a.dir, entry) || entry == a.key {
-		return nil // not an entry's key, or ours: a tail left by a hand-made change
+		return nil // none, not an entry's key, or ours (a tail left by a hand-made change)
 	}
 	// The tail's entry is just ahead: a lock, a writer, or a reader behind
 	// a writer waits for it with no read; a permit counts (evaluate).
@@ -180,73 +158,39 @@ func (a *attempt) join(ctx context.Context) error {
 	return nil
 }
 
-// joined goes on from a Txn that found our entry, made by an earlier one
-// whose reply was lost.
-func (a *attempt) joined(r txnReply) error {
-	if r.ours.CreateRevision == 0 {
-		return errRequeue
-	}
-	a.rev, a.lostJoin = r.ours.CreateRevision, true
-	a.evaluateAt(r.rev)
-	return nil
-}
-
-// behind queues behind entries that have no tail (stepBehind): it reads an
-// entry, unless the join did, and creates ours if that entry, the kind's
-// witness, still exists; else it reads again, and joins again when only
-// markers are left.
+// behind queues behind entries that have no tail (stepBehind), if an entry
+// that the join read, or a read finds, still exists (the kind's witness);
+// it joins again when only markers are left.
 func (a *attempt) behind(ctx context.Context) error {
 	w := a.witness
 	a.witness = nil
 	if w == nil {
-		var err error
-		if w, err = a.someEntry(ctx); err != nil || w == nil {
-			a.step = stepJoin
+		p, ahead, err := a.scan(ctx, 0)
+		switch {
+		case err != nil:
 			return err
+		case p.Verdict == queue.Mismatch:
+			w = ahead[p.Target]
+		case len(ahead) == 0:
+			a.step = stepJoin
+			return nil
+		default:
+			w = ahead[len(ahead)-1]
 		}
 	}
 	if label, _, _ := parseEntry(w.Value); label != a.label {
-		return a.kindErr(label)
+		return driver.KindMismatch(label, a.req.Kind, a.req.Limit)
 	}
-	r, err := a.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(string(w.Key)), "=", w.CreateRevision)}, a.puts()...)
+	r, err := a.commit(ctx, []clientv3.Cmp{a.absent(), clientv3.Compare(clientv3.CreateRevision(string(w.Key)), "=", w.CreateRevision)}, a.puts()...)
 	switch {
 	case err != nil:
 		return err
-	case r.created:
-		a.evaluateAt(a.rev)
-	case r.ours != nil:
-		return a.joined(r)
+	case r.put || r.ours != nil:
+		a.minRev, a.step = r.rev, stepEvaluate
+	default:
+		a.minRev = r.rev // the witness went
 	}
 	return nil
-}
-
-// readOldest reads the queue's oldest n keys (0: all) with their values,
-// or all of them if fewer than want of those n are entries (markers among
-// them), and returns them with the read's revision.
-func (a *attempt) readOldest(ctx context.Context, n, want int) ([]*mvccpb.KeyValue, int64, error) {
-	var resp *clientv3.GetResponse
-	read := func(n int) error {
-		return retry(ctx, func(ctx context.Context) (err error) {
-			// Range over the queue with the values, oldest first.
-			resp, err = a.d.kv.Get(ctx, a.dir, clientv3.WithPrefix(), clientv3.WithLimit(int64(n)),
-				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-			return err
-		})
-	}
-	err := read(n)
-	if err == nil && n > 0 && len(resp.Kvs) == n && countEntries(a.dir, resp.Kvs) < want {
-		err = read(0)
-	}
-	if err != nil {
-		return nil, 0, a.d.wrapErr("read the queue", err)
-	}
-	return resp.Kvs, resp.Header.Revision, nil
-}
-
-// someEntry returns the oldest entry of the queue, or nil if it has none.
-func (a *attempt) someEntry(ctx context.Context) (*mvccpb.KeyValue, error) {
-	kvs, _, err := a.readOldest(ctx, queueReadLimit, 1)
-	return firstEntry(a.dir, kvs), err
 }
 
 // firstEntry returns the first entry among kvs, or nil if there is none.
@@ -255,15 +199,4 @@ func firstEntry(dir string, kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
 		return kvs[i]
 	}
 	return nil
-}
-
-// countEntries returns how many of kvs are entries, not markers.
-func countEntries(dir string, kvs []*mvccpb.KeyValue) int {
-	n := 0
-	for _, kv := range kvs {
-		if isEntry(dir, string(kv.Key)) {
-			n++
-		}
-	}
-	return n
 }

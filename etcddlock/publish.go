@@ -25,7 +25,7 @@ import (
 // a lease). Who looks at an entry's mod revision or at its puts:
 //   - A semaphore's waiter, for the touch of the waiter ahead of it
 //     (wait.go). It waits for waiters only, which never publish; other
-//     kinds' waiters ignore puts of the entry they wait for (predChanged).
+//     kinds' waiters ignore puts of the entry they wait for (check, change).
 //   - A waiter's release marker: a separate key (markerKey), put only by
 //     a release; a Publish never writes one, so a waiter never takes a
 //     Publish for the release of the entry ahead.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/dlockdev/dlock/driver"
 	"github.com/dlockdev/dlock/driver/queue"
@@ -65,22 +66,27 @@ func (a *attempt) evaluate(ctx context.Context) error {
 	return nil
 }
 
-// scan reads the queue newest first from our entry (at revision at, if
-// not 0), in pages eightfold larger each time, until the planner decides
-// over the entries read ahead of ours. errRequeue: our entry is gone.
-// A reader reads the values (the modes); a semaphore's entries are all
-// Shared of its label (the kind check), a lock's need no mode.
+// scan reads the queue newest first, from our entry (at revision at, if
+// not 0) or, with none yet, from its end, in pages eightfold larger each
+// time, until the planner decides over the entries read ahead of ours,
+// which it returns oldest first. errRequeue: our entry is gone.
 func (a *attempt) scan(ctx context.Context, at int64) (queue.Plan, []*mvccpb.KeyValue, error) {
-	values := a.req.Mode == driver.Shared && !a.semaphore()
+	// A reader reads the values (the modes), and so does a call with no
+	// entry (the kind check); a semaphore's are all Shared of its label.
+	fromEnd := a.rev == 0
+	values := fromEnd || a.req.Mode == driver.Shared && !a.semaphore()
 	limit := int64(queueReadLimit)
-	if a.semaphore() {
+	switch {
+	case a.semaphore():
 		limit += int64(a.req.Limit) + 1 // the holders, and one to tell a later waiter
+	case fromEnd && a.req.Mode == driver.Shared:
+		limit = 0 // all: one writer anywhere refuses a reader
 	}
 	for ; ; limit *= 8 {
 		var resp *clientv3.GetResponse
 		err := a.fresh(ctx, a.minRev, func(ctx context.Context, opts ...clientv3.OpOption) (rev int64, err error) {
-			// Range over the queue up to our entry, newest first (at
-			// revision 0: the current one).
+			// Range over the queue up to our entry (if any), newest first
+			// (at revision 0: the current one).
 			opts = append(opts, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(a.rev), clientv3.WithLimit(limit),
 				clientv3.WithRev(at), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))
 			if !values {
@@ -95,17 +101,29 @@ func (a *attempt) scan(ctx context.Context, at int64) (queue.Plan, []*mvccpb.Key
 			return queue.Plan{}, nil, err
 		}
 		kvs := resp.Kvs
-		if len(kvs) == 0 || string(kvs[0].Key) != a.key || kvs[0].CreateRevision != a.rev {
-			return queue.Plan{}, nil, errRequeue
+		if !fromEnd {
+			if len(kvs) == 0 || string(kvs[0].Key) != a.key || kvs[0].CreateRevision != a.rev {
+				return queue.Plan{}, nil, errRequeue
+			}
+			kvs = kvs[1:]
 		}
 		a.seen = cmp.Or(at, resp.Header.Revision)
 		var ahead []*mvccpb.KeyValue
-		for i := len(kvs) - 1; i > 0; i-- {
-			if isEntry(a.dir, string(kvs[i].Key)) {
-				ahead = append(ahead, kvs[i])
+		var es []queue.Entry
+		for _, kv := range slices.Backward(kvs) {
+			if !isEntry(a.dir, string(kv.Key)) {
+				continue
 			}
+			// Read with its value, or a semaphore's, or mode and kind unknown.
+			e := queue.Entry{}
+			if label, m, _ := parseEntry(kv.Value); values {
+				e = queue.Entry{Mode: m, Label: cmp.Or(label, foreignLabel)}
+			} else if a.semaphore() {
+				e = queue.Entry{Mode: driver.Shared, Label: a.label}
+			}
+			ahead, es = append(ahead, kv), append(es, e)
 		}
-		if p := queue.Decide(a.listing(a.entries(ahead, values), !resp.More)); p.Verdict != queue.NeedMore {
+		if p := queue.Decide(a.listing(es, !resp.More)); p.Verdict != queue.NeedMore {
 			return p, ahead, nil
 		}
 		if !resp.More {
@@ -115,29 +133,17 @@ func (a *attempt) scan(ctx context.Context, at int64) (queue.Plan, []*mvccpb.Key
 }
 
 // listing is the queue.Listing of our entry behind ahead, oldest first,
-// which are every entry ahead of it if all.
+// which are every entry ahead of it if all. A call with no entry yet
+// refuses another kind; a queued one waits behind it (a hand-made entry).
 func (a *attempt) listing(ahead []queue.Entry, all bool) queue.Listing {
 	l := queue.Listing{Ahead: ahead, Complete: all, Mode: a.req.Mode, Label: a.label, OtherKind: queue.AsExclusive}
+	if a.rev == 0 {
+		l.OtherKind = queue.Refuse
+	}
 	if a.semaphore() {
 		l.Limit = a.req.Limit
 	}
 	return l
-}
-
-// entries are the planner's entries of kvs: read with their values, or a
-// semaphore's, or unknown.
-func (a *attempt) entries(kvs []*mvccpb.KeyValue, values bool) []queue.Entry {
-	es := make([]queue.Entry, len(kvs))
-	for i, kv := range kvs {
-		switch {
-		case values:
-			label, m, _ := parseEntry(kv.Value)
-			es[i] = queue.Entry{Mode: m, Label: cmp.Or(label, foreignLabel)}
-		case a.semaphore():
-			es[i] = queue.Entry{Mode: driver.Shared, Label: a.label}
-		}
-	}
-	return es
 }
 
 // fresh runs read serializable (no leader round) if the member has

@@ -30,8 +30,8 @@ const (
 // granted at once, not at its next queue check (here 200 s, past the
 // watchdog). The watch, started after both writes, sees neither: what
 // grants the waiter is the read at the watch's start (waitChange, then
-// predGone), which finds an entry of that name with a new create revision
-// and takes it for the predecessor's end (predChanged).
+// check), which finds an entry of that name with a new create revision
+// and takes it for the predecessor's end.
 //
 // What it pins: with that read disabled, the test fails (Lock ends at the
 // watchdog), whether or not the watch's loop takes a put of the entry ahead

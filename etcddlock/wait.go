@@ -1,8 +1,10 @@
 package etcddlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/dlockdev/dlock/driver"
 	leng "github.com/dlockdev/dlock/internal/lease"
@@ -12,57 +14,25 @@ import (
 
 // wait waits for what the plan names to change (stepWait).
 func (a *attempt) wait(ctx context.Context) error {
-	a.waited = true
-	if a.pred != "" {
-		// If it goes in a release, however we learn it, the marker is
-		// ours to delete.
-		a.lastPred = a.pred
-	}
+	// If pred goes in a release, however we learn it, its marker is ours to delete.
+	a.waited, a.lastPred = true, cmp.Or(a.pred, a.lastPred)
 	rev, released, err := a.waitChange(ctx)
+	a.byRead = !released
 	switch {
 	case errors.Is(err, driver.ErrNotHeld):
 		err = a.loseLease() // a renewal found the lease gone, and our entry with it
 	case err == nil && released:
-		// Released by its Exclusive holder: granted with no read of our
-		// own entry (docs/etcd.md, Operations, Lock 4).
-		a.byRead = false
-		a.granted()
+		a.granted() // by its Exclusive holder's release, with no read (docs/etcd.md, Operations, Lock 4)
 	case err == nil:
 		// Gone otherwise, or granted (a semaphore's waiter): read the
 		// queue, which also checks that our entry still exists.
-		a.rewatch, a.byRead = backoff{}, true
-		a.evaluateAt(rev)
+		a.rewatch, a.minRev, a.step = backoff{}, rev, stepEvaluate
 	case errors.Is(err, errWatch):
-		a.byRead = true
 		if err = a.rewatch.wait(ctx); err == nil {
-			a.evaluateAt(a.seen)
+			a.minRev, a.step = a.seen, stepEvaluate
 		}
 	}
 	return err
-}
-
-// touch tells the waiter behind a semaphore's newly granted waiter that it
-// was granted: a write to our entry that changes only its mod revision
-// (stepTouch).
-func (a *attempt) touch(ctx context.Context) error {
-	var resp *clientv3.TxnResponse
-	err := retry(ctx, func(ctx context.Context) (err error) {
-		// Txn: if our entry is the one we created, put it again, same
-		// value and lease (a retry only wakes that waiter once more).
-		resp, err = a.d.kv.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
-			Then(clientv3.OpPut(a.key, "", clientv3.WithIgnoreValue(), clientv3.WithIgnoreLease())).
-			Commit()
-		return err
-	})
-	if err != nil {
-		return a.d.wrapErr("mark the entry granted", err)
-	}
-	if !resp.Succeeded {
-		return errRequeue // our entry is gone
-	}
-	a.step = stepFreshen
-	return nil
 }
 
 // waitChange waits, renewing our lease, until a.pred goes (or, a
@@ -85,10 +55,9 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 		return nil
 	}
 	defer stop()
-	// Watch create: the keys that start with the entry's key (the entry
-	// and its marker), or the directory's deletes for a semaphore's first
-	// waiter; from now, not a.seen+1: etcd serves a watch that starts in
-	// the past from a catch-up loop that runs every 100 ms.
+	// Watch create, from now (docs/etcd.md, Operations, Lock 3): the keys
+	// that start with the entry's key (the entry and its marker), or the
+	// directory's deletes for a semaphore's first waiter.
 	var wch clientv3.WatchChan
 	if a.ahead != nil {
 		wch = a.d.w.Watch(wctx, a.dir, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
@@ -119,12 +88,8 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 			if wr.Header.Revision <= seen {
 				continue
 			}
-			rev, gone, err := a.recheck(ctx, wr.Header.Revision)
-			if err == nil && gone {
-				err = stop()
-			}
-			if err != nil || gone {
-				return rev, false, err
+			if rev, gone, err := a.check(ctx, wr.Header.Revision); err != nil || gone {
+				return rev, false, cmp.Or(err, stop())
 			}
 		case err := <-renewals.Failed():
 			if errors.Is(err, errGone) {
@@ -167,9 +132,8 @@ func (a *attempt) change(evs []*clientv3.Event) (gone int64, released bool) {
 var errGone = errors.New("etcddlock: entry waited for gone")
 
 // renewals renews our lease while we wait, and checks the queue at the
-// first renewal and then once a TTL (docs/etcd.md, Operations, Lock 5).
-// They write a.seen, which the wait does not read meanwhile, and *gone,
-// the revision of a check that ended them with errGone.
+// first renewal and then once a TTL (docs/etcd.md, Operations, Lock 5),
+// writing a.seen (which the wait does not read meanwhile) and *gone.
 func (a *attempt) renewals() (w *leng.Waiter, gone *int64) {
 	gone, n := new(int64), 0
 	return leng.StartWaiter(a.l.since(), a.l.ttl, func(ctx context.Context) error {
@@ -179,28 +143,34 @@ func (a *attempt) renewals() (w *leng.Waiter, gone *int64) {
 		if n++; n%3 != 1 {
 			return nil
 		}
-		rev, changed, err := a.checkQueue(ctx)
-		if changed {
+		rev, changed, err := a.check(ctx, a.seen)
+		switch {
+		case changed:
 			*gone, err = rev, errGone
+		case err == nil:
+			a.seen = rev
 		}
 		return err
 	}), gone
 }
 
-// checkQueue reads whether our entry and the entry we wait for still exist
-// (errRequeue: ours is gone; changed: pred is, at the revision returned):
-// a hand-made delete of either would otherwise go unseen.
-func (a *attempt) checkQueue(ctx context.Context) (int64, bool, error) {
+// check reads, at minRev or later, whether our entry and what we wait for
+// still exist, and returns the read's revision: errRequeue if ours is
+// gone; changed if what we wait for is (or, a semaphore's waiter's, was
+// touched). A hand-made delete of either would otherwise go unseen.
+func (a *attempt) check(ctx context.Context, minRev int64) (rev int64, changed bool, err error) {
 	var resp *clientv3.TxnResponse
-	err := a.fresh(ctx, a.seen, func(ctx context.Context, opts ...clientv3.OpOption) (rev int64, err error) {
-		// Txn, read-only: the two keys (the member could not show our
-		// entry before it applied our join).
+	err = a.fresh(ctx, minRev, func(ctx context.Context, opts ...clientv3.OpOption) (rev int64, err error) {
+		// Txn, read-only, keys only: our entry (the member could not show
+		// it before it applied our join), and the entry we wait for, or
+		// the oldest keys of the queue, among them those we wait for.
 		opts = append(opts, clientv3.WithKeysOnly())
-		ops := []clientv3.Op{clientv3.OpGet(a.key, opts...)}
-		if a.pred != "" {
-			ops = append(ops, clientv3.OpGet(a.pred, opts...))
+		waited := clientv3.OpGet(a.pred, opts...)
+		if a.ahead != nil {
+			waited = clientv3.OpGet(a.dir, append(opts, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(a.rev),
+				clientv3.WithLimit(int64(len(a.ahead)+queueReadLimit)), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))...)
 		}
-		if resp, err = a.d.kv.Txn(ctx).Then(ops...).Commit(); err == nil {
+		if resp, err = a.d.kv.Txn(ctx).Then(clientv3.OpGet(a.key, opts...), waited).Commit(); err == nil {
 			rev = resp.Header.Revision
 		}
 		return rev, err
@@ -208,55 +178,16 @@ func (a *attempt) checkQueue(ctx context.Context) (int64, bool, error) {
 	if err != nil {
 		return 0, false, err
 	}
-	rs, rev := resp.Responses, resp.Header.Revision
-	if ours := rs[0].GetResponseRange().Kvs; len(ours) == 0 || ours[0].CreateRevision != a.rev {
+	ours, kvs := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	if len(ours) == 0 || ours[0].CreateRevision != a.rev {
 		return 0, false, errRequeue
 	}
-	if a.pred != "" && a.predChanged(rs[1].GetResponseRange().Kvs) {
-		return rev, true, nil
-	}
-	a.seen = rev
-	return rev, false, nil
-}
-
-// predChanged reports whether kvs, a read of a.pred, shows it gone or, for
-// a semaphore's waiter, touched. Other kinds look at the create revision
-// alone: a holder's Publish changes its mod revision and grants nobody.
-func (a *attempt) predChanged(kvs []*mvccpb.KeyValue) bool {
-	if len(kvs) == 0 || kvs[0].CreateRevision != a.predRev {
-		return true
-	}
-	return a.semaphore() && kvs[0].ModRevision != a.predRev
-}
-
-// recheck reads whether what we wait for has changed at minRev or later,
-// and returns that revision.
-func (a *attempt) recheck(ctx context.Context, minRev int64) (int64, bool, error) {
-	key, opts := a.pred, []clientv3.OpOption{clientv3.WithKeysOnly()} // Range, that one key
 	if a.ahead != nil {
-		// Range over the oldest keys of the queue: those we wait for.
-		key, opts = a.dir, append(opts, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(a.rev),
-			clientv3.WithLimit(int64(len(a.ahead)+queueReadLimit)), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		there := slices.DeleteFunc(kvs, func(kv *mvccpb.KeyValue) bool { return !a.ahead[string(kv.Key)] })
+		return resp.Header.Revision, len(there) < len(a.ahead), nil
 	}
-	var resp *clientv3.GetResponse
-	err := a.fresh(ctx, minRev, func(ctx context.Context, serializable ...clientv3.OpOption) (rev int64, err error) {
-		if resp, err = a.d.kv.Get(ctx, key, append(opts, serializable...)...); err == nil {
-			rev = resp.Header.Revision
-		}
-		return rev, err
-	})
-	if err != nil {
-		return 0, false, err
-	}
-	kvs, rev := resp.Kvs, resp.Header.Revision
-	if a.ahead == nil {
-		return rev, a.predChanged(kvs), nil
-	}
-	there := 0
-	for _, kv := range kvs {
-		if a.ahead[string(kv.Key)] {
-			there++
-		}
-	}
-	return rev, there < len(a.ahead), nil
+	// Other kinds than a semaphore look at the create revision alone: a
+	// holder's Publish changes its mod revision and grants nobody.
+	changed = len(kvs) == 0 || kvs[0].CreateRevision != a.predRev || a.semaphore() && kvs[0].ModRevision != a.predRev
+	return resp.Header.Revision, changed, nil
 }

@@ -122,6 +122,44 @@ for pkg in sqlfence httpfence; do
     fi
   fi
 done
+# OpenTelemetry belongs to observability/dlockotel alone: a program that
+# imports dlock and a backend or a guard builds no package of it, and the
+# root module's graph holds none of its modules (a backend's may, where its
+# client's does: etcd's through gRPC).
+# Prometheus is observability/dlockprom's dependency, for those who import
+# it: a user of the root module or of a backend must not get it from dlock
+# (a backend's client may bring it: etcd's client does, for its gRPC
+# metrics). Checked always, not only with --check.
+user=$work/user-root
+module "$user" example.com/user github.com/dlockdev/dlock
+(cd "$user" && go mod edit -require="$dlock_module@$version")
+tidy "$user"
+otel=$(
+  cd "$user" && go list -m -f '{{.Path}} (in the root module'"'"'s graph)' all | grep '^go.opentelemetry.io/' || true
+  for pkg in redisdlock zkdlock etcddlock sqlfence httpfence; do
+    (cd "$work/user-$pkg" && go list -deps . | grep '^go.opentelemetry.io/' | sed "s#\$# (built by a user of $pkg)#") || true
+  done
+)
+if [ -z "$otel" ]; then
+  echo "OpenTelemetry: none in the root module's graph nor in the build of a backend's or guard's user"
+else
+  echo "OpenTelemetry where only observability/dlockotel may bring it:"
+  echo "$otel" | sed 's/^/  /'
+  ! $check || fail=true
+fi
+for pkg in root "${backends[@]%% *}"; do
+  user=$work/user-$pkg alone=$work/alone-$pkg
+  prom=$(cd "$user" && go list -m -f '{{.Path}}' all | grep '^github.com/prometheus/' || true)
+  if [ -n "$prom" ] && [ -d "$alone" ]; then
+    prom=$(comm -23 <(echo "$prom" | sort) <(cd "$alone" && go list -m -f '{{.Path}}' all | sort))
+  fi
+  if [ -n "$prom" ]; then
+    echo "deps.sh: a user of $pkg gets Prometheus from dlock:" >&2
+    echo "$prom" | sed 's/^/  /' >&2
+    fail=true
+  fi
+done
+$fail || echo "Prometheus: none from the root module or a backend (only observability/dlockprom's users get it)"
 if $fail; then
   exit 1
 fi

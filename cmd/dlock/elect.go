@@ -41,6 +41,7 @@ func (c *cli) cmdElect(ctx context.Context, args []string) int {
 	grace := f.Duration("grace", 0, "")
 	verbose := f.Bool("verbose", false, "")
 	f.BoolVar(verbose, "v", false, "")
+	metricsAddr := addMetricsFlag(f)
 	pos, code, ok := c.parse(f, args, -1)
 	if !ok {
 		return code
@@ -79,6 +80,12 @@ func (c *cli) cmdElect(ctx context.Context, args []string) int {
 		return c.fail(exitFailure, err)
 	}
 
+	metrics, stopMetrics, code, ok := c.startClientMetrics(f, *metricsAddr, *verbose)
+	if !ok {
+		return code
+	}
+	defer stopMetrics()
+
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, forwardedSignals()...)
 	defer signal.Stop(sigs)
@@ -86,7 +93,7 @@ func (c *cli) cmdElect(ctx context.Context, args []string) int {
 	defer relay.stop()
 	octx, stopWatch := cancelOnSignal(ctx, relay.out)
 
-	client, code, ok := c.open(octx, backend, programOptions(program, *ttl, ttlSet)...)
+	client, code, ok := c.open(octx, backend, withMetrics(programOptions(program, *ttl, ttlSet), metrics)...)
 	if s := stopWatch(); s != nil {
 		if client != nil {
 			client.Close()

@@ -48,6 +48,7 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	limit := f.Int("limit", 0, "")
 	shared := f.Bool("shared", false, "")
 	exclusive := f.Bool("exclusive", false, "")
+	metricsAddr := addMetricsFlag(f)
 	pos, code, ok := c.parse(f, args, -1)
 	if !ok {
 		return code
@@ -108,6 +109,12 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 		return c.usageError("run", "%s %d: an exit status lies within [0, 255]", f.source("conflict-exit-code"), *conflictCode)
 	}
 
+	metrics, stopMetrics, code, ok := c.startClientMetrics(f, *metricsAddr, *verbose)
+	if !ok {
+		return code
+	}
+	defer stopMetrics()
+
 	// Signals are caught from the start: an interrupted wait must leave the
 	// queue, not die in it. Until PROGRAM runs, the first one cancels ctx.
 	sigs := make(chan os.Signal, 16)
@@ -115,7 +122,7 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	defer signal.Stop(sigs)
 	ctx, stopWatch := cancelOnSignal(ctx, sigs)
 
-	client, code, ok := c.open(ctx, backend, programOptions(program, *ttl, ttlSet)...)
+	client, code, ok := c.open(ctx, backend, withMetrics(programOptions(program, *ttl, ttlSet), metrics)...)
 	if !ok {
 		if s := stopWatch(); s != nil {
 			return c.interrupted(s, key)

@@ -71,6 +71,12 @@ func scriptCommands(t *testing.T) map[string]func(ts *testscript.TestScript, neg
 		// share, which the first use starts (only scripts that need it
 		// pay for it).
 		"postgres": cmdPostgres,
+		// scrape NAME METRIC [VALUE [LABEL=VALUE...]]: scrape the
+		// /metrics that the background process NAME serves, at the
+		// address it printed on its stderr, and require a series of
+		// METRIC (with exactly those labels, and that value; a
+		// histogram's value is its count).
+		"scrape": cmdScrape,
 	}
 }
 

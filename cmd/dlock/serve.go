@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func (c *cli) cmdServe(ctx context.Context, args []string) int {
@@ -17,6 +19,7 @@ func (c *cli) cmdServe(ctx context.Context, args []string) int {
 	listen := f.String("listen", defaultListen, "")
 	dataDir := f.String("data-dir", "", "")
 	logLevel := f.String("log-level", "error", "")
+	metricsAddr := addMetricsFlag(f)
 	if _, code, ok := c.parse(f, args, 0); !ok {
 		return code
 	}
@@ -34,6 +37,16 @@ func (c *cli) cmdServe(ctx context.Context, args []string) int {
 		*dataDir = tmp
 	} else if *dataDir == "" {
 		*dataDir = defaultDataDir(host, port)
+	}
+
+	if *metricsAddr != "" {
+		// The default registry: the Go and process collectors, and the
+		// embedded etcd's server metrics, which etcd registers there.
+		stopMetrics, code, ok := c.serveMetrics("serve", f.source("metrics-addr"), *metricsAddr, prometheus.DefaultGatherer, true)
+		if !ok {
+			return code
+		}
+		defer stopMetrics()
 	}
 
 	// Stop on SIGINT or SIGTERM; a second one kills at once.

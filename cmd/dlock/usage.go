@@ -93,6 +93,8 @@ Flags:
     --grace D               time between SIGTERM and SIGKILL after the lease is lost;
                             less than the TTL (DLOCK_GRACE; default TTL/3, at most 5s)
     --connect-timeout D     time to reach the server (DLOCK_CONNECT_TIMEOUT; default 5s)
+    --metrics-addr HOST:PORT  serve Prometheus metrics at /metrics while dlock runs;
+                            port 0 picks a free one (DLOCK_METRICS_ADDR; default: none)
     -v, --verbose           say when dlock waits, acquires and releases (DLOCK_VERBOSE)
 
 Flags may also follow KEY; dlock reads none after PROGRAM, whose flags
@@ -184,6 +186,8 @@ Flags:
                             address under the user cache dir, e.g. ~/.cache/dlock/)
     --log-level LEVEL       etcd's log level: debug, info, warn, error (DLOCK_LOG_LEVEL;
                             default error)
+    --metrics-addr HOST:PORT  serve etcd's Prometheus metrics at /metrics; port 0
+                            picks a free one (DLOCK_METRICS_ADDR; default: none)
 
 Examples:
     $ dlock serve &

@@ -36,6 +36,8 @@ Flags:
     --grace D               time between SIGTERM and SIGKILL after leadership is lost;
                             less than the TTL (DLOCK_GRACE; default TTL/3, at most 5s)
     --connect-timeout D     time to reach the server (DLOCK_CONNECT_TIMEOUT; default 5s)
+    --metrics-addr HOST:PORT  serve Prometheus metrics at /metrics while dlock runs;
+                            port 0 picks a free one (DLOCK_METRICS_ADDR; default: none)
     -v, --verbose           say when dlock campaigns, leads and resigns (DLOCK_VERBOSE)
 
 Flags may also follow KEY; dlock reads none after PROGRAM.

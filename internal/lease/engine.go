@@ -65,8 +65,8 @@ var ErrReleased = errors.New("dlock: lease released by Unlock")
 
 // Engine keeps one grant alive. It is safe for concurrent use.
 //
-// Started by Start, it runs on two timers (time.AfterFunc), not on a
-// goroutine of its own (started by a Scheduler, on its group's one timer): a
+// Started by Start, it runs on a timer (time.AfterFunc), not on a
+// goroutine of its own (started by a Scheduler, on its group's timer): a
 // held lease costs no goroutine, and starting or releasing one wakes no
 // other thread. Lock and Unlock are on the hand-off's critical path, and on
 // a busy machine a goroutine's start-up and its wake-up at Release cost more
@@ -80,7 +80,7 @@ type Engine struct {
 	obs      Observer // nil: nobody observes, and the engine reads no clock for it
 	clk      clock
 	// grp renews the lease with the others of its client and validity
-	// (see Scheduler); nil when the lease runs on its own two timers.
+	// (see Scheduler); nil when the lease runs on a timer of its own.
 	grp *group
 	idx int // position in grp.members, -1 outside; guarded by grp.s.mu
 
@@ -90,19 +90,20 @@ type Engine struct {
 	// done is the public Done channel, made by the first Done (a lease
 	// nobody waits on costs none): closedChan once the lease has ended
 	// before. Guarded by mu.
-	done          chan struct{}
-	deadline      time.Time          // local deadline; guarded by mu
-	err           error              // non-nil once done is closed; guarded by mu
-	reason        error              // err without the key, for Release's error; guarded by mu
-	released      bool               // Release was called; guarded by mu
-	renewTimer    *time.Timer        // runs renew; nil with grp; guarded by mu
-	deadlineTimer *time.Timer        // runs onDeadline; nil with grp; guarded by mu
-	cancelRenew   context.CancelFunc // of the renewal in flight, if any; guarded by mu
+	done     chan struct{}
+	deadline time.Time // local deadline; guarded by mu
+	err      error     // non-nil once done is closed; guarded by mu
+	reason   error     // err without the key, for Release's error; guarded by mu
+	released bool      // Release was called; guarded by mu
+	// timer runs onTimer at renewAt, or at the deadline while a renewal
+	// is in flight; nil with grp. Guarded by mu.
+	timer       *time.Timer
+	cancelRenew context.CancelFunc // of the renewal in flight, if any; guarded by mu
 	// limitTimer runs onLimit (see LimitAt), with limitReason; guarded by mu.
 	limitTimer  *time.Timer
 	limitReason error
 
-	renewAt time.Time // when the renew timer is due; guarded by mu
+	renewAt time.Time // when the next renewal is due; guarded by mu
 	ending  End       // why the lease ended, once err is set; guarded by mu
 	endedAt time.Time // when, with an observer; guarded by mu
 	// inRelease says the server call of the first Release (or of the
@@ -136,11 +137,10 @@ func StartIn(e *Engine, s *Scheduler, key string, g driver.Grant, log *slog.Logg
 		return
 	}
 	e.init(key, g, log, obs, realClock{})
-	// The timers' functions take mu first, so they see both timers set
-	// even when one fires at once (a grant already past its deadline).
+	// onTimer takes mu first, so it sees the timer set even when it
+	// fires at once (a grant already past its deadline).
 	e.mu.Lock()
-	e.deadlineTimer = time.AfterFunc(time.Until(e.deadline), e.onDeadline)
-	e.renewTimer = time.AfterFunc(time.Until(e.renewAt), e.renew)
+	e.timer = time.AfterFunc(time.Until(e.renewAt), e.onTimer)
 	e.mu.Unlock()
 	e.watch()
 }
@@ -300,13 +300,12 @@ func (e *Engine) endLocked(end End, reason error) bool {
 	return true
 }
 
-// stopTimersLocked stops both timers and cancels a renewal in flight. A
+// stopTimersLocked stops the timers and cancels a renewal in flight. A
 // timer function already started finds the lease ended or released and
 // does nothing. e.mu must be held.
 func (e *Engine) stopTimersLocked() {
-	if e.grp == nil {
-		e.renewTimer.Stop()
-		e.deadlineTimer.Stop()
+	if e.timer != nil {
+		e.timer.Stop()
 	}
 	if e.limitTimer != nil {
 		e.limitTimer.Stop()
@@ -343,40 +342,36 @@ func (e *Engine) lost(err error) {
 	e.end(Dropped, fmt.Errorf("%w: %w", driver.ErrLeaseLost, err))
 }
 
-// onDeadline ends the lease when its deadline has passed. The timer may fire
-// a little early relative to a deadline that a renewal just moved: it then
-// waits for the current one.
-func (e *Engine) onDeadline() {
+// onTimer ends the lease when its deadline has passed, and otherwise
+// renews it when the renewal is due, in the timer's goroutine. The timer
+// may fire early relative to a deadline or renewal that has just moved:
+// it then waits for the current one. Only one renewal runs at a time;
+// meanwhile the timer waits for the deadline, which a renewal that has
+// not answered by then cannot move.
+func (e *Engine) onTimer() {
 	e.mu.Lock()
 	if e.err != nil || e.released {
 		e.mu.Unlock()
 		return
 	}
-	if left := time.Until(e.deadline); left > 0 {
-		e.deadlineTimer.Reset(left)
+	now := time.Now()
+	if !now.Before(e.deadline) {
+		ended := e.endLocked(Expired, e.expiredErr())
 		e.mu.Unlock()
+		if ended {
+			e.finish()
+		}
 		return
 	}
-	ended := e.endLocked(Expired, e.expiredErr())
-	e.mu.Unlock()
-	if ended {
-		e.finish()
-	}
-}
-
-// renew renews the grant once, in the renew timer's goroutine, and sets the
-// timer for the next renewal: validity/3 after this one started, or soon
-// after a transient failure. Only one renewal runs at a time, since the
-// timer is set again only when it is done.
-func (e *Engine) renew() {
-	e.mu.Lock()
-	if e.err != nil || e.released {
+	if e.cancelRenew != nil || now.Before(e.renewAt) {
+		e.armLocked()
 		e.mu.Unlock()
 		return
 	}
 	// A renewal that has not answered by the deadline cannot help.
 	ctx, cancel := context.WithDeadline(context.Background(), e.deadline)
 	e.cancelRenew = cancel
+	e.armLocked()
 	e.mu.Unlock()
 
 	sent := time.Now()
@@ -396,7 +391,7 @@ func (e *Engine) renew() {
 	late := sent.Sub(e.renewAt)
 	ended := e.renewedLocked(sent, err)
 	if !ended {
-		e.renewTimer.Reset(time.Until(e.renewAt))
+		e.armLocked()
 	}
 	e.mu.Unlock()
 	if e.obs != nil {
@@ -407,21 +402,28 @@ func (e *Engine) renew() {
 	}
 }
 
+// armLocked sets the timer for the next renewal or, while one is in
+// flight, for the deadline. e.mu must be held.
+func (e *Engine) armLocked() {
+	at := e.renewAt
+	if e.cancelRenew != nil || e.deadline.Before(at) {
+		at = e.deadline
+	}
+	e.timer.Reset(time.Until(at))
+}
+
 // renewedLocked applies the answer err to a renewal of the lease sent at
 // sent, and reports whether it ended the lease (then the caller calls
 // finish). A success moves the deadline to a validity after sent and the
 // next renewal to a third of it later; ErrNotHeld ends the lease; any
 // other error is transient, retried soon, and the deadline ends the lease
-// if nothing works. It sets renewAt but no renew timer. e.mu must be held,
+// if nothing works. It sets renewAt and the deadline but no timer. e.mu must be held,
 // and the lease neither ended nor released.
 func (e *Engine) renewedLocked(sent time.Time, err error) bool {
 	switch {
 	case err == nil:
 		if d := e.deadlineFrom(e.heardFrom(sent)); d.After(e.deadline) {
 			e.deadline = d
-			if e.deadlineTimer != nil {
-				e.deadlineTimer.Reset(time.Until(d))
-			}
 		}
 		// After the reply, so that the dlock_weak build's countFrom
 		// sees when it arrived.

@@ -395,3 +395,39 @@ func TestEngine_errorTextSaysEachThingOnce(t *testing.T) {
 	}
 	_ = e.Release(context.Background())
 }
+
+// stuckGrant is a fakeGrant whose renewals, after the first, hang until
+// the test ends, whatever their ctx says.
+type stuckGrant struct {
+	*fakeGrant
+	stuck   chan struct{}
+	renewed chan struct{}
+}
+
+func (g *stuckGrant) Renew(ctx context.Context) error {
+	g.renewed <- struct{}{}
+	<-g.stuck
+	return nil
+}
+
+// The lease's one timer waits for the deadline while a renewal is in
+// flight: a renewal that never answers does not hold Done open.
+func TestEngine_renewalInFlight_deadlineStillEndsLease(t *testing.T) {
+	g := &stuckGrant{fakeGrant: newFake(300 * time.Millisecond), stuck: make(chan struct{}), renewed: make(chan struct{}, 1)}
+	defer close(g.stuck)
+	e := Start("k", g, nil, nil)
+	done := e.Done()
+	select {
+	case <-g.renewed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no renewal (watchdog)")
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("lease not ended at its deadline while its renewal hangs (watchdog)")
+	}
+	if err := e.Err(); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost", err)
+	}
+}

@@ -18,13 +18,16 @@ import (
 //
 // A group's timer fires at the earliest of its leases' next renewals and
 // deadlines. A tick ends the leases whose deadline has passed and, when
-// one of the others is due, renews all of them: a lease renewed before
-// it was due is only renewed early, and from then on it renews at the
-// same ticks as the others. A new lease joins its group without waiting
-// beyond its own first renewal, which pulls the group's next tick earlier
-// when it falls before it; so no lease is renewed later than it would be
-// on timers of its own. One batch is in flight per group at a time; the
-// timer still ends the leases whose deadline passes meanwhile.
+// one of the others is due, renews with it every lease due within half a
+// renewal interval: a lease renewed before it was due is only renewed
+// early, and from then on it renews at the same ticks as the others, so
+// that a group renews in one batch per interval, two while new leases
+// fall in step. No lease waits beyond its own renewal time: a lease
+// granted by a request sent long before (a Lock that waited), or retried
+// after a failure, brings a tick forward, and that tick renews only the
+// few leases due by then, not the whole group. One batch is in flight per
+// group at a time; the timer still ends the leases whose deadline passes
+// meanwhile.
 //
 // The safety argument of the package holds for each lease alone: a
 // RenewBatch renews each of its grants as a Renew called at the same
@@ -160,7 +163,8 @@ func (g *group) leave(e *Engine) {
 }
 
 // tick ends the members whose deadline has passed and, when one of the
-// others is due and no batch is in flight, renews them all in one batch.
+// others is due and no batch is in flight, renews in one batch every
+// member due within half a renewal interval.
 func (g *group) tick() {
 	s := g.s
 	s.mu.Lock()
@@ -190,7 +194,7 @@ func (g *group) tick() {
 	}
 	var ctx context.Context
 	if due && !g.sending {
-		ctx = g.startBatch()
+		ctx = g.startBatch(now.Add(g.validity / 6))
 	}
 	g.arm()
 	s.mu.Unlock()
@@ -202,21 +206,23 @@ func (g *group) tick() {
 	}
 }
 
-// startBatch takes every member into the next batch, and returns the
-// context it is sent with: it ends at the latest deadline of the batch,
-// when it can no longer help any of them, or when the group empties.
-// s.mu must be held.
-func (g *group) startBatch() context.Context {
-	g.batch = append(g.batch[:0], g.members...)
-	g.grants = g.grants[:0]
+// startBatch takes the members due by until into the next batch, and
+// returns the context it is sent with: it ends at the latest deadline of
+// the batch, when it can no longer help any of them, or when the group
+// empties. s.mu must be held.
+func (g *group) startBatch(until time.Time) context.Context {
+	g.batch, g.grants = g.batch[:0], g.grants[:0]
 	var last time.Time
-	for _, e := range g.batch {
+	for _, e := range g.members {
 		e.mu.Lock()
-		if e.deadline.After(last) {
-			last = e.deadline
+		if !e.renewAt.After(until) {
+			g.batch = append(g.batch, e)
+			g.grants = append(g.grants, e.grant)
+			if e.deadline.After(last) {
+				last = e.deadline
+			}
 		}
 		e.mu.Unlock()
-		g.grants = append(g.grants, e.grant)
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), last)
 	g.sending, g.cancel = true, cancel
