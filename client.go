@@ -25,10 +25,17 @@ type Client struct {
 	log      *slog.Logger
 	hooks    hookSet
 	backend  string // driver.Named's, for the hooks
+	// sched renews the leases together when the driver can
+	// (driver.BatchRenewer); nil: each lease renews on its own.
+	sched *lease.Scheduler
 
-	// ctx is cancelled by Close so that waiting Lock calls return.
+	// ctx is cancelled by Close, with the cause ErrClosed, so that
+	// waiting Lock calls return.
 	ctx    context.Context
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
+	// metadata is the default metadata encoded once, for the requests
+	// that use it (the drivers do not modify it).
+	metadata []byte
 
 	// acquiring counts Lock and TryLock calls in flight: Close waits for
 	// them, so that a cancelled attempt can still clean up on the server
@@ -37,7 +44,11 @@ type Client struct {
 
 	mu     sync.Mutex
 	leases map[*Lease]struct{} // held leases, released by Close; guarded by mu
-	closed bool                // guarded by mu
+	// calls holds the cancel functions of the Lock and TryLock calls in
+	// flight with a ctx of their own, for Close; guarded by mu.
+	calls    map[uint64]context.CancelCauseFunc
+	lastCall uint64 // the key of the latest in calls; guarded by mu
+	closed   bool   // guarded by mu
 	// closing bounds every release that Close causes, including that of a
 	// grant that arrives while Close runs; set with closed. Guarded by mu.
 	closing context.Context
@@ -76,8 +87,15 @@ func NewClient(d driver.Driver, opts ...Option) (*Client, error) {
 	if n, ok := d.(driver.Named); ok {
 		backend = n.Backend()
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	var sched *lease.Scheduler
+	if br, ok := d.(driver.BatchRenewer); ok {
+		sched = lease.NewScheduler(br)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Client{
+		sched:    sched,
+		metadata: encodeMetadata(cfg.lock.metadata, ""),
+		calls:    make(map[uint64]context.CancelCauseFunc),
 		drv:      d,
 		defaults: cfg.lock,
 		log:      cfg.logger,
@@ -152,8 +170,9 @@ func (c *Client) take(ctx context.Context, op, key string, sh shape, wait bool, 
 		return nil, false, opErr(op, key, fmt.Errorf("%w: semaphore limit %d is below 1", ErrInvalidOption, sh.limit))
 	}
 	cfg := c.defaults
-	for _, o := range opts {
-		if err := o.applyLock(&cfg); err != nil {
+	if len(opts) > 0 {
+		var err error
+		if cfg, err = withLockOptions(cfg, opts); err != nil {
 			return nil, false, opErr(op, key, err)
 		}
 	}
@@ -168,30 +187,32 @@ func (c *Client) take(ctx context.Context, op, key string, sh shape, wait bool, 
 		// Inside Do of this key: waiting would wait for ourselves.
 		return nil, false, opErr(op, key, ErrReentrant)
 	}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil, false, opErr(op, key, ErrClosed)
-	}
-	c.acquiring.Add(1)
-	c.mu.Unlock()
-	defer c.acquiring.Done()
+	// The request, and the call's context when it needs one, live in the
+	// lease they become: one allocation for all.
+	l = &Lease{client: c, key: key, kind: sh.kind, mode: sh.mode, metadata: cfg.metadata}
 	// The hooks' context outlives the call, kept with the lease.
 	hookCtx := ctx
 	// Close must interrupt a waiting Lock.
-	ctx, stop := mergeCancel(ctx, c.ctx)
-	defer stop()
+	ctx, call, err := c.startCall(ctx, &l.callCtx)
+	if err != nil {
+		return nil, false, opErr(op, key, err)
+	}
+	defer c.endCall(call)
 
-	req := &driver.AcquireRequest{
+	l.req = driver.AcquireRequest{
 		Key:      key,
-		Owner:    newOwnerID(),
+		Owner:    newOwnerID(&l.ownerBits),
 		TTL:      cfg.ttl,
-		Metadata: encodeMetadata(cfg.metadata, cfg.value),
+		Metadata: c.metadata,
 		Wait:     wait,
 		Kind:     sh.kind,
 		Limit:    sh.limit,
 		Mode:     sh.mode,
 	}
+	if cfg.metadata != c.defaults.metadata || cfg.value != "" {
+		l.req.Metadata = encodeMetadata(cfg.metadata, cfg.value)
+	}
+	req := &l.req
 	g, err := c.drv.Acquire(ctx, req)
 	if err != nil {
 		if c.ctx.Err() != nil {
@@ -200,7 +221,7 @@ func (c *Client) take(ctx context.Context, op, key string, sh shape, wait bool, 
 		return nil, false, opErr(op, key, err)
 	}
 	at := time.Now()
-	l = &Lease{client: c, key: key, token: g.Token(), ttl: g.Validity(), kind: sh.kind, mode: sh.mode, grant: g, metadata: cfg.metadata, granted: at}
+	l.token, l.ttl, l.grant, l.granted = g.Token(), g.Validity(), g, at
 	// A grant is told as acquired even when Close turns out below to
 	// have begun meanwhile: its lease then ends at once, as closed, and
 	// every lease end the hooks hear of follows its grant.
@@ -211,7 +232,8 @@ func (c *Client) take(ctx context.Context, op, key string, sh shape, wait bool, 
 	if c.hooks.watchesLeases() {
 		l.hookCtx, obs = hookCtx, leaseEvents{l}
 	}
-	l.eng = lease.Start(key, g, c.log, obs)
+	l.eng = &l.engine
+	lease.StartIn(l.eng, c.sched, key, g, c.log, obs)
 	if cfg.hold > 0 {
 		l.hold = &minHold{until: at.Add(cfg.hold)}
 	}
@@ -374,8 +396,13 @@ func (c *Client) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
 	defer cancel()
 	c.closed, c.closing = true, ctx
+	// The Client's first: a call that ends finds it ended, and says
+	// ErrClosed.
+	c.cancel(ErrClosed)
+	for _, cancel := range c.calls {
+		cancel(ErrClosed)
+	}
 	c.mu.Unlock()
-	c.cancel()
 
 	// In parallel: on a server that does not answer, one after another
 	// would take a TTL per lease.
@@ -405,12 +432,89 @@ func (c *Client) Close() error {
 	return errors.Join(errs...)
 }
 
+// withLockOptions returns cfg with opts applied. It is apart from take
+// so that only a call with options pays for the copy they modify.
+func withLockOptions(cfg lockConfig, opts []LockOption) (lockConfig, error) {
+	for _, o := range opts {
+		if err := o.applyLock(&cfg); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
 // newOwnerID returns 128 random bits: an identity nobody can guess or
 // collide with, unlike a host name, a thread id or a timestamp.
-func newOwnerID() string {
-	var b [16]byte
+// The bits are read into b, which the caller keeps in a struct it has
+// allocated anyway: a local array would escape to the heap (into
+// crypto/rand, in some builds) on every call.
+func newOwnerID(b *[16]byte) string {
 	_, _ = rand.Read(b[:]) // never fails: crypto/rand crashes the program instead
 	return hex.EncodeToString(b[:])
+}
+
+// startCall counts a Lock or TryLock call in flight for Close, and
+// returns its ctx ended by Close too (with the cause ErrClosed), and the
+// key of its cancel function for endCall. It returns ErrClosed after
+// Close. A ctx that carries values but is never cancelled is kept in
+// own, which the caller has allocated anyway.
+func (c *Client) startCall(ctx context.Context, own *closedBy) (context.Context, uint64, error) {
+	var cancel context.CancelCauseFunc
+	if ctx.Done() == nil {
+		// Never cancelled (Background, or values only): Close alone ends
+		// it, with no context of its own to register.
+		if ctx != context.Background() {
+			*own = closedBy{c.ctx, ctx}
+			ctx = own
+		} else {
+			ctx = c.ctx
+		}
+	} else {
+		ctx, cancel = context.WithCancelCause(ctx)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		if cancel != nil {
+			cancel(nil)
+		}
+		return nil, 0, ErrClosed
+	}
+	c.acquiring.Add(1)
+	if cancel == nil {
+		return ctx, 0, nil
+	}
+	c.lastCall++
+	c.calls[c.lastCall] = cancel
+	return ctx, c.lastCall, nil
+}
+
+// endCall ends what startCall began.
+func (c *Client) endCall(call uint64) {
+	if call != 0 {
+		c.mu.Lock()
+		cancel := c.calls[call]
+		delete(c.calls, call)
+		c.mu.Unlock()
+		cancel(nil)
+	}
+	c.acquiring.Done()
+}
+
+// closedBy is a context that ends when the Client's does, with the values
+// of a context that never ends.
+type closedBy struct {
+	context.Context // the Client's
+	values          context.Context
+}
+
+func (c *closedBy) Value(key any) any {
+	// The Client's context answers for its cancellation (context.Cause),
+	// and has no other values.
+	if v := c.Context.Value(key); v != nil {
+		return v
+	}
+	return c.values.Value(key)
 }
 
 // mergeCancel returns a context that ends when ctx or other ends.

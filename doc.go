@@ -15,7 +15,9 @@
 //
 // Lock waits, in arrival order, until the key is free; TryLock gives up at
 // once with ErrLocked. A Lease renews itself in the background (about every
-// TTL/3, see WithTTL) until Unlock. If the holder crashes, the server frees the
+// TTL/3, see WithTTL) until Unlock; where the backend can, a Client renews all
+// its leases of one TTL in one request per renewal interval, each lease still
+// lost alone if its renewal fails. If the holder crashes, the server frees the
 // key after at most one TTL. Client.Do runs a function under a lock with a
 // context that is cancelled when the lease is lost.
 //

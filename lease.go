@@ -29,9 +29,15 @@ type Lease struct {
 	grant  driver.Grant // for what the engine does not do: an election's Publish, the backends' fencing checks
 	// metadata is what the lease was granted with, kept by Proclaim.
 	metadata Metadata
-	eng      *lease.Engine
-	hold     *minHold // HoldAtLeast's state; nil without it
-	granted  time.Time
+	eng      *lease.Engine // &engine
+	engine   lease.Engine
+	// req is the request that acquired the lease; ownerBits are its
+	// Owner's, and callCtx its context when it needed one of its own.
+	req       driver.AcquireRequest
+	ownerBits [16]byte
+	callCtx   closedBy
+	hold      *minHold // HoldAtLeast's state; nil without it
+	granted   time.Time
 	// hookCtx is the context AcquireDone returned, for the lease's later
 	// hooks; nil when the Client has none for leases.
 	hookCtx context.Context

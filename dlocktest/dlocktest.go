@@ -184,6 +184,7 @@ var tests = []testCase{
 	{"Lease_renewsItself", testLease_renewsItself},
 	{"Lease_holderCutOff_lostBeforeNextGrant", testLease_holderCutOff_lostBeforeNextGrant},
 	{"Lease_keyDeleted_lost", testLease_keyDeleted_lost},
+	{"Lease_manyHeld_renewedTogether_lostAlone", testLease_manyHeld_renewedTogether_lostAlone},
 	{"Do_cancelsContextOnLoss", testDo_cancelsContextOnLoss},
 	{"Do_runsAndUnlocks", testDo_runsAndUnlocks},
 	{"Token_increasesAcrossGrants", testToken_increasesAcrossGrants},

@@ -111,6 +111,66 @@ func testLease_keyDeleted_lost(s *suite) {
 	s.unlock(lb)
 }
 
+// testLease_manyHeld_renewedTogether_lostAlone: a client holding many
+// leases keeps them all, through several renewals (which a backend with
+// driver.BatchRenewer sends as one request per interval), and a lease
+// whose key is deleted under it is lost alone: the others' renewals go on.
+func testLease_manyHeld_renewedTogether_lostAlone(s *suite) {
+	const n = 30
+	a, b := s.client(), s.client()
+	keys := make([]string, n)
+	leases := make([]*dlock.Lease, n)
+	for i := range keys {
+		keys[i] = s.key()
+		leases[i] = s.lock(a, keys[i], s.ttl())
+	}
+	renewedPast := func(what string, deadlines []time.Time) {
+		s.t.Helper()
+		s.eventually(what, func() bool {
+			for i, l := range leases {
+				if l.Err() == nil && !l.Deadline().After(deadlines[i]) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	deadlines := func() []time.Time {
+		d := make([]time.Time, n)
+		for i, l := range leases {
+			d[i] = l.Deadline()
+		}
+		return d
+	}
+	renewedPast("every lease renewed", deadlines())
+	lost := -1
+	if kd, ok := s.h.(KeyDeleter); ok {
+		lost = n / 2
+		if err := kd.DeleteKey(s.ctx, keys[lost]); err != nil {
+			s.t.Fatalf("DeleteKey: %v", err)
+		}
+		s.waitDone(leases[lost], "its key was deleted on the server")
+		if err := leases[lost].Err(); !errors.Is(err, dlock.ErrLeaseLost) {
+			s.t.Fatalf("Err of the lease whose key was deleted = %v, want ErrLeaseLost", err)
+		}
+	}
+	// Twice: the loss may have come with a renewal in flight for the others.
+	renewedPast("every other lease renewed after the loss", deadlines())
+	renewedPast("every other lease renewed again", deadlines())
+	for i, l := range leases {
+		if i == lost {
+			continue
+		}
+		if err := l.Err(); err != nil {
+			s.t.Fatalf("lease %d of %d lost with another's: %v", i, n, err)
+		}
+		if _, err := b.TryLock(s.ctx, keys[i], s.ttl()); !errors.Is(err, dlock.ErrLocked) {
+			s.t.Fatalf("TryLock of a held key by another client: err = %v, want ErrLocked", err)
+		}
+		s.unlock(l)
+	}
+}
+
 func testDo_cancelsContextOnLoss(s *suite) {
 	kd, ok := s.h.(KeyDeleter)
 	if !ok {

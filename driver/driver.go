@@ -130,6 +130,23 @@ type LaggingGrant interface {
 	HeardFrom() time.Time
 }
 
+// LostNotifier is implemented by a Grant that can call a function when
+// the backend learns by itself that the grant is gone, the news its Lost
+// channel carries. The lease engine then registers a function with
+// AfterLost instead of waiting on the channel, which would take a
+// goroutine for every held lease.
+type LostNotifier interface {
+	Grant
+
+	// AfterLost arranges for f to be called once, in a goroutine of its
+	// own, with the reason Lost would carry, when the backend learns that
+	// the grant is gone; at once if it has learned it already. The engine
+	// calls it once, right after the grant, and never reads Lost then. f
+	// may still be called after the grant's Release, which the engine
+	// ignores.
+	AfterLost(f func(reason error))
+}
+
 // Abandoner is implemented by a Grant that the server would not free by
 // itself once nobody renews it: a ZooKeeper lock node lives as long as its
 // session, and a session that outlives the Client (zkdlock.New on the

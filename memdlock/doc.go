@@ -48,7 +48,9 @@
 //
 // [Handle.LoseLease] and [Handle.DeleteKey] end leases at once, as a
 // server that expired them or an operator who deleted a key would.
-// [Handle.Freeze] stops a client's renewals, as a paused process.
+// [Handle.Freeze] stops a client's renewals, as a paused process. A client
+// renews its leases of one TTL together, in one batch per renewal interval
+// (driver.BatchRenewer); [Handle.RenewRequests] counts its requests.
 // [Handle.Disconnect] cuts a client off until [Handle.Reconnect], as a
 // network partition: its calls wait until it is back or their ctx ends
 // (Lock and TryLock then fail with the ctx's error, other calls with

@@ -18,14 +18,18 @@ type conn struct {
 	// back is closed when the client, cut off by Handle.Disconnect, is
 	// reconnected; nil while connected. Guarded by s.mu.
 	back chan struct{}
+	// renewals counts Renew and RenewBatch calls, for
+	// Handle.RenewRequests.
+	renewals atomic.Int64
 }
 
 var (
-	_ driver.Driver    = (*conn)(nil)
-	_ driver.Inspector = (*conn)(nil)
-	_ driver.Observer  = (*conn)(nil)
-	_ driver.Publisher = (*grant)(nil)
-	_ driver.Abandoner = (*grant)(nil)
+	_ driver.Driver       = (*conn)(nil)
+	_ driver.Inspector    = (*conn)(nil)
+	_ driver.Observer     = (*conn)(nil)
+	_ driver.BatchRenewer = (*conn)(nil)
+	_ driver.Publisher    = (*grant)(nil)
+	_ driver.Abandoner    = (*grant)(nil)
 )
 
 // errCutOff is what a call of a client cut off by Handle.Disconnect meets
@@ -216,20 +220,74 @@ func (g *grant) ValidFrom() time.Time    { return g.e.at }
 func (g *grant) Validity() time.Duration { return g.e.ttl }
 func (g *grant) Lost() <-chan error      { return g.e.lost }
 
+// AfterLost has f called, instead of a send on Lost, when the grant is
+// dropped; at once if it has been.
+func (g *grant) AfterLost(f func(error)) {
+	s := g.c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case reason := <-g.e.lost:
+		go f(reason)
+	default:
+		g.e.onLost = f
+	}
+}
+
 // errFrozen is what a renewal of a frozen client meets.
 var errFrozen = errors.New("memdlock: renewals frozen by Handle.Freeze")
 
 // Renew extends the grant by its TTL from now, unless the client is frozen
 // or cut off.
 func (g *grant) Renew(ctx context.Context) error {
+	g.c.renewals.Add(1)
 	if g.c.frozen.Load() {
 		return fmt.Errorf("%w: %w", driver.ErrUnavailable, errFrozen)
 	}
-	return g.whileHeld(ctx, func(s *space) {
-		g.e.expires = s.now().Add(g.e.ttl)
-		g.e.stop()
-		g.e.stop = s.afterFunc(g.e.ttl, func() { s.expire(g.k, g.e) })
-	})
+	return g.whileHeld(ctx, g.extend)
+}
+
+// RenewBatch renews grants in one visit to the space, as one request to a
+// server would: all fail together when the client is frozen or cut off,
+// and each grant that is gone fails alone.
+func (c *conn) RenewBatch(ctx context.Context, grants []driver.Grant) []error {
+	c.renewals.Add(1)
+	fail := func(err error) []error {
+		errs := make([]error, len(grants))
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	if c.frozen.Load() {
+		return fail(fmt.Errorf("%w: %w", driver.ErrUnavailable, errFrozen))
+	}
+	if err := c.call(ctx); err != nil {
+		return fail(err)
+	}
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for i, dg := range grants {
+		g := dg.(*grant)
+		if g.e.gone {
+			if errs == nil {
+				errs = make([]error, len(grants))
+			}
+			errs[i] = fmt.Errorf("%w: the grant is gone", driver.ErrNotHeld)
+			continue
+		}
+		g.extend(s)
+	}
+	return errs
+}
+
+// extend moves the grant's expiry to its TTL from now. s.mu is held.
+func (g *grant) extend(s *space) {
+	g.e.expires = s.now().Add(g.e.ttl)
+	g.e.stop()
+	g.e.stop = s.afterFunc(g.e.ttl, func() { s.expire(g.k, g.e) })
 }
 
 // Release gives the key up and serves the waiters it makes grantable.

@@ -172,7 +172,7 @@ func (s *space) clear(key string, reason error) {
 			e.stop()
 		}
 		if e.granted {
-			e.lost <- reason
+			e.tellLost(reason)
 		} else {
 			waiters = append(waiters, e)
 		}
@@ -261,6 +261,11 @@ func (s *space) entriesOf(c *conn) []*entry {
 	}
 	return out
 }
+
+// RenewRequests returns how many renewal requests the client has sent.
+// Its Client renews all its leases of one TTL together, in one request
+// per renewal interval (see driver.BatchRenewer).
+func (h *Handle) RenewRequests() int64 { return h.c.renewals.Load() }
 
 // Freeze stops the client's renewals from reaching the space, as if its
 // process were paused: each renewal fails, and the leases end when their

@@ -65,6 +65,7 @@ type entry struct {
 	ready   chan struct{} // closed at the grant
 	expired chan struct{} // closed when a waiter's entry expires
 	lost    chan error    // receives why a holder was dropped
+	onLost  func(error)   // called with it instead, once set (grant.AfterLost)
 	gone    bool          // left the queue
 	// queued: a waiter whose arrival the key's watchers were told of, so
 	// they are told of its leaving too (a failed TryLock's entry is
@@ -201,8 +202,18 @@ func (s *space) drop(k *keyState, e *entry, reason error) bool {
 		return false
 	}
 	free := s.remove(k, e, false)
-	e.lost <- reason
+	e.tellLost(reason)
 	return free
+}
+
+// tellLost tells holder e's lease why it was dropped: on its Lost
+// channel, or to its AfterLost function. s.mu is held.
+func (e *entry) tellLost(reason error) {
+	if e.onLost != nil {
+		go e.onLost(reason)
+		return
+	}
+	e.lost <- reason
 }
 
 // expire drops holder e if its validity has run out without renewal.

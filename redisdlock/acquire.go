@@ -20,7 +20,6 @@ const (
 type acquireReply struct {
 	status   int64
 	token    uint64
-	tokenArg any           // granted: the token as the reply's string, to send back with the release
 	serverUs int64         // granted: the server's TIME in µs
 	pttl     time.Duration // holder's time left; negative when unknown
 	head     bool          // first in the queue
@@ -28,16 +27,22 @@ type acquireReply struct {
 	label    string        // mismatch: the key's kind label
 }
 
-// acquireArgs are acquire.lua's arguments, boxed once per Lock call: a
-// waiter sends the same ones with every poll.
-// An array, so that it can live on the caller's stack.
-func (d *redisDriver) acquireArgs(req *driver.AcquireRequest, owner any) [9]any {
-	wait := "0"
+// newGrant returns the grant that req asks for, not granted yet, with
+// acquire.lua's command laid out in g.cmd: a waiter sends the same one
+// with every poll. Its arguments point to g's fields or are boxed once per
+// process, so that neither allocates.
+func (d *redisDriver) newGrant(req *driver.AcquireRequest) *grant {
+	g := &grant{d: d, keys: d.lockKeys(req.Key), owner: req.Owner, ttl: req.TTL, ttlMs: ms(req.TTL), meta: req.Metadata}
+	wait := noArg
 	if req.Wait {
-		wait = "1"
+		wait = oneArg
 	}
 	label, limit, mode := shapeArgs(req)
-	return [9]any{owner, ms(req.TTL), req.Metadata, wait, d.waiterTimeoutArg, d.channelArg, label, limit, mode}
+	a := g.cmd[:]
+	a[2] = numKeys(len(g.keys))
+	copy(a[3:], g.keys)
+	copy(a[3+len(g.keys):], []any{&g.owner, &g.ttlMs, &g.meta, wait, d.waiterTimeoutArg, d.channelArg, label, limit, mode})
+	return g
 }
 
 // The arguments of a lock's shape, boxed once per process: the lock's path
@@ -45,6 +50,7 @@ func (d *redisDriver) acquireArgs(req *driver.AcquireRequest, owner any) [9]any 
 var (
 	lockLabelArg any = driver.KindLabel(driver.KindLock, 1)
 	oneArg       any = "1"
+	noArg        any = "0"
 	exclusiveArg any = "x"
 	sharedArg    any = "s"
 )
@@ -62,8 +68,9 @@ func shapeArgs(req *driver.AcquireRequest) (label, limit, mode any) {
 	return driver.KindLabel(req.Kind, req.Limit), strconv.Itoa(req.Limit), mode
 }
 
-func (d *redisDriver) runAcquire(ctx context.Context, keys, args []any) (acquireReply, error) {
-	v, err := acquireScript.run(ctx, d, keys, args...).Slice()
+// runAcquire sends g's acquire.lua command (newGrant).
+func (d *redisDriver) runAcquire(ctx context.Context, g *grant) (acquireReply, error) {
+	v, err := acquireScript.send(ctx, d, g.cmd[:]).Slice()
 	if err != nil {
 		return acquireReply{}, err
 	}
@@ -74,12 +81,16 @@ func (d *redisDriver) runAcquire(ctx context.Context, keys, args []any) (acquire
 	r.status, _ = v[0].(int64)
 	switch r.status {
 	case statusGranted:
+		// {1, token, now}, or {1, token} when the token is the server's
+		// clock (µs), as it usually is.
 		s, _ := v[1].(string)
-		if r.token, err = strconv.ParseUint(s, 10, 64); err != nil || len(v) < 3 {
+		if r.token, err = strconv.ParseUint(s, 10, 64); err != nil {
 			return r, fmt.Errorf("bad acquire reply %v", v)
 		}
-		r.tokenArg = v[1] // boxed already
-		now, _ := v[2].(string)
+		now := s
+		if len(v) > 2 {
+			now, _ = v[2].(string)
+		}
 		if r.serverUs, err = parseInt(now); err != nil {
 			return r, fmt.Errorf("bad server time %q in acquire reply", now)
 		}
@@ -104,15 +115,11 @@ func (d *redisDriver) runAcquire(ctx context.Context, keys, args []any) (acquire
 // already the owner's, so retrying after a lost reply (go-redis retries by
 // itself on network errors) never blocks the caller on its own grant.
 func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (driver.Grant, error) {
+	g := d.newGrant(req)
+	// The waiter registers once a reply queues it (a free key needs none);
+	// the notifier keeps a notice that comes before.
 	var w waiter
-	if req.Wait {
-		// Register before the first request: the notice may beat its reply.
-		w = d.notify.register(req.Owner)
-		defer d.notify.unregister(req.Owner)
-	}
-	var owner any = req.Owner
-	g := &grant{d: d, keys: d.lockKeys(req.Key), owner: owner, ttl: req.TTL}
-	args := d.acquireArgs(req, owner)
+	resubs := d.notify.resubscriptions()
 
 	// notBefore is the send time of the latest request after which the
 	// server had not yet granted us the key: a grant delivered by a notice
@@ -124,12 +131,16 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 	// its token is above it; one with a token up to it announces a grant
 	// made before, which we have lost since (we were paused, say, while it
 	// expired and passed on), since the request found us still waiting.
-	notBefore := time.Now()
+	// (Clock readings are few: time.Now costs up to a µs on some VMs.)
+	sent := time.Now() // of the latest request
+	notBefore := sent
 	var staleUpTo uint64
 	queued := false
-	for {
-		sent := time.Now()
-		r, err := d.runAcquire(ctx, g.keys, args[:])
+	for polls := 0; ; polls++ {
+		if polls > 0 {
+			sent = time.Now()
+		}
+		r, err := d.runAcquire(ctx, g)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, d.abandon(ctx, g)
@@ -144,8 +155,9 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 			r.status = statusQueued
 			r.pttl = -1
 		case r.status == statusGranted:
-			g.token, g.tokenArg, g.validFrom = r.token, r.tokenArg, sent
-			g.clock = clockReading{sent: sent, received: time.Now(), serverUs: r.serverUs}
+			g.token, g.validFrom = r.token, sent
+			// Only a later reading's received is ever used (clockReading.ahead).
+			g.clock = clockReading{sent: sent, received: sent, serverUs: r.serverUs}
 			return g, nil
 		case r.status == statusMismatch:
 			// Nothing was written: no entry to remove. (A waiter whose
@@ -161,6 +173,10 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 			queued = true
 			notBefore = sent
 			staleUpTo = max(staleUpTo, r.holder)
+			if w == nil {
+				w = d.notify.register(req.Owner, resubs)
+				defer d.notify.unregister(req.Owner)
+			}
 		}
 
 		// Wait for the grant notice, polling now and then: at least every
@@ -180,12 +196,12 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 		// notBefore remains; otherwise (we were slow to get here) poll,
 		// which extends the grant from now if it is still ours.
 		if token != pollNow && time.Since(notBefore) < req.TTL/3 {
-			g.token, g.tokenArg, g.validFrom = token, token, notBefore
+			g.token, g.validFrom = token, notBefore
 			// The token is at least the server's clock (µs) at the
 			// hand-off, which came after notBefore: a reading of the
 			// server's clock, perhaps high, which can only make
 			// clockReading.ahead report less.
-			g.clock = clockReading{sent: notBefore, received: time.Now(), serverUs: int64(token)}
+			g.clock = clockReading{sent: notBefore, received: notBefore, serverUs: int64(token)}
 			return g, nil
 		}
 	}
@@ -213,10 +229,6 @@ func waitTurn(ctx context.Context, w waiter, d time.Duration, staleUpTo uint64) 
 	}
 }
 
-// noToken is release.lua's token argument for an attempt that was never
-// granted: no grant has token 0.
-var noToken any = "0"
-
 // abandon removes every trace of an attempt that will not be returned to the
 // caller: its queue entry and, if the key was granted meanwhile, the grant
 // (handing it to the next waiter). It returns ctx's error, or nil.
@@ -224,7 +236,8 @@ func (d *redisDriver) abandon(ctx context.Context, g *grant) error {
 	// ctx may be over; cleaning up must not be, but it must not hang either.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.opts.WaiterTimeout)
 	defer cancel()
-	_ = releaseScript.run(cctx, d, g.keys, g.owner, noToken).Err()
+	g.token = 0 // not granted: no grant has token 0
+	_ = releaseScript.send(cctx, d, g.releaseCmd()).Err()
 	// If that failed too, the queue entry expires after WaiterTimeout and a
 	// grant after its TTL.
 	return ctx.Err()

@@ -9,7 +9,9 @@ import (
 
 // clockReading is one reading of the server's clock (TIME, in µs), taken by
 // a script that ran at some moment between sent and received, two readings
-// of this process's monotonic clock.
+// of this process's monotonic clock. ahead uses the older reading's sent
+// and the newer one's received only, so a grant's reading, never the newer
+// one, has no received of its own.
 type clockReading struct {
 	sent, received time.Time
 	serverUs       int64

@@ -1,5 +1,12 @@
 package redisdlock
 
+import (
+	"context"
+
+	"github.com/dlockdev/dlock/driver"
+	"github.com/redis/go-redis/v9"
+)
+
 // RedisKeyForTest returns the Redis key of a lock's hash.
 func RedisKeyForTest(prefix, key string) string {
 	return prefix + "{" + escapeKey(key) + "}"
@@ -18,9 +25,28 @@ func RenewScriptHashForTest() string { return renewScript.Hash() }
 // names: its hash, queue, waiters and old fence, then its slot's token
 // record and release trace.
 func LockKeysForTest(prefix, key string) []string {
-	var out []string
-	for _, k := range buildLockKeys(prefix, key) {
-		out = append(out, k.(string))
+	return buildLockKeys(prefix, key).names[:]
+}
+
+// NewDriverForTest returns the driver that New wraps in a dlock.Client, for
+// tests of its methods that the Client does not call directly.
+func NewDriverForTest(ctx context.Context, rdb redis.UniversalClient, opts *Options) (interface {
+	driver.Driver
+	driver.BatchRenewer
+}, error) {
+	return newDriver(ctx, rdb, opts, false, clientAddr(rdb))
+}
+
+// EarlyNoticeForTest reports whether d's notifier keeps a notice for owner
+// that came before owner's waiter registered.
+func EarlyNoticeForTest(d driver.Driver, owner string) bool {
+	n := d.(*redisDriver).notify
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, e := range n.early {
+		if e.owner == owner {
+			return true
+		}
 	}
-	return out
+	return false
 }

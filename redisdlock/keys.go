@@ -1,41 +1,82 @@
 package redisdlock
 
-import "strings"
+import (
+	"hash/maphash"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
 
 // lockKeys are the Redis keys of one lock, in the order the scripts take them
-// (lock, queue, waiters, legacy fence, token record, release trace), boxed
-// for script.run. The first four share the hash tag {<escaped key>}; the
-// last two are shared by every key of the same Redis Cluster slot, and carry
-// a hash tag that maps to it (slotTags). So every script touches one slot
-// only. They are cut from one string, and never change: the scripts'
-// callers share them.
-func (d *redisDriver) lockKeys(key string) []any {
-	if v, ok := d.keyCache.Load(key); ok {
-		return v.([]any)
-	}
-	keys := buildLockKeys(d.prefix, key)
-	// A program locks the same few keys again and again, and building and
-	// boxing them costs six allocations per Lock call: keep them, but
-	// never more than maxCachedKeys (a program with many keys starts over).
-	if d.cachedKeys.Add(1) > maxCachedKeys {
-		d.keyCache.Clear()
-		d.cachedKeys.Store(0)
-	}
-	d.keyCache.Store(key, keys)
-	return keys
+// (lock, queue, waiters, legacy fence, token record, release trace). The
+// first four share the hash tag {<escaped key>}; the last two are shared by
+// every key of the same Redis Cluster slot, and carry a hash tag that maps to
+// it (slotTags). So every script touches one slot only. They never change:
+// the scripts' callers share them.
+type lockKeys struct {
+	user  string    // the user's key
+	names [6]string // cut from one string
+	// args are the names as script arguments: pointers, which go-redis
+	// sends (and routes on a Cluster) as the strings they point to, and
+	// which box without allocating.
+	args [6]any
 }
 
-// maxCachedKeys bounds the lockKeys cache: under 1.5 KB each with the
-// longest keys (dlock.MaxKeyLen).
-const maxCachedKeys = 1024
+// keyCacheSize is the number of places in the lockKeys cache, a power of 2:
+// 8 KB of pointers per Client.
+const keyCacheSize = 1024
 
-func buildLockKeys(prefix, key string) []any {
+// keyCache keeps the lockKeys of recent user keys, one per place chosen by
+// a hash of the user key: a program locks the same few keys again and
+// again, and building them costs two allocations, while one that locks
+// ever new keys only replaces places, never pays for more.
+type keyCache struct {
+	seed   maphash.Seed
+	places [keyCacheSize]atomic.Pointer[lockKeys]
+}
+
+// lockKeys returns key's Redis keys as script arguments (lockKeys.args).
+func (d *redisDriver) lockKeys(key string) []any {
+	place := &d.keys.places[maphash.String(d.keys.seed, key)&(keyCacheSize-1)]
+	if k := place.Load(); k != nil && k.user == key {
+		return k.args[:]
+	}
+	k := buildLockKeys(d.prefix, key)
+	place.Store(k)
+	return k.args[:]
+}
+
+// keyName returns the name of one of lockKeys' args.
+func keyName(arg any) string { return *arg.(*string) }
+
+func buildLockKeys(prefix, key string) *lockKeys {
 	k, p := escapeKey(key), prefix
-	lock := p + "{" + k + "}"
-	tag := slotTag(lock)
-	n, r := len(lock), len(p)+len("tokens:{}")+len(tag) // the lock key, the record
-	s := lock + ":q" + lock + ":w" + lock + ":f" + p + "tokens:{" + tag + "}" + p + "released:{" + tag + "}"
-	return []any{s[:n], s[:n+2], s[n+2 : 2*n+4], s[2*n+4 : 3*n+6], s[3*n+6 : 3*n+6+r], s[3*n+6+r:]}
+	// The lock's hash tag is k: p has no braces, and a key is never empty.
+	var tagBuf [8]byte
+	tag := strconv.AppendUint(tagBuf[:0], uint64(slotTags()[tagSlot(k)]), 10)
+	n := len(p) + len(k) + 2 // the lock key, p{k}
+	var b strings.Builder
+	b.Grow(4*n + 6 + 2*(len(p)+len(tag)) + len("tokens:{}released:{}"))
+	for _, suffix := range [...]string{"", ":q", ":w", ":f"} {
+		b.WriteString(p)
+		b.WriteByte('{')
+		b.WriteString(k)
+		b.WriteByte('}')
+		b.WriteString(suffix)
+	}
+	for _, name := range [...]string{"tokens:{", "released:{"} {
+		b.WriteString(p)
+		b.WriteString(name)
+		b.Write(tag)
+		b.WriteByte('}')
+	}
+	s := b.String()
+	r := len(p) + len("tokens:{}") + len(tag) // the record
+	lk := &lockKeys{user: key, names: [6]string{s[:n], s[n : 2*n+2], s[2*n+2 : 3*n+4], s[3*n+4 : 4*n+6], s[4*n+6 : 4*n+6+r], s[4*n+6+r:]}}
+	for i := range lk.names {
+		lk.args[i] = &lk.names[i]
+	}
+	return lk
 }
 
 // escapeKey makes a user key safe inside a hash tag, reversibly: a '}' would

@@ -37,6 +37,13 @@ type notifier struct {
 
 	mu      sync.Mutex
 	waiters map[string]waiter // by owner id; guarded by mu
+	// early keeps the latest notices whose waiter had not registered yet,
+	// oldest overwritten first (see register); guarded by mu.
+	early     [earlyNotices]notice
+	nextEarly int
+	// resubs counts the subscriptions made again after a reconnect: a
+	// waiter that registers after one may have missed a notice.
+	resubs atomic.Uint64
 
 	log *logTo
 	// refused holds the error of the subscription's latest dial while the
@@ -57,6 +64,19 @@ type waiter chan uint64
 
 // pollNow asks a waiter to poll; no token is 0.
 const pollNow = 0
+
+// notice is a hand-off notice: the owner granted and its token.
+type notice struct {
+	owner string
+	token uint64
+}
+
+// earlyNotices is how many notices the notifier keeps for waiters that
+// have not registered yet. A waiter registers after the reply that queued
+// it, and a release can grant it and publish in between: that window is a
+// few µs, so a handful of places is plenty; a notice pushed out early
+// (or one for a waiter that gave up) costs at most a poll.
+const earlyNotices = 16
 
 func newNotifier(ctx context.Context, rdb redis.UniversalClient, channel string, log *logTo) (*notifier, error) {
 	ps := rdb.Subscribe(ctx, channel)
@@ -197,6 +217,9 @@ func (n *notifier) deliver(msg any) {
 		n.mu.Lock()
 		if w := n.waiters[owner]; w != nil {
 			w.set(token)
+		} else {
+			n.early[n.nextEarly] = notice{owner, token}
+			n.nextEarly = (n.nextEarly + 1) % earlyNotices
 		}
 		n.mu.Unlock()
 	case *redis.Subscription:
@@ -208,6 +231,7 @@ func (n *notifier) deliver(msg any) {
 		// the connection was down are lost, so every waiter polls now.
 		// (Every watch reads when its own channel's reply comes.)
 		n.mu.Lock()
+		n.resubs.Add(1)
 		for _, w := range n.waiters {
 			w.set(pollNow)
 		}
@@ -227,11 +251,34 @@ func (w waiter) set(v uint64) {
 	w <- v
 }
 
-func (n *notifier) register(owner string) waiter {
+// resubscriptions returns a count for register: read it before the request
+// whose reply tells that the caller waits.
+func (n *notifier) resubscriptions() uint64 { return n.resubs.Load() }
+
+// register starts delivering owner's notices to the waiter it returns. A
+// waiter registers only once a reply says that it waits (a Lock that finds
+// the key free registers nothing), so a notice may come first: it is then
+// among the early ones, and handed over now. resubs is resubscriptions()
+// read before that request: if the subscription was made again since,
+// notices may have been lost, and the waiter is told to poll.
+func (n *notifier) register(owner string, resubs uint64) waiter {
 	w := make(waiter, 1)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.waiters[owner] = w
+	var early uint64 // the newest grant's: tokens increase
+	for i, e := range n.early {
+		if e.owner == owner {
+			early = max(early, e.token)
+			n.early[i] = notice{}
+		}
+	}
+	if early != 0 {
+		w.set(early)
+	}
+	if n.resubs.Load() != resubs {
+		w.set(pollNow)
+	}
 	return w
 }
 

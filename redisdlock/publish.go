@@ -17,7 +17,7 @@ var _ driver.Publisher = (*grant)(nil)
 // again after a lost reply, it writes the same bytes and succeeds while the
 // grant is held. On an election key the script also tells the observers.
 func (g *grant) Publish(ctx context.Context, metadata []byte) error {
-	n, err := publishScript.run(ctx, g.d, g.keys[:1], g.owner, metadata).Int()
+	n, err := publishScript.run(ctx, g.d, g.keys[:1], &g.owner, metadata).Int()
 	if err != nil {
 		return wrapErr(fmt.Sprintf("redis at %s: publish", g.d.addr), err)
 	}

@@ -178,8 +178,9 @@ func TestScripts_commandsPerPath(t *testing.T) {
 			t.Errorf("%s: %d commands inside the scripts, want at most %d: %v", what, got, want, stats)
 		}
 	}
-	// HGETALL LINDEX MGET TIME HSET PEXPIRE SET, then HGETALL LPOP RENAME.
-	measure("uncontended Lock and Unlock", 10, func() {
+	// A free key's fast path EXISTS TIME GETSET HSET PEXPIRE, then HGETALL
+	// LPOP RENAME.
+	measure("uncontended Lock and Unlock", 8, func() {
 		l, err := holder.Lock(ctx, "cycle")
 		if err != nil {
 			t.Fatal(err)
@@ -217,11 +218,11 @@ func TestScripts_commandsPerPath(t *testing.T) {
 			}
 		}
 	}
-	// HMGET TIME HSETNX RPUSH PTTL, PEXPIRE ×2 for the new queue, and the
-	// holder's PTTL for the first in line.
+	// EXISTS (the fast path's test) HGETALL TIME HSETNX RPUSH PTTL, and
+	// PEXPIRE ×2 for the new queue.
 	measure("first waiter", 8, func() { join(first); queued(1) })
-	// HMGET TIME HSETNX RPUSH PTTL.
-	measure("second waiter", 5, func() { join(second); queued(2) })
+	// EXISTS HGETALL TIME HSETNX RPUSH PTTL.
+	measure("second waiter", 6, func() { join(second); queued(2) })
 	if err := lh.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}

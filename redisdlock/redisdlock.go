@@ -50,9 +50,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/dlockdev/dlock"
@@ -100,8 +99,7 @@ type redisDriver struct {
 	// Script arguments that never change, boxed once.
 	waiterTimeoutArg, channelArg any
 
-	keyCache   sync.Map     // user key → lockKeys
-	cachedKeys atomic.Int64 // entries stored in keyCache since it was last cleared
+	keys *keyCache // lockKeys of recent user keys
 }
 
 func newDriver(ctx context.Context, rdb redis.UniversalClient, opts *Options, owns bool, addr string) (*redisDriver, error) {
@@ -127,7 +125,7 @@ func newDriver(ctx context.Context, rdb redis.UniversalClient, opts *Options, ow
 		return nil, wrapErr(fmt.Sprintf("redis at %s: subscribe", addr), err)
 	}
 	return &redisDriver{rdb: rdb, ownsRDB: owns, addr: addr, opts: o, prefix: o.Prefix, notify: n, log: log,
-		waiterTimeoutArg: ms(o.WaiterTimeout), channelArg: channel}, nil
+		waiterTimeoutArg: ms(o.WaiterTimeout), channelArg: channel, keys: &keyCache{seed: maphash.MakeSeed()}}, nil
 }
 
 // reach checks that the server answers and takes the credentials, on a
@@ -168,7 +166,10 @@ func ms(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-var _ driver.Inspector = (*redisDriver)(nil)
+var (
+	_ driver.Inspector    = (*redisDriver)(nil)
+	_ driver.BatchRenewer = (*redisDriver)(nil)
+)
 
 // clientAddr names the server(s) of a go-redis client for error messages.
 func clientAddr(rdb redis.UniversalClient) string {

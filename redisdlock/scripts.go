@@ -3,17 +3,23 @@ package redisdlock
 import (
 	"context"
 	_ "embed"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // The scripts are the whole algorithm; docs/redis.md explains it. Each is
-// common.lua followed by its own body, and runs atomically on the server.
+// common.lua followed by its own body (acquire's has a free key's fast path
+// in front, release's a lock holder's), and runs atomically on the server.
 var (
 	//go:embed scripts/common.lua
 	commonLua string
+	//go:embed scripts/acquire_free.lua
+	acquireFreeLua string
 	//go:embed scripts/acquire.lua
 	acquireLua string
+	//go:embed scripts/release_lock.lua
+	releaseLockLua string
 	//go:embed scripts/release.lua
 	releaseLua string
 	//go:embed scripts/renew.lua
@@ -25,9 +31,9 @@ var (
 	//go:embed scripts/fence.lua
 	fenceLua string
 
-	acquireScript = newScript(commonLua + acquireLua)
-	releaseScript = newScript(commonLua + releaseLua)
-	renewScript   = newScript(renewLua) // alone: it needs nothing of common.lua
+	acquireScript = newScript(acquireFreeLua + commonLua + acquireLua) // a free key's path first
+	releaseScript = newScript(releaseLockLua + commonLua + releaseLua) // a lock's holder's path first
+	renewScript   = newScript(renewLua)                                // alone: it needs nothing of common.lua
 	inspectScript = newScript(commonLua + inspectLua)
 	publishScript = newScript(publishLua) // alone, as renew.lua
 	// Fence's, run by redis.Script.Run: it takes any redis.Scripter.
@@ -50,25 +56,46 @@ func newScript(src string) *script {
 	return &script{Script: s, sha: s.Hash(), src: src}
 }
 
-// run sends EVALSHA sha len(keys) keys... args... through d's go-redis
-// client (so go-redis routes it by its first key on a Cluster, and retries
-// and hooks apply), unless the server cannot be dialled (see
+// run sends EVALSHA sha len(keys) keys... args...: see send.
+func (s *script) run(ctx context.Context, d *redisDriver, keys []any, args ...any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, nil, nil, numKeys(len(keys)))
+	a = append(a, keys...)
+	a = append(a, args...)
+	return s.send(ctx, d, a)
+}
+
+// send runs the script with a as EVALSHA's arguments: it fills in a[0] and
+// a[1], the command and the digest, and takes the rest as it is (the
+// number of keys, the keys, the arguments). It sends them through d's
+// go-redis client (so go-redis routes it by its first key on a Cluster, and
+// retries and hooks apply), unless the server cannot be dialled (see
 // notifier.unreachable): then it fails with the dial's error, sending
 // nothing.
-func (s *script) run(ctx context.Context, d *redisDriver, keys []any, args ...any) *redis.Cmd {
+func (s *script) send(ctx context.Context, d *redisDriver, a []any) *redis.Cmd {
 	if err := d.notify.unreachable(); err != nil {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)
 		return cmd
 	}
-	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, "evalsha", s.sha, len(keys))
-	a = append(a, keys...)
-	a = append(a, args...)
+	a[0], a[1] = "evalsha", s.sha
 	cmd := d.rdb.Do(ctx, a...)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		a[0], a[1] = "eval", s.src
 		cmd = d.rdb.Do(ctx, a...)
 	}
 	return cmd
+}
+
+// numKeysArgs are EVALSHA's numbers of keys, boxed once: a string, which
+// go-redis reads as it is when it looks for a Cluster command's first key
+// (an int it would format, allocating, on every request).
+var numKeysArgs = [...]any{"0", "1", "2", "3", "4", "5", "6"}
+
+// numKeys returns n as EVALSHA's number of keys.
+func numKeys(n int) any {
+	if n < len(numKeysArgs) {
+		return numKeysArgs[n]
+	}
+	return strconv.Itoa(n)
 }

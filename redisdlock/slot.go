@@ -26,9 +26,12 @@ func hasHashTag(key string) bool { return hashTag(key) != key }
 // tag, modulo 16384. It is computed here rather than asked of the server
 // (CLUSTER KEYSLOT) because a fenced write checks it before sending anything;
 // TestHashSlot_matchesServer compares it with a real Cluster's answers.
-func hashSlot(key string) int {
+func hashSlot(key string) int { return tagSlot(hashTag(key)) }
+
+// tagSlot returns the Cluster slot of the keys whose hash tag is tag.
+func tagSlot(tag string) int {
 	var crc uint16
-	for _, b := range []byte(hashTag(key)) {
+	for _, b := range []byte(tag) {
 		crc ^= uint16(b) << 8
 		for range 8 {
 			if crc&0x8000 != 0 {
@@ -57,8 +60,3 @@ var slotTags = sync.OnceValue(func() *[16384]uint32 {
 	}
 	return &tags
 })
-
-// slotTag returns the hash tag of the token record of key's slot.
-func slotTag(key string) string {
-	return strconv.FormatUint(uint64(slotTags()[hashSlot(key)]), 10)
-}

@@ -61,7 +61,7 @@ func (d *redisDriver) Watch(ctx context.Context, key string) (<-chan struct{}, e
 // observerChannel is the Pub/Sub channel of key's observers (the scripts'
 // notify_observers).
 func (d *redisDriver) observerChannel(key string) string {
-	return d.lockKeys(key)[0].(string) + ":n"
+	return keyName(d.lockKeys(key)[0]) + ":n"
 }
 
 // sawHolders is Inspect's report to the key's watches: its holders'

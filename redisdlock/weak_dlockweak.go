@@ -17,9 +17,12 @@ redis.call('DEL', lock)
 return 1
 `)
 	renewScript = newScript(`
-local lock = KEYS[1]
 local t = redis.call('TIME')
-redis.call('PEXPIRE', lock, tonumber(ARGV[2]))
-return {1, t[1], t[2]}
+local out = {t[1], t[2]}
+for i = 1, #KEYS do
+  redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[1]))
+  out[i + 2] = 1
+end
+return out
 `)
 }

@@ -2,7 +2,6 @@ package zkdlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -21,7 +20,8 @@ func (d *zkDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (dri
 		return nil, fmt.Errorf("zkdlock: owner %q is not a hex string", req.Owner)
 	}
 	label := driver.KindLabel(req.Kind, req.Limit)
-	a := &attempt{d: d, req: req, keyPath: d.keyPath(req.Key), label: label, prefix: nodePrefix(req.Owner, label, req.Mode)}
+	keyPath := d.keyPath(req.Key)
+	a := &attempt{d: d, req: req, keyPath: keyPath, label: label, createPath: nodePath(keyPath, req.Owner, label, req.Mode)}
 	g, err := a.run(ctx)
 	if err != nil {
 		if !a.clean {
@@ -100,7 +100,9 @@ type attempt struct {
 	req     *driver.AcquireRequest
 	keyPath string
 	label   string // the kind's label (driver.KindLabel)
-	prefix  string // of this attempt's node name: "<tag>-<owner>-"
+	// createPath is the path of this attempt's node as created, before
+	// the server appends the sequence number: "<keyPath>/<tag>-<owner>-".
+	createPath string
 
 	step step
 
@@ -124,13 +126,8 @@ type attempt struct {
 	// set while node is nodeKnown.
 	own      <-chan zk.Event
 	ownChild bool
-	// version is me's data version: 0, or that of the notice a granted
-	// semaphore entry writes (see take); noticed says it was written.
-	// noticeDoubt says a notice was sent whose answer was lost: it may
-	// have been applied, making the version one more than known.
-	version     int32
-	noticed     bool
-	noticeDoubt bool
+	// notify: the grant must write its grant notice (see take).
+	notify bool
 
 	// pre is the pre-listing of stepQueue, kept until the create answers.
 	pre *preview
@@ -274,25 +271,15 @@ func (a *attempt) place(ctx context.Context) (*grant, error) {
 
 // take makes the grant of our node, granted by the rule in the listing q
 // (stepPlace). An entry that must notify (a semaphore's: planner.Plan's
-// Notify) first writes its node when the listing shows a node behind it:
-// that node may be a waiter watching ours for this notice (see plan), and
-// is then the first waiter. No node that joins after the listing needs
-// it: its own listing shows ours granted, so it is granted or the first
-// waiter itself.
+// Notify) writes its node once granted when the listing shows a node
+// behind it: that node may be a waiter watching ours for this notice (see
+// plan), and is then the first waiter. No node that joins after the
+// listing needs it: its own listing shows ours granted, so it is granted
+// or the first waiter itself. The grant writes the notice after it
+// returns (grant.writeNotice), off the hand-off path: see there why that
+// is safe.
 func (a *attempt) take(ctx context.Context, q []lockNode, mine int, notify bool) (*grant, error) {
-	// A notice in doubt is written again even when nobody is behind any
-	// more (the waiter behind gave up meanwhile): only an answer says our
-	// node's data version, which the grant's renewals and fencing check
-	// (CheckHeld) expect.
-	if notify && (mine < len(q)-1 || a.noticeDoubt) && !a.noticed {
-		a.step = stepList
-		if err := a.notice(ctx); err != nil {
-			return nil, a.retry(ctx, "mark "+a.me.name+" granted", err)
-		}
-		if a.node != nodeKnown {
-			return nil, nil // gone: queue again
-		}
-	}
+	a.notify = notify && mine < len(q)-1
 	if a.own == nil {
 		// Our node's watch, for the lease: the node exists (watchOwn
 		// says when not) and stays granted until it goes.
@@ -310,42 +297,6 @@ func (a *attempt) take(ctx context.Context, q []lockNode, mine int, notify bool)
 		return nil, a.retry(ctx, "read "+a.me.name, err)
 	}
 	return g, nil
-}
-
-// notice writes our node's data (its metadata again): the grant notice of
-// a semaphore's entry (see take). The exists watch on our node, if any,
-// fires for it, and is dropped: take sets another.
-func (a *attempt) notice(ctx context.Context) error {
-	d := a.d
-	sid, sent := d.conn.SessionID(), time.Now()
-	// A multi of one setData: Conn has no plain setData.
-	stat, err := call(ctx, nil, a.callTimeout(), func() (*zk.Stat, error) {
-		rs, err := d.conn.Multi(&zk.SetDataRequest{Path: a.keyPath + "/" + a.me.name, Data: a.req.Metadata, Version: -1})
-		if err == nil && (len(rs) != 1 || rs[0].Error != nil || rs[0].Stat == nil) {
-			err = fmt.Errorf("unexpected reply to a multi: %+v", rs)
-		}
-		if err != nil {
-			return nil, err
-		}
-		return rs[0].Stat, nil
-	})
-	if errors.Is(err, zk.ErrNoNode) {
-		a.forget()
-		a.syncFirst = true
-		return nil
-	}
-	if err != nil {
-		// The setData may have been applied (a lost reply), or may yet
-		// be (a request given up on): take writes it again.
-		a.noticeDoubt = true
-		return err
-	}
-	d.noteViaLeader(sid, sent)
-	a.version, a.noticed, a.noticeDoubt = stat.Version, true, false
-	if !a.ownChild {
-		a.own = nil
-	}
-	return nil
 }
 
 // leave deletes our node and returns err, the reason the attempt ends
@@ -371,7 +322,7 @@ func (a *attempt) locked(q []lockNode, mine int) error {
 // forget drops what the attempt knew of its node: run queues again.
 func (a *attempt) forget() {
 	a.node, a.own, a.ownChild, a.sid, a.czxid = nodeNone, nil, false, 0, 0
-	a.version, a.noticed, a.noticeDoubt, a.wantChild = 0, false, false, false
+	a.notify, a.wantChild = false, false
 	a.step = stepQueue
 }
 

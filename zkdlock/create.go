@@ -131,7 +131,7 @@ func (a *attempt) create(ctx context.Context) (*zk.Stat, error) {
 	// create -e -s: ZooKeeper appends the sequence number to the name.
 	rs, err := call(ctx, &a.creates, a.callTimeout(), func() ([]zk.MultiResponse, error) {
 		return d.conn.Multi(
-			&zk.CreateRequest{Path: a.keyPath + "/" + a.prefix, Data: a.req.Metadata, Acl: d.acl, Flags: zk.FlagEphemeralSequential},
+			&zk.CreateRequest{Path: a.createPath, Data: a.req.Metadata, Acl: d.acl, Flags: zk.FlagEphemeralSequential},
 			&zk.SetDataRequest{Path: a.keyPath, Data: nil, Version: -1},
 		)
 	})

@@ -3,6 +3,7 @@ package zkdlock
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/internal/leasegrant"
@@ -125,8 +126,20 @@ func (g *grant) checkVersion() int32 {
 	if g.publishes {
 		return -1
 	}
-	// Not written by us after the grant but by the release, which deletes
-	// it in the same transaction; the lock is for the race detector's sake.
+	if g.noticed != nil {
+		// The grant notice may be in flight: expect the version it
+		// leaves. Bounded, and safe if it runs out: a check of the
+		// version before the notice fails as stale, which refuses a
+		// write and never lets one through.
+		t := time.NewTimer(g.validity)
+		select {
+		case <-g.noticed:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	// Not written by us after that but by the release, which deletes it in
+	// the same transaction; the lock is for the race detector's sake.
 	g.verMu.Lock()
 	defer g.verMu.Unlock()
 	return g.version

@@ -209,7 +209,7 @@ func TestCheckHeld_nodeWrittenBySomebodyElse_refused(t *testing.T) {
 
 // A semaphore's permits: each passes while it is held, and fails once
 // released, while the others pass. The permit granted with a node behind
-// it writes its node (the grant notice, data version 1) before its grant:
+// it writes its node (the grant notice, data version 1) after its grant:
 // its check expects that version.
 func TestCheckHeld_semaphore(t *testing.T) {
 	e := newFenceEnv(t)
@@ -408,12 +408,13 @@ func (otherGrant) Release(context.Context) error   { return nil }
 func (otherGrant) Lost() <-chan error              { return nil }
 
 // A semaphore permit's grant notice is applied on the server and its reply
-// is lost; when the attempt looks again, the waiter behind it has gone, so
-// no notice is needed any more. The node's data version is 1 all the same,
-// and the grant must expect it. Pinned: the grant kept version 0, so its
-// check failed with zk.ErrBadVersion while the permit was held ("MultiHeld
-// under the lease … want nil: … was written by somebody else"), and its
-// first renewal would have declared the lease lost.
+// is lost, and meanwhile the waiter behind it gives up. The node's data
+// version is 1 all the same, and the grant must expect it. Pinned: the
+// grant kept version 0, so its check failed with zk.ErrBadVersion while
+// the permit was held ("MultiHeld under the lease … want nil: … was
+// written by somebody else"), and its first renewal would have declared
+// the lease lost. The notice is written after the grant returns: CheckHeld
+// waits for its outcome.
 func TestCheckHeld_semaphore_lostNoticeReply(t *testing.T) {
 	e := newFenceEnv(t)
 	const key = "pool"
@@ -449,12 +450,12 @@ func TestCheckHeld_semaphore_lostNoticeReply(t *testing.T) {
 	waitWaiters(t, e.ctx, insp, key, 2)
 	mustUnlock(t, e.ctx, p1)
 	l := w.lease(t, e.ctx, "the permit whose notice's reply was lost")
-	if dropped.Load() != 1 {
-		t.Fatalf("no notice's reply was dropped (%d notices): the test does not cover the case", notices.Load())
-	}
 	check, err := zkdlock.CheckHeld(l)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if dropped.Load() != 1 {
+		t.Fatalf("no notice's reply was dropped (%d notices): the test does not cover the case", notices.Load())
 	}
 	_, stat, err := e.admin.Exists(check.Path)
 	if err != nil {

@@ -45,13 +45,17 @@ type grant struct {
 	// publishes: the grant may write its node while held (an election's
 	// leader, see Publish and rule.go's publishes).
 	publishes bool
+	// noticed is closed once the grant notice of a semaphore's entry (see
+	// writeNotice) has landed or will never be written; nil when the
+	// grant writes none.
+	noticed chan struct{}
 	// pubMu serialises Publish calls.
 	pubMu sync.Mutex
 	// verMu guards the node's data versions that are ours: version, that
 	// of the last write of ours known to have landed (0, or 1 after a
 	// semaphore's grant notice, or a Publish's), and pending, that of a
-	// Publish sent whose answer is not known (0: none), with the data it
-	// wrote. Any other version is somebody else's write.
+	// notice or Publish sent whose answer is not known (0: none), with the
+	// data it wrote. Any other version is somebody else's write.
 	verMu       sync.Mutex
 	version     int32
 	pending     int32
@@ -62,7 +66,10 @@ type grant struct {
 	cancel context.CancelFunc
 }
 
-func newGrant(d *zkDriver, key, path string, sid, czxid int64, version int32, publishes bool, validFrom time.Time, watch <-chan zk.Event) *grant {
+// newGrant makes the grant of the node at path, unwritten since its
+// create, and starts following watch, the node's lost-lease watch. With
+// notify, the grant then writes its grant notice, data (see writeNotice).
+func newGrant(d *zkDriver, key, path string, sid, czxid int64, publishes, notify bool, data []byte, validFrom time.Time, watch <-chan zk.Event) *grant {
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &grant{
 		d:         d,
@@ -70,7 +77,6 @@ func newGrant(d *zkDriver, key, path string, sid, czxid int64, version int32, pu
 		path:      path,
 		sid:       sid,
 		token:     uint64(czxid),
-		version:   version,
 		publishes: publishes,
 		validFrom: validFrom,
 		validity:  d.timeout(),
@@ -85,6 +91,13 @@ func newGrant(d *zkDriver, key, path string, sid, czxid int64, version int32, pu
 	g.provedAt = time.Now()
 	g.forfeit = time.AfterFunc(g.validity, g.onForfeit)
 	g.lifeMu.Unlock()
+	if notify {
+		// In doubt from now: the watch may see the notice before its
+		// answer comes.
+		g.noticed = make(chan struct{})
+		g.inDoubt(data)
+		go g.writeNotice(data)
+	}
 	go g.watch(watch)
 	return g
 }
@@ -148,11 +161,12 @@ func (g *grant) send(err error) {
 // when the Conn is closed. A key node deleted (the child watch) had no
 // children left, ours included. A write to the node's data is a loss too:
 // the waiter behind takes any write to its predecessor for a release (see
-// Release), so it is taking the key; except on a grant that publishes
-// (an election's leader), whose own Publish writes the node: there the
-// watch is set again, and the version the node has then tells whose
-// write it was (see ours). Other events (another child of the key node
-// came or went) only need a watch on the lock node set again.
+// Release), so it is taking the key; except on a grant that writes its
+// own node, an election's leader (Publish) or a semaphore's entry (its
+// grant notice): there the watch is set again, and the version and data
+// the node has then tell whose write it was (see ours). Other events
+// (another child of the key node came or went) only need a watch on the
+// lock node set again.
 func (g *grant) watch(ch <-chan zk.Event) {
 	for {
 		select {
@@ -163,7 +177,7 @@ func (g *grant) watch(ch <-chan zk.Event) {
 			case ev.Type == zk.EventNodeDeleted:
 				g.report(fmt.Errorf("lock node %s was deleted by somebody else", g.nodeName()))
 				return
-			case ev.Type == zk.EventNodeDataChanged && !g.publishes:
+			case ev.Type == zk.EventNodeDataChanged && !g.publishes && g.noticed == nil:
 				g.report(g.overwritten())
 				return
 			case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrSessionExpired):
@@ -172,6 +186,15 @@ func (g *grant) watch(ch <-chan zk.Event) {
 			case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrClosing):
 				g.report(fmt.Errorf("the ZooKeeper connection was closed: %w", zk.ErrClosing))
 				return
+			}
+			if g.noticed != nil {
+				// Set the watch once the notice has landed, or it
+				// fires for the notice too: a request more.
+				select {
+				case <-g.noticed:
+				case <-g.ctx.Done():
+					return
+				}
 			}
 			if ch = g.rearm(); ch == nil {
 				return

@@ -20,7 +20,7 @@ import (
 const testTTL = time.Second
 
 // testCtx is the watchdog of a test: every wait is bounded by it.
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
 	return ctx
@@ -39,7 +39,7 @@ type connOpts struct {
 
 // dialZK connects to addr and waits for a session; the connection is closed
 // when the test ends.
-func dialZK(t *testing.T, ctx context.Context, addr string, o connOpts) *zk.Conn {
+func dialZK(t testing.TB, ctx context.Context, addr string, o connOpts) *zk.Conn {
 	t.Helper()
 	if o.timeout == 0 {
 		o.timeout = testTTL
@@ -86,7 +86,7 @@ func list[T any](xs ...T) []T { return xs }
 // makes a grant prove that the leader heard from the session (heard.go), has
 // tests of its own (ensemble_test.go, with Deployment Ensemble), and so has
 // the detection (standalone_test.go).
-func newClient(t *testing.T, ctx context.Context, conn zkdlock.Conn, o zkdlock.Options) *dlock.Client {
+func newClient(t testing.TB, ctx context.Context, conn zkdlock.Conn, o zkdlock.Options) *dlock.Client {
 	t.Helper()
 	if o.SessionTimeout == 0 {
 		o.SessionTimeout = testTTL
@@ -136,7 +136,7 @@ var rootSeq atomic.Int64
 
 // testRoot returns a root node unique to the test, so that tests do not see
 // each other's keys.
-func testRoot(t *testing.T) string {
+func testRoot(t testing.TB) string {
 	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
 	return fmt.Sprintf("/test/%s-%d", name, rootSeq.Add(1))
 }

@@ -46,6 +46,11 @@ func TestSemaphore_release_wakesTheFirstWaiterAndTheNext(t *testing.T) {
 		}
 		mustUnlock(t, ctx, held[0])
 		held = append(held[1:], ps[i].lease(t, ctx, ws[i].name))
+		// The granted waiter writes its notice after its grant returns;
+		// CheckHeld waits for it.
+		if _, err := zkdlock.CheckHeld(held[len(held)-1]); err != nil {
+			t.Fatal(err)
+		}
 		for _, w := range ws[i+1:] {
 			w.settle(t)
 		}

@@ -30,6 +30,9 @@ import (
 // beyond U+FFFF, which Java would store as surrogates). Escaping is %XX per
 // UTF-8 byte, upper-case hex, so unescapeKey reverses it exactly.
 func escapeKey(key string) string {
+	if keySafe(key) {
+		return key // most keys: nothing to escape, nothing to allocate
+	}
 	var b strings.Builder
 	for i := 0; i < len(key); {
 		r, size := utf8.DecodeRuneInString(key[i:])
@@ -47,6 +50,20 @@ func escapeKey(key string) string {
 		s = strings.Repeat("%2E", len(s))
 	}
 	return s
+}
+
+// keySafe reports whether escapeKey leaves key as it is: printable ASCII
+// but '/' and '%', and not "." or "..".
+func keySafe(key string) bool {
+	if key == "." || key == ".." {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c >= 0x7f || c == '/' || c == '%' {
+			return false
+		}
+	}
+	return true
 }
 
 // nameSafe reports whether r may appear unescaped in a node name.
@@ -153,6 +170,12 @@ func modeOf(k driver.Kind, m driver.Mode) bool {
 // node asks for.
 func nodePrefix(owner, label string, m driver.Mode) string {
 	return nodeTag(label, m) + "-" + owner + "-"
+}
+
+// nodePath is the path a contender asks ZooKeeper to create under the key
+// node keyPath: nodePrefix's name, made in one allocation.
+func nodePath(keyPath, owner, label string, m driver.Mode) string {
+	return keyPath + "/" + nodeTag(label, m) + "-" + owner + "-"
 }
 
 // lockNode is a parsed child of a key node: one entry of the key's queue.

@@ -60,7 +60,7 @@ func (a *attempt) grantFrom(ctx context.Context, validFrom time.Time) (*grant, e
 		d.noteAlive(sid, sent)
 		validFrom = sent
 	}
-	return newGrant(d, a.req.Key, a.keyPath+"/"+a.me.name, sid, a.czxid, a.version, publishes(a.label), validFrom, a.own), nil
+	return newGrant(d, a.req.Key, a.keyPath+"/"+a.me.name, sid, a.czxid, publishes(a.label), a.notify, a.req.Metadata, validFrom, a.own), nil
 }
 
 // proveHeard makes sure, before a grant, that the leader is known to have

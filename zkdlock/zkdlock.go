@@ -176,6 +176,8 @@ type zkDriver struct {
 	// node created and deleted again.
 	hintMu sync.Mutex
 	hints  map[string]keyHint // guarded by hintMu
+
+	ttlHint atomic.Pointer[ttlHint] // FixedTTL's, for the last timeout seen
 }
 
 var _ driver.Logging = (*zkDriver)(nil)

@@ -18,7 +18,23 @@
 // also reports HeardFrom, the last moment the server that expires the grant
 // is known to have heard from its owner; the engine then counts from the
 // earlier of the two, and uses the requests' send times only to schedule
-// renewals. Done and Err compare the clock with the deadline
+// renewals.
+//
+// Renewed together. A Scheduler renews the leases of one client and
+// validity with one driver.BatchRenewer request per tick. The argument
+// above holds for each lease alone: the batch renews each grant as a
+// Renew sent at the batch's start would, so each lease's ValidFrom moves to
+// the send time of the request that renewed IT; a lease whose result in the
+// batch is an error is handled exactly as a failed single renewal
+// (driver.ErrNotHeld ends it, another error is retried until its own
+// deadline), whatever the others' results; and the group's timer, which
+// fires at the earliest deadline of its leases even while a batch is in
+// flight, closes each Done no later than that lease's deadline. Joining a
+// group never delays a renewal: a lease is renewed at the group's next
+// tick or, if that is later, at its own first renewal, which brings the
+// tick forward.
+//
+// Done and Err compare the clock with the deadline
 // on every call, so a caller that checks them observes the loss even when the
 // goroutine that would close the channel has not been scheduled yet.
 package lease
@@ -49,41 +65,53 @@ var ErrReleased = errors.New("dlock: lease released by Unlock")
 
 // Engine keeps one grant alive. It is safe for concurrent use.
 //
-// It runs on two timers (time.AfterFunc), not on a goroutine of its own: a
+// Started by Start, it runs on a timer (time.AfterFunc), not on a
+// goroutine of its own (started by a Scheduler, on its group's timer): a
 // held lease costs no goroutine, and starting or releasing one wakes no
 // other thread. Lock and Unlock are on the hand-off's critical path, and on
 // a busy machine a goroutine's start-up and its wake-up at Release cost more
-// than the rest of a Redis cycle. Only a grant with a Lost channel gets a
-// goroutine, to wait on that channel.
+// than the rest of a Redis cycle. Only a grant with a Lost channel that is
+// not a driver.LostNotifier gets a goroutine, to wait on that channel.
 type Engine struct {
 	key      string
 	grant    driver.Grant
 	validity time.Duration
 	log      *slog.Logger
 	obs      Observer // nil: nobody observes, and the engine reads no clock for it
+	clk      clock
+	// grp renews the lease with the others of its client and validity
+	// (see Scheduler); nil when the lease runs on a timer of its own.
+	grp *group
+	idx int // position in grp.members, -1 outside; guarded by grp.s.mu
 
-	stop chan struct{} // closed by Release to end watchLost; nil without a Lost channel
-	done chan struct{} // the public Done channel
+	stop chan struct{} // closed by Release to end watchLost; nil without it
 
-	mu            sync.Mutex
-	deadline      time.Time          // local deadline; guarded by mu
-	err           error              // non-nil once done is closed; guarded by mu
-	reason        error              // err without the key, for Release's error; guarded by mu
-	released      bool               // Release was called; guarded by mu
-	renewTimer    *time.Timer        // runs renew; guarded by mu
-	deadlineTimer *time.Timer        // runs onDeadline; guarded by mu
-	cancelRenew   context.CancelFunc // of the renewal in flight, if any; guarded by mu
+	mu sync.Mutex
+	// done is the public Done channel, made by the first Done (a lease
+	// nobody waits on costs none): closedChan once the lease has ended
+	// before. Guarded by mu.
+	done     chan struct{}
+	deadline time.Time // local deadline; guarded by mu
+	err      error     // non-nil once done is closed; guarded by mu
+	reason   error     // err without the key, for Release's error; guarded by mu
+	released bool      // Release was called; guarded by mu
+	// timer runs onTimer at renewAt, or at the deadline while a renewal
+	// is in flight; nil with grp. Guarded by mu.
+	timer       *time.Timer
+	cancelRenew context.CancelFunc // of the renewal in flight, if any; guarded by mu
 	// limitTimer runs onLimit (see LimitAt), with limitReason; guarded by mu.
 	limitTimer  *time.Timer
 	limitReason error
 
-	renewAt time.Time // when the renew timer is due; guarded by mu
+	renewAt time.Time // when the next renewal is due; guarded by mu
 	ending  End       // why the lease ended, once err is set; guarded by mu
 	endedAt time.Time // when, with an observer; guarded by mu
-	// releasing is closed when the server call of the first Release (or
-	// of the limit's release) has returned: a later Release waits for it,
-	// so that what follows a Release finds the server settled. Guarded
-	// by mu; nil until then, and after Abandon.
+	// inRelease says the server call of the first Release (or of the
+	// limit's release) has not returned: a later Release waits for it,
+	// on releasing (made by the first to wait, closed when the call
+	// returns), so that what follows a Release finds the server settled.
+	// Guarded by mu.
+	inRelease bool
 	releasing chan struct{}
 
 	// reportMu orders the observer's calls: no Renewed after Ended.
@@ -91,34 +119,56 @@ type Engine struct {
 	reportedEnd bool // guarded by reportMu
 }
 
-// Start begins renewing g about every Validity/3. log and obs may be nil.
+// Start begins renewing g about every Validity/3, on timers of its own.
+// log and obs may be nil.
 func Start(key string, g driver.Grant, log *slog.Logger, obs Observer) *Engine {
+	e := new(Engine)
+	StartIn(e, nil, key, g, log, obs)
+	return e
+}
+
+// StartIn begins renewing g in e, a zero Engine that the caller keeps
+// (inside a struct of its own, which saves an allocation per lease): with
+// the other leases of s when s is not nil (see Scheduler.Start), and
+// otherwise as Start does. e must not be copied afterwards.
+func StartIn(e *Engine, s *Scheduler, key string, g driver.Grant, log *slog.Logger, obs Observer) {
+	if s != nil {
+		s.start(e, key, g, log, obs)
+		return
+	}
+	e.init(key, g, log, obs, realClock{})
+	// onTimer takes mu first, so it sees the timer set even when it
+	// fires at once (a grant already past its deadline).
+	e.mu.Lock()
+	e.timer = time.AfterFunc(time.Until(e.renewAt), e.onTimer)
+	e.mu.Unlock()
+	e.watch()
+}
+
+// init sets up e for g with its deadline and first renewal, not yet
+// renewing.
+func (e *Engine) init(key string, g driver.Grant, log *slog.Logger, obs Observer, clk clock) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	e := &Engine{
-		key:      key,
-		grant:    g,
-		validity: g.Validity(),
-		log:      log,
-		obs:      obs,
-		done:     make(chan struct{}),
-	}
+	e.key, e.grant, e.validity, e.log, e.obs, e.clk, e.idx = key, g, g.Validity(), log, obs, clk, -1
 	validFrom := g.ValidFrom()
-	from := countFrom(validFrom)
-	// The timers' functions take mu first, so they see both timers set
-	// even when one fires at once (a grant already past its deadline).
-	e.mu.Lock()
 	e.deadline = e.deadlineFrom(e.heardFrom(validFrom))
-	e.deadlineTimer = time.AfterFunc(time.Until(e.deadline), e.onDeadline)
-	e.renewAt = e.nextRenewal(from)
-	e.renewTimer = time.AfterFunc(time.Until(e.renewAt), e.renew)
-	e.mu.Unlock()
-	if lost := g.Lost(); lost != nil {
+	e.renewAt = e.nextRenewal(countFrom(validFrom))
+}
+
+// watch starts waiting for the news that the grant is gone: with a
+// function for a driver.LostNotifier, and otherwise on the grant's Lost
+// channel, if it has one.
+func (e *Engine) watch() {
+	if ln, ok := e.grant.(driver.LostNotifier); ok {
+		ln.AfterLost(e.lost)
+		return
+	}
+	if lost := e.grant.Lost(); lost != nil {
 		e.stop = make(chan struct{})
 		go e.watchLost(lost)
 	}
-	return e
 }
 
 // renewInterval is the time between renewals.
@@ -164,8 +214,24 @@ func (e *Engine) deadlineFrom(start time.Time) time.Time {
 // Done returns a channel closed when the lease is lost or released.
 func (e *Engine) Done() <-chan struct{} {
 	e.checkDeadline()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.done == nil {
+		if e.err != nil {
+			return closedChan
+		}
+		e.done = make(chan struct{})
+	}
 	return e.done
 }
+
+// closedChan is the Done channel of a lease that ended before anybody
+// asked for it.
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 // Err returns nil while the lease is held, and afterwards why it ended.
 func (e *Engine) Err() error {
@@ -185,11 +251,20 @@ func (e *Engine) Deadline() time.Time {
 
 func (e *Engine) checkDeadline() {
 	e.mu.Lock()
-	ended := e.err == nil && !time.Now().Before(e.deadline) && e.endLocked(Expired, e.expiredErr())
+	ended := e.err == nil && !e.clk.Now().Before(e.deadline) && e.endLocked(Expired, e.expiredErr())
 	e.mu.Unlock()
 	if ended {
-		e.reportEnd()
+		e.finish()
 	}
+}
+
+// finish follows an endLocked that reported true, with e.mu released: the
+// lease leaves its group and the observer hears of the end.
+func (e *Engine) finish() {
+	if e.grp != nil {
+		e.grp.leave(e)
+	}
+	e.reportEnd()
 }
 
 func (e *Engine) expiredErr() error {
@@ -208,7 +283,7 @@ func (e *Engine) endLocked(end End, reason error) bool {
 	}
 	e.reason, e.err, e.ending = reason, reason, end
 	if e.obs != nil {
-		e.endedAt = time.Now()
+		e.endedAt = e.clk.Now()
 		if end == Expired {
 			// Found at the deadline or later (by Done or Err): it was
 			// lost at the deadline.
@@ -218,17 +293,20 @@ func (e *Engine) endLocked(end End, reason error) bool {
 	if errors.Is(reason, driver.ErrLeaseLost) || (reason == e.limitReason && reason != nil) {
 		e.err = fmt.Errorf("lease %q: %w", e.key, reason)
 	}
-	close(e.done)
+	if e.done != nil {
+		close(e.done)
+	}
 	e.stopTimersLocked()
 	return true
 }
 
-// stopTimersLocked stops both timers and cancels a renewal in flight. A
+// stopTimersLocked stops the timers and cancels a renewal in flight. A
 // timer function already started finds the lease ended or released and
 // does nothing. e.mu must be held.
 func (e *Engine) stopTimersLocked() {
-	e.renewTimer.Stop()
-	e.deadlineTimer.Stop()
+	if e.timer != nil {
+		e.timer.Stop()
+	}
 	if e.limitTimer != nil {
 		e.limitTimer.Stop()
 	}
@@ -246,7 +324,7 @@ func (e *Engine) end(end End, err error) {
 	ended := !e.released && e.endLocked(end, err)
 	e.mu.Unlock()
 	if ended {
-		e.reportEnd()
+		e.finish()
 	}
 }
 
@@ -255,44 +333,45 @@ func (e *Engine) watchLost(lost <-chan error) {
 	select {
 	case <-e.stop:
 	case err := <-lost:
-		e.end(Dropped, fmt.Errorf("%w: %w", driver.ErrLeaseLost, err))
+		e.lost(err)
 	}
 }
 
-// onDeadline ends the lease when its deadline has passed. The timer may fire
-// a little early relative to a deadline that a renewal just moved: it then
-// waits for the current one.
-func (e *Engine) onDeadline() {
+// lost ends the lease when the backend reports the grant gone.
+func (e *Engine) lost(err error) {
+	e.end(Dropped, fmt.Errorf("%w: %w", driver.ErrLeaseLost, err))
+}
+
+// onTimer ends the lease when its deadline has passed, and otherwise
+// renews it when the renewal is due, in the timer's goroutine. The timer
+// may fire early relative to a deadline or renewal that has just moved:
+// it then waits for the current one. Only one renewal runs at a time;
+// meanwhile the timer waits for the deadline, which a renewal that has
+// not answered by then cannot move.
+func (e *Engine) onTimer() {
 	e.mu.Lock()
 	if e.err != nil || e.released {
 		e.mu.Unlock()
 		return
 	}
-	if left := time.Until(e.deadline); left > 0 {
-		e.deadlineTimer.Reset(left)
+	now := time.Now()
+	if !now.Before(e.deadline) {
+		ended := e.endLocked(Expired, e.expiredErr())
 		e.mu.Unlock()
+		if ended {
+			e.finish()
+		}
 		return
 	}
-	ended := e.endLocked(Expired, e.expiredErr())
-	e.mu.Unlock()
-	if ended {
-		e.reportEnd()
-	}
-}
-
-// renew renews the grant once, in the renew timer's goroutine, and sets the
-// timer for the next renewal: validity/3 after this one started, or soon
-// after a transient failure. Only one renewal runs at a time, since the
-// timer is set again only when it is done.
-func (e *Engine) renew() {
-	e.mu.Lock()
-	if e.err != nil || e.released {
+	if e.cancelRenew != nil || now.Before(e.renewAt) {
+		e.armLocked()
 		e.mu.Unlock()
 		return
 	}
 	// A renewal that has not answered by the deadline cannot help.
 	ctx, cancel := context.WithDeadline(context.Background(), e.deadline)
 	e.cancelRenew = cancel
+	e.armLocked()
 	e.mu.Unlock()
 
 	sent := time.Now()
@@ -302,9 +381,6 @@ func (e *Engine) renew() {
 		latency = time.Since(sent)
 	}
 	cancel()
-	// After the reply, so that the dlock_weak build's countFrom sees when
-	// it arrived.
-	start := countFrom(sent)
 
 	e.mu.Lock()
 	e.cancelRenew = nil
@@ -313,33 +389,56 @@ func (e *Engine) renew() {
 		return
 	}
 	late := sent.Sub(e.renewAt)
-	ended := false
-	switch {
-	case err == nil:
-		if d := e.deadlineFrom(e.heardFrom(sent)); d.After(e.deadline) {
-			e.deadline = d
-			e.deadlineTimer.Reset(time.Until(d))
-		}
-		e.renewAt = e.nextRenewal(start)
-		e.renewTimer.Reset(time.Until(e.renewAt))
-	case errors.Is(err, driver.ErrNotHeld):
-		// The driver's "not held" is what "lease lost" means here: say
-		// only the latter, and the driver's detail.
-		ended = e.endLocked(Dropped, nest(driver.ErrLeaseLost, err, driver.ErrNotHeld.Error()+": "))
-	default:
-		// Transient: the server may still hold the grant. Try again soon;
-		// the deadline timer ends the lease if nothing works. The
-		// observer hears of it (dlock logs it with WithLogger).
-		retry := max(e.validity/20, time.Millisecond)
-		e.renewAt = time.Now().Add(retry)
-		e.renewTimer.Reset(retry)
+	ended := e.renewedLocked(sent, err)
+	if !ended {
+		e.armLocked()
 	}
 	e.mu.Unlock()
 	if e.obs != nil {
 		e.reportRenewed(latency, late, err)
 	}
 	if ended {
-		e.reportEnd()
+		e.finish()
+	}
+}
+
+// armLocked sets the timer for the next renewal or, while one is in
+// flight, for the deadline. e.mu must be held.
+func (e *Engine) armLocked() {
+	at := e.renewAt
+	if e.cancelRenew != nil || e.deadline.Before(at) {
+		at = e.deadline
+	}
+	e.timer.Reset(time.Until(at))
+}
+
+// renewedLocked applies the answer err to a renewal of the lease sent at
+// sent, and reports whether it ended the lease (then the caller calls
+// finish). A success moves the deadline to a validity after sent and the
+// next renewal to a third of it later; ErrNotHeld ends the lease; any
+// other error is transient, retried soon, and the deadline ends the lease
+// if nothing works. It sets renewAt and the deadline but no timer. e.mu must be held,
+// and the lease neither ended nor released.
+func (e *Engine) renewedLocked(sent time.Time, err error) bool {
+	switch {
+	case err == nil:
+		if d := e.deadlineFrom(e.heardFrom(sent)); d.After(e.deadline) {
+			e.deadline = d
+		}
+		// After the reply, so that the dlock_weak build's countFrom
+		// sees when it arrived.
+		e.renewAt = e.nextRenewal(countFrom(sent))
+		return false
+	case errors.Is(err, driver.ErrNotHeld):
+		// The driver's "not held" is what "lease lost" means here: say
+		// only the latter, and the driver's detail.
+		return e.endLocked(Dropped, nest(driver.ErrLeaseLost, err, driver.ErrNotHeld.Error()+": "))
+	default:
+		// Transient: the server may still hold the grant. Try again soon;
+		// the deadline ends the lease if nothing works. The observer
+		// hears of it (dlock logs it with WithLogger).
+		e.renewAt = e.clk.Now().Add(max(e.validity/20, time.Millisecond))
+		return false
 	}
 }
 
@@ -356,6 +455,9 @@ func (e *Engine) Release(ctx context.Context) error { return e.ReleaseWith(ctx, 
 func (e *Engine) ReleaseWith(ctx context.Context, reason error) error {
 	e.mu.Lock()
 	if e.released {
+		if e.inRelease && e.releasing == nil {
+			e.releasing = make(chan struct{})
+		}
 		releasing, limit := e.releasing, e.limitReason
 		limited := limit != nil && e.reason == limit
 		e.mu.Unlock()
@@ -371,10 +473,8 @@ func (e *Engine) ReleaseWith(ctx context.Context, reason error) error {
 		}
 		return fmt.Errorf("%w: already unlocked", driver.ErrNotHeld)
 	}
-	e.released = true
-	releasing := make(chan struct{})
-	e.releasing = releasing
-	defer close(releasing)
+	e.released, e.inRelease = true, true
+	defer e.endRelease()
 	// Stop renewing without waiting for a renewal in flight: it acts only
 	// on this grant, and its verdict is ignored from now on.
 	e.stopTimersLocked()
@@ -398,7 +498,7 @@ func (e *Engine) ReleaseWith(ctx context.Context, reason error) error {
 	ended := e.endLocked(end, reason)
 	e.mu.Unlock()
 	if ended {
-		e.reportEnd()
+		e.finish()
 	}
 
 	// Release even a lease we consider lost: the server may still have it
@@ -414,6 +514,17 @@ func (e *Engine) ReleaseWith(ctx context.Context, reason error) error {
 		return err
 	}
 	return nil
+}
+
+// endRelease tells the Releases waiting for the first one that its server
+// call has returned.
+func (e *Engine) endRelease() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.inRelease = false
+	if e.releasing != nil {
+		close(e.releasing)
+	}
 }
 
 // nested is an error of one category caused by another error: errors.Is
@@ -453,7 +564,7 @@ func (e *Engine) Abandon(ctx context.Context, reason error) error {
 	ended := e.endLocked(Abandoned, reason)
 	e.mu.Unlock()
 	if ended {
-		e.reportEnd()
+		e.finish()
 	}
 	if e.stop != nil {
 		close(e.stop)

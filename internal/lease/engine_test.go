@@ -188,13 +188,13 @@ func TestEngine_releaseEndsWithErrReleased(t *testing.T) {
 // release, whether the lease had ended already.
 type doneAtRelease struct {
 	*fakeGrant
-	e           *Engine
+	done        <-chan struct{} // the lease's Done, taken before the release
 	doneAlready bool
 }
 
 func (g *doneAtRelease) Release(ctx context.Context) error {
 	select {
-	case <-g.e.done: // the channel itself: Done would check the deadline
+	case <-g.done: // the channel itself: Done would check the deadline
 		g.doneAlready = true
 	default:
 	}
@@ -207,16 +207,17 @@ func (g *doneAtRelease) Release(ctx context.Context) error {
 // leave the Do's context live until the server has answered.
 func TestEngine_releaseWith_endsLeaseBeforeServerRelease(t *testing.T) {
 	g := &doneAtRelease{fakeGrant: newFake(time.Hour)}
-	g.e = Start("k", g, nil, nil)
+	e := Start("k", g, nil, nil)
+	g.done = e.Done()
 	closed := errors.New("closed")
-	if err := g.e.ReleaseWith(context.Background(), closed); err != nil {
+	if err := e.ReleaseWith(context.Background(), closed); err != nil {
 		t.Fatalf("ReleaseWith = %v", err)
 	}
 	if !g.doneAlready {
 		t.Fatal("the grant was released on the server while Done was still open")
 	}
-	if !errors.Is(g.e.Err(), closed) {
-		t.Fatalf("Err = %v, want the reason given", g.e.Err())
+	if !errors.Is(e.Err(), closed) {
+		t.Fatalf("Err = %v, want the reason given", e.Err())
 	}
 }
 
@@ -393,4 +394,40 @@ func TestEngine_errorTextSaysEachThingOnce(t *testing.T) {
 		t.Errorf("Err after Lost = %s\nwant            %s", got, want)
 	}
 	_ = e.Release(context.Background())
+}
+
+// stuckGrant is a fakeGrant whose renewals, after the first, hang until
+// the test ends, whatever their ctx says.
+type stuckGrant struct {
+	*fakeGrant
+	stuck   chan struct{}
+	renewed chan struct{}
+}
+
+func (g *stuckGrant) Renew(ctx context.Context) error {
+	g.renewed <- struct{}{}
+	<-g.stuck
+	return nil
+}
+
+// The lease's one timer waits for the deadline while a renewal is in
+// flight: a renewal that never answers does not hold Done open.
+func TestEngine_renewalInFlight_deadlineStillEndsLease(t *testing.T) {
+	g := &stuckGrant{fakeGrant: newFake(300 * time.Millisecond), stuck: make(chan struct{}), renewed: make(chan struct{}, 1)}
+	defer close(g.stuck)
+	e := Start("k", g, nil, nil)
+	done := e.Done()
+	select {
+	case <-g.renewed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no renewal (watchdog)")
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("lease not ended at its deadline while its renewal hangs (watchdog)")
+	}
+	if err := e.Err(); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost", err)
+	}
 }

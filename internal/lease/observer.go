@@ -4,8 +4,9 @@ import "time"
 
 // Observer hears of the events of a lease's life: dlock's Hooks. The
 // engine calls it synchronously, outside its own lock, from the goroutine
-// of the event (a timer's, watchLost's, or that of the caller of Release,
-// Abandon, Done or Err); never Renewed after Ended. Its methods must not
+// of the event (a timer's, a Scheduler group's, the lost-lease watcher's,
+// or that of the caller of Release, Abandon, Done or Err); never Renewed
+// after Ended. Its methods must not
 // call the engine.
 type Observer interface {
 	// Renewed follows each renewal sent while the lease was held and

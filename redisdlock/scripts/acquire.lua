@@ -5,7 +5,7 @@
 -- ARGV[5] waiter timeout ms, ARGV[6] notification channel, ARGV[7] kind
 -- label, ARGV[8] limit (0: none), ARGV[9] mode ('x' or 's').
 -- Returns {1, token, now} granted (now: the server's TIME in µs, for the
--- client's watch on the server's clock); {0, pttl} not granted (not
+-- client's watch on the server's clock; {1, token} when token is now); {0, pttl} not granted (not
 -- waiting); {2, pttl, head, token} queued (head = 1 when first in line, and
 -- pttl -1 unless head: only the first in line uses it; token is the latest
 -- grant's, the hash's 't': a notice with a token up to it announces a
@@ -89,6 +89,9 @@ if not token and why == 'empty' and S.excl == 0 and
 end
 if token then
   flush(label)
+  if token == now_us_s then
+    return {1, token}
+  end
   return {1, token, now_us_s}
 end
 if S.granted > 0 then

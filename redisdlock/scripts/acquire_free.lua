@@ -1,0 +1,42 @@
+-- acquire_free.lua: the fast path of acquire.lua for a free key, run ahead
+-- of common.lua (which a free key would pay for at every run: its
+-- functions are created anew each time). Same KEYS and ARGV as acquire.lua.
+-- A key whose holders hash, queue and old fence are all absent is free and
+-- nobody waits for it: whatever the request's kind and mode, the grant rule
+-- admits it at once. The grant is what common.lua's grant and flush would
+-- write: the first holder's record in 'o', the token in 't', the kind
+-- label in 'k' (none for a lock), the hash's expiry, the slot's record, and
+-- for an election the observers' notice. Its token is the server clock's µs,
+-- or one above the slot's record when the record is not below the clock
+-- (the clock stepped back, or grants came faster than once per µs): the
+-- record is read and raised by one GETSET, and put right by a SET in that
+-- rare case. Returns {1, token}, or {1, token, now} when the token is not
+-- the clock's µs (see acquire.lua). Anything else (the key held, waited for,
+-- or with an old fence) goes on to acquire.lua.
+if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[4]) == 0 then
+  local t = redis.call('TIME')
+  local frac = string.sub('00000' .. t[2], -6)
+  local us_s = t[1] .. frac
+  local ms_s = t[1] .. string.sub(frac, 1, 3)
+  local token = us_s
+  local was = redis.call('GETSET', KEYS[5], us_s)
+  if was and tonumber(was) >= tonumber(us_s) then
+    token = string.format('%.0f', tonumber(was) + 1)
+    redis.call('SET', KEYS[5], token)
+  end
+  local ttl, label = ARGV[2], ARGV[7]
+  local rec = ARGV[1] .. '|' .. ms_s .. '|' .. ttl .. '|' .. token .. '|' .. ARGV[9] .. '|' .. ms_s .. '|' .. ARGV[3]
+  if label == 'lock' then
+    redis.call('HSET', KEYS[1], 'o', rec, 't', token)
+  else
+    redis.call('HSET', KEYS[1], 'o', rec, 't', token, 'k', label)
+  end
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  if label == 'election' then
+    redis.call('PUBLISH', KEYS[1] .. ':n', 'c')
+  end
+  if token == us_s then
+    return {1, token}
+  end
+  return {1, token, us_s}
+end

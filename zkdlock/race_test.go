@@ -1,0 +1,5 @@
+//go:build race
+
+package zkdlock_test
+
+const raceEnabled = true
