@@ -48,9 +48,11 @@ type grant struct {
 	mode      driver.Mode
 	label     string // driver.KindLabel of the key: the entry's header (keys.go)
 
-	lost chan error // receives once if the entry is deleted behind our back
+	lost chan error // receives once if the entry is deleted behind our back, unless onLost is set
 
 	mu          sync.Mutex
+	onLost      func(reason error) // AfterLost's function; guarded by mu
+	lostErr     error              // why our entry is gone, once known; guarded by mu
 	watchCancel context.CancelFunc // non-nil once the watch runs; guarded by mu
 	watchDone   chan struct{}      // closed when the watch has returned; guarded by mu
 	released    bool               // guarded by mu
@@ -80,8 +82,35 @@ func (g *grant) ValidFrom() time.Time { return g.validFrom }
 // it handles each grant or renewal.
 func (g *grant) Validity() time.Duration { return g.l.ttl }
 
-// Lost fires if our entry is deleted while we hold it.
+// Lost fires if our entry is deleted while we hold it, unless AfterLost
+// was called.
 func (g *grant) Lost() <-chan error { return g.lost }
+
+// AfterLost has f called, in a goroutine of its own, if our entry is
+// deleted while we hold it (driver.LostNotifier): the lease engine then
+// needs no goroutine of its own per held lock.
+func (g *grant) AfterLost(f func(reason error)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.lostErr != nil {
+		go f(g.lostErr)
+		return
+	}
+	g.onLost = f
+}
+
+// lose reports our entry gone, once: to AfterLost's function, or on Lost.
+func (g *grant) lose(reason error) {
+	g.mu.Lock()
+	f := g.onLost
+	g.lostErr = reason
+	g.mu.Unlock()
+	if f != nil {
+		go f(reason)
+		return
+	}
+	g.lost <- reason
+}
 
 // Renew renews the lease, which keeps our entry.
 func (g *grant) Renew(ctx context.Context) error {
@@ -137,7 +166,7 @@ func (g *grant) watch(ctx context.Context) {
 			continue
 		}
 		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != g.token {
-			g.lost <- fmt.Errorf("its etcd key is gone") // its name would repeat the lock's key
+			g.lose(fmt.Errorf("its etcd key is gone")) // its name would repeat the lock's key
 			return
 		}
 		rev = resp.Header.Revision + 1
@@ -145,7 +174,7 @@ func (g *grant) watch(ctx context.Context) {
 }
 
 // watchFrom watches our entry from *rev until the watch ends, advancing
-// *rev, and reports whether it reported the entry's deletion on g.lost.
+// *rev, and reports whether it reported the entry's deletion (lose).
 func (g *grant) watchFrom(ctx context.Context, rev *int64) bool {
 	ctx, cancel := context.WithCancel(watchCtx(ctx))
 	defer cancel()
@@ -156,7 +185,7 @@ func (g *grant) watchFrom(ctx context.Context, rev *int64) bool {
 		}
 		for _, ev := range wr.Events {
 			if ev.Type == mvccpb.DELETE {
-				g.lost <- fmt.Errorf("its etcd key was deleted at revision %d", ev.Kv.ModRevision)
+				g.lose(fmt.Errorf("its etcd key was deleted at revision %d", ev.Kv.ModRevision))
 				return true
 			}
 		}
