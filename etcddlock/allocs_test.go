@@ -8,10 +8,9 @@ import (
 )
 
 // maxAllocsPerCycle bounds the client's allocations for one uncontended
-// Lock and Unlock: measured 393 (410 with the race detector), 520 when the
-// Txns were built with clientv3's Cmp and Op (bench/analysis.md, Profile:
-// etcd). Most of the rest are gRPC's, for the two Txns, and the root
-// Client's.
+// Lock and Unlock: measured 380 (391 with the race detector), 520 with
+// Txns built from clientv3's Cmp and Op, which copy every comparison
+// (bench/analysis.md, Profile: etcd). Most are gRPC's, for the two Txns.
 const maxAllocsPerCycle = 440
 
 // An uncontended Lock and Unlock allocates no more than maxAllocsPerCycle
