@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/redisdlock"
 	"github.com/redis/go-redis/v9"
 )
@@ -19,13 +20,7 @@ import (
 //	go test -run '^$' -bench LockUnlock -benchmem -cpuprofile cpu.out -memprofile mem.out
 func BenchmarkLockUnlock(b *testing.B) {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
-	defer rdb.Close()
-	c, err := redisdlock.New(ctx, rdb, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	rdb, c := cycleClient(ctx, b)
 	b.ReportAllocs()
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 		b.Fatal(err)
@@ -74,13 +69,7 @@ func scriptMicros(b *testing.B, ctx context.Context, rdb *redis.Client) int64 {
 func TestLockUnlock_allocations(t *testing.T) {
 	const most = 15
 	ctx := testCtx(t)
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
-	defer rdb.Close()
-	c, err := redisdlock.New(ctx, rdb, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	_, c := cycleClient(ctx, t)
 	// As BenchmarkLockUnlock: a ctx that is never cancelled, which dlock
 	// derives nothing from.
 	bg := context.Background()
@@ -103,13 +92,7 @@ func TestLockUnlock_allocations(t *testing.T) {
 // each time, as a service locking one key per order or user does.
 func BenchmarkLockUnlock_distinctKeys(b *testing.B) {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
-	defer rdb.Close()
-	c, err := redisdlock.New(ctx, rdb, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	_, c := cycleClient(ctx, b)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -122,4 +105,18 @@ func BenchmarkLockUnlock_distinctKeys(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// cycleClient is a Client of the example server on a connection of its
+// own, as the uncontended cycle's benchmarks and allocation test use it;
+// both are closed at the end of tb.
+func cycleClient(ctx context.Context, tb testing.TB) (*redis.Client, *dlock.Client) {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
+	tb.Cleanup(func() { _ = rdb.Close() })
+	c, err := redisdlock.New(ctx, rdb, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = c.Close() })
+	return rdb, c
 }
