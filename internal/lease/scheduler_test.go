@@ -9,82 +9,17 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
+	"github.com/dlockdev/dlock/internal/fakeclock"
 )
 
-// fakeClock is a clock that moves only when Advance is called. Advance
-// runs the timers that fall due on the way, in time order, on the
-// caller's goroutine, with no lock held.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer // armed, in no order
+// fakeClock is a fake clock the Scheduler can run on.
+type fakeClock struct{ *fakeclock.Clock }
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{fakeclock.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))}
 }
 
-type fakeTimer struct {
-	c  *fakeClock
-	at time.Time
-	f  func()
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) timer {
-	t := &fakeTimer{c: c, f: f}
-	t.Reset(d)
-	return t
-}
-
-func (t *fakeTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	i := slices.Index(t.c.timers, t)
-	if i >= 0 {
-		t.c.timers = slices.Delete(t.c.timers, i, i+1)
-	}
-	return i >= 0
-}
-
-func (t *fakeTimer) Reset(d time.Duration) bool {
-	armed := t.Stop()
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	t.at = t.c.now.Add(d)
-	t.c.timers = append(t.c.timers, t)
-	return armed
-}
-
-// Advance moves the clock by d, running what falls due on the way.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	end := c.now.Add(d)
-	for {
-		i := -1
-		for j, t := range c.timers {
-			if !t.at.After(end) && (i < 0 || t.at.Before(c.timers[i].at)) {
-				i = j
-			}
-		}
-		if i < 0 {
-			break
-		}
-		t := c.timers[i]
-		c.timers = slices.Delete(c.timers, i, i+1)
-		if t.at.After(c.now) {
-			c.now = t.at
-		}
-		c.mu.Unlock()
-		t.f()
-		c.mu.Lock()
-	}
-	c.now = end
-	c.mu.Unlock()
-}
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) timer { return c.Clock.AfterFunc(d, f) }
 
 // batchGrant is a grant of a batchRenewer; only the batch renews it.
 type batchGrant struct {
