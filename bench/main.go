@@ -82,15 +82,20 @@ type results struct {
 	RTTRounds   []map[string]rttResult
 	Uncontended []uncontendedResult
 	Contended   []contendedResult
-	ClientCost  []clientCostResult
-	Queue       []queueResult
-	Keys        []keysResult
-	Memory      []memoryResult
-	Modes       []modeResult
-	Election    []electionResult
-	Permits     []modeResult
-	Renewal     []renewalResult
-	Notes       []string
+	// CycleFloor and HandoffFloor are the floors of the targets table,
+	// measured in each round among the libraries' uncontended and
+	// contended runs (floors.go); runs older than them have none.
+	CycleFloor   []floorResult
+	HandoffFloor []floorResult
+	ClientCost   []clientCostResult
+	Queue        []queueResult
+	Keys         []keysResult
+	Memory       []memoryResult
+	Modes        []modeResult
+	Election     []electionResult
+	Permits      []modeResult
+	Renewal      []renewalResult
+	Notes        []string
 }
 
 type libInfo struct {
@@ -249,7 +254,14 @@ func run(cfg config) error {
 				if cfg.quick {
 					n, limit = 300, time.Second
 				}
+				floored := map[string]bool{}
 				for _, l := range libs {
+					floorBefore(l, floored, func(b string) {
+						f := runCycleFloor(s, b, n, limit)
+						f.Round = round
+						logFloor("cycle", f)
+						res.CycleFloor = append(res.CycleFloor, f)
+					})
 					if l.Missing != "" {
 						continue
 					}
@@ -385,7 +397,14 @@ func closeAll(cs []contender) {
 // round; the headline ones (8 and 32 contenders, no think time) in the
 // others.
 func runContendedSection(s *servers, libs []*library, cfg config, round int, res *results) {
+	floored := map[string]bool{}
 	for _, l := range libs {
+		floorBefore(l, floored, func(b string) {
+			f := runHandoffFloor(s, b, cfg.warmup, cfg.window)
+			f.Round = round
+			logFloor("hand-off", f)
+			res.HandoffFloor = append(res.HandoffFloor, f)
+		})
 		if l.Missing != "" {
 			continue
 		}
