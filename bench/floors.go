@@ -19,10 +19,12 @@ import (
 // A floor bounds a figure only if it is measured the same way and under the
 // same conditions: the uncontended cycle's floor is a cycle of the fewest
 // requests a lock needs, sent raw through the same client library and timed
-// by runUncontended in the same round, beside the libraries; the hand-off's
-// floor is one notification (the write that frees the lock, to another
-// client's goroutine receiving the server's notice of it), timed in each
-// round of the contended section for as long as a contended run's window.
+// as a library's cycle is (cycler); the hand-off's floor is one notification
+// (the write that frees the lock, to another client's goroutine receiving
+// the server's notice of it), timed for as long as a contended run's
+// window. Each is measured in every round in stretches, one just before each
+// of its server's libraries, so that its samples (as many as a library's)
+// meet the conditions of all of them, not of one moment.
 
 // floorResult is one round's measurement of a floor on one backend.
 type floorResult struct {
@@ -46,14 +48,86 @@ var cycleFloorOps = map[string]string{
 	"etcd":      "Txn put-if-absent (lease attached) + Delete, clientv3",
 }
 
-// runCycleFloor times the raw cycle of backend exactly as runUncontended
-// times a library's: the same warm-up, samples and limit.
-func runCycleFloor(s *servers, backend string, n int, limit time.Duration) floorResult {
-	newRaw := map[string]func(context.Context, *env, string) (contender, error){
-		"redis": newRawRedisCycle, "zookeeper": newRawZKCycle, "etcd": newRawEtcdCycle,
-	}[backend]
-	u := runUncontended(s, &library{Name: "floor (" + backend + ")", Backend: backend, newContender: newRaw}, n, limit)
-	return floorResult{Backend: backend, Op: cycleFloorOps[backend], N: u.N, P50: u.P50, P99: u.P99, RequestsPerCycle: u.RequestsPerGrnt, Err: u.Err}
+// rawCycles are the raw cycles of the uncontended floor, as libraries.
+var rawCycles = map[string]*library{
+	"redis":     {Name: "raw cycle (redis)", Backend: "redis", newContender: newRawRedisCycle},
+	"zookeeper": {Name: "raw cycle (zookeeper)", Backend: "zookeeper", newContender: newRawZKCycle},
+	"etcd":      {Name: "raw cycle (etcd)", Backend: "etcd", newContender: newRawEtcdCycle},
+}
+
+// stretches divides one floor measurement of each backend among that
+// backend's libraries of a round: the i-th of k stretches.
+type stretches struct {
+	libs map[string]int // libraries of each backend that run
+	seen map[string]int // stretches begun
+}
+
+func newStretches(libs []*library) stretches {
+	st := stretches{libs: map[string]int{}, seen: map[string]int{}}
+	for _, l := range libs {
+		if l.Missing == "" {
+			st.libs[l.Backend]++
+		}
+	}
+	return st
+}
+
+// next is the share of n (samples) and of d (time) of the next stretch
+// before library l; ok is false for a library that does not run.
+func (st stretches) next(l *library, n int, d time.Duration) (first bool, share int, within time.Duration, ok bool) {
+	k := st.libs[l.Backend]
+	if l.Missing != "" || k == 0 {
+		return false, 0, 0, false
+	}
+	i := st.seen[l.Backend]
+	st.seen[l.Backend]++
+	share = n / k
+	if i < n%k {
+		share++
+	}
+	return i == 0, share, d / time.Duration(k), true
+}
+
+// cycleFloors measures each backend's raw cycle in one round: n cycles and
+// limit in all, as one library's uncontended run.
+type cycleFloors struct {
+	s        *servers
+	n        int
+	limit    time.Duration
+	st       stretches
+	cyclers  map[string]*cycler
+	backends []string // in the order first measured
+}
+
+func newCycleFloors(s *servers, libs []*library, n int, limit time.Duration) *cycleFloors {
+	return &cycleFloors{s: s, n: n, limit: limit, st: newStretches(libs), cyclers: map[string]*cycler{}}
+}
+
+// before runs the stretch of l's backend's floor that precedes l's run.
+func (f *cycleFloors) before(l *library) {
+	first, n, within, ok := f.st.next(l, f.n, f.limit)
+	if !ok {
+		return
+	}
+	if first {
+		life := time.Duration(f.st.libs[l.Backend]) * (f.limit + 30*time.Second)
+		f.cyclers[l.Backend] = newCycler(f.s, rawCycles[l.Backend], f.n, life)
+		f.backends = append(f.backends, l.Backend)
+	}
+	f.cyclers[l.Backend].measure(n, within)
+}
+
+// results closes the floors' clients and returns what they measured.
+func (f *cycleFloors) results(round int) []floorResult {
+	var out []floorResult
+	for _, b := range f.backends {
+		cy := f.cyclers[b]
+		cy.close()
+		r := floorResult{Backend: b, Op: cycleFloorOps[b], Round: round}
+		r.N, r.P50, r.P99, r.RequestsPerCycle, r.Err = cy.result()
+		out = append(out, r)
+	}
+	return out
 }
 
 // errFloorHeld is a raw cycle finding its key taken: nothing else uses the
@@ -309,73 +383,120 @@ func newNotifier(ctx context.Context, s *servers, backend string) (*notifier, er
 // then up to n samples within window.
 func measureNotify(ctx context.Context, backend string, nt *notifier, warmN int, warmFor time.Duration, n int, window time.Duration) rttResult {
 	r := rttResult{Backend: backend, Op: nt.op}
-	sample := func() (time.Duration, error) {
-		fired, err := nt.arm(ctx)
-		if err != nil {
-			return 0, err
-		}
-		t0 := time.Now()
-		if err := nt.fire(ctx); err != nil {
-			return 0, err
-		}
-		select {
-		case t1 := <-fired:
-			return t1.Sub(t0), nil
-		case <-time.After(5 * time.Second):
-			return 0, errors.New("no notice within 5 s")
-		}
+	if _, err := sampleNotify(ctx, nt, true, warmN, warmFor, nil); err != nil {
+		r.Err = err.Error()
+		return r
 	}
-	warm := time.Now().Add(warmFor)
-	for i := 0; i < warmN || time.Now().Before(warm); i++ {
-		if _, err := sample(); err != nil {
-			r.Err = err.Error()
-			return r
-		}
-	}
-	ds := make([]time.Duration, 0, min(n, 1<<16))
-	end := time.Now().Add(window)
-	for len(ds) < n && time.Now().Before(end) {
-		d, err := sample()
-		if err != nil {
-			r.Err = err.Error()
-			return r
-		}
-		ds = append(ds, d)
+	ds, err := sampleNotify(ctx, nt, false, n, window, make([]time.Duration, 0, min(n, 1<<16)))
+	if err != nil {
+		r.Err = err.Error()
+		return r
 	}
 	r.N, r.P50, r.P99 = len(ds), percentile(ds, 50), percentile(ds, 99)
 	return r
+}
+
+// sampleNotify times notifications on nt, appending them to ds. A warm-up
+// keeps none and runs for at least n samples and at least d; a measurement
+// stops at n samples or after d, whichever comes first.
+func sampleNotify(ctx context.Context, nt *notifier, warm bool, n int, d time.Duration, ds []time.Duration) ([]time.Duration, error) {
+	end := time.Now().Add(d)
+	for i := 0; ; i++ {
+		enough, late := i >= n, !time.Now().Before(end)
+		if warm && enough && late || !warm && (enough || late) {
+			return ds, nil
+		}
+		fired, err := nt.arm(ctx)
+		if err != nil {
+			return ds, err
+		}
+		t0 := time.Now()
+		if err := nt.fire(ctx); err != nil {
+			return ds, err
+		}
+		select {
+		case t1 := <-fired:
+			if !warm {
+				ds = append(ds, t1.Sub(t0))
+			}
+		case <-time.After(5 * time.Second):
+			return ds, errors.New("no notice within 5 s")
+		}
+	}
 }
 
 // handoffFloorSamples bounds the samples of one hand-off floor measurement;
 // the window ends it first.
 const handoffFloorSamples = 100000
 
-// runHandoffFloor measures backend's notification floor as the contended
-// runs are measured: a warm-up, then for one window.
-func runHandoffFloor(s *servers, backend string, warmup, window time.Duration) floorResult {
-	ctx, cancel := context.WithTimeout(context.Background(), warmup+window+30*time.Second)
-	defer cancel()
-	f := floorResult{Backend: backend, Op: notifyOps[backend]}
-	nt, err := newNotifier(ctx, s, backend)
-	if err != nil {
-		f.Err = err.Error()
-		return f
-	}
-	defer nt.close()
-	r := measureNotify(ctx, backend, nt, 0, warmup, handoffFloorSamples, window)
-	f.N, f.P50, f.P99, f.Err = r.N, r.P50, r.P99, r.Err
+// handoffFloors measures each backend's notification floor in one round: a
+// contended run's warm-up, then its window in all.
+type handoffFloors struct {
+	s              *servers
+	warmup, window time.Duration
+	st             stretches
+	ctx            context.Context
+	cancel         context.CancelFunc
+	notifiers      map[string]*notifier
+	samples        map[string][]time.Duration
+	errs           map[string]error
+	backends       []string
+}
+
+func newHandoffFloors(s *servers, libs []*library, warmup, window time.Duration) *handoffFloors {
+	f := &handoffFloors{s: s, warmup: warmup, window: window, st: newStretches(libs),
+		notifiers: map[string]*notifier{}, samples: map[string][]time.Duration{}, errs: map[string]error{}}
+	// The round's contended runs take minutes; this only bounds a stuck
+	// server.
+	f.ctx, f.cancel = context.WithTimeout(context.Background(), time.Hour)
 	return f
 }
 
-// floorBefore runs floor for l's backend if l is the first library of that
-// backend to run in this round (done records the backends measured), so
-// that each floor is measured among its libraries' runs.
-func floorBefore(l *library, done map[string]bool, floor func(backend string)) {
-	if l.Missing != "" || done[l.Backend] {
+// before runs the stretch of l's backend's floor that precedes l's runs.
+func (f *handoffFloors) before(l *library) {
+	first, _, within, ok := f.st.next(l, handoffFloorSamples, f.window)
+	if !ok {
 		return
 	}
-	done[l.Backend] = true
-	floor(l.Backend)
+	b := l.Backend
+	if first {
+		f.backends = append(f.backends, b)
+		nt, err := newNotifier(f.ctx, f.s, b)
+		if err != nil {
+			f.errs[b] = err
+			return
+		}
+		f.notifiers[b] = nt
+		if _, err := sampleNotify(f.ctx, nt, true, 0, f.warmup, nil); err != nil {
+			f.errs[b] = err
+			return
+		}
+	}
+	if f.errs[b] != nil {
+		return
+	}
+	ds, err := sampleNotify(f.ctx, f.notifiers[b], false, handoffFloorSamples-len(f.samples[b]), within, f.samples[b])
+	f.samples[b], f.errs[b] = ds, err
+}
+
+// results closes the floors' clients and returns what they measured.
+func (f *handoffFloors) results(round int) []floorResult {
+	defer f.cancel()
+	var out []floorResult
+	for _, b := range f.backends {
+		if nt := f.notifiers[b]; nt != nil {
+			nt.close()
+		}
+		r := floorResult{Backend: b, Op: notifyOps[b], Round: round}
+		if err := f.errs[b]; err != nil {
+			r.Err = err.Error()
+		} else {
+			ds := f.samples[b]
+			r.N, r.P50, r.P99 = len(ds), percentile(ds, 50), percentile(ds, 99)
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 func logFloor(kind string, f floorResult) {

@@ -254,14 +254,9 @@ func run(cfg config) error {
 				if cfg.quick {
 					n, limit = 300, time.Second
 				}
-				floored := map[string]bool{}
+				floors := newCycleFloors(s, libs, n, limit)
 				for _, l := range libs {
-					floorBefore(l, floored, func(b string) {
-						f := runCycleFloor(s, b, n, limit)
-						f.Round = round
-						logFloor("cycle", f)
-						res.CycleFloor = append(res.CycleFloor, f)
-					})
+					floors.before(l)
 					if l.Missing != "" {
 						continue
 					}
@@ -269,6 +264,10 @@ func run(cfg config) error {
 					r.Round = round
 					log.Printf("uncontended %-18s n=%d p50 %v p99 %v req/cycle %.2f %s", l.Name, r.N, r.P50, r.P99, r.RequestsPerGrnt, r.Err)
 					res.Uncontended = append(res.Uncontended, r)
+				}
+				for _, f := range floors.results(round) {
+					logFloor("cycle", f)
+					res.CycleFloor = append(res.CycleFloor, f)
 				}
 			})
 		}
@@ -397,14 +396,15 @@ func closeAll(cs []contender) {
 // round; the headline ones (8 and 32 contenders, no think time) in the
 // others.
 func runContendedSection(s *servers, libs []*library, cfg config, round int, res *results) {
-	floored := map[string]bool{}
-	for _, l := range libs {
-		floorBefore(l, floored, func(b string) {
-			f := runHandoffFloor(s, b, cfg.warmup, cfg.window)
-			f.Round = round
+	floors := newHandoffFloors(s, libs, cfg.warmup, cfg.window)
+	defer func() {
+		for _, f := range floors.results(round) {
 			logFloor("hand-off", f)
 			res.HandoffFloor = append(res.HandoffFloor, f)
-		})
+		}
+	}()
+	for _, l := range libs {
+		floors.before(l)
 		if l.Missing != "" {
 			continue
 		}

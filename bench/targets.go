@@ -439,12 +439,13 @@ func floorsReport(m *md, res *results) {
 	}
 	m.p("## Floors (%s)", res.Variant.label())
 	m.p("")
-	m.p("The floors of the targets table, each round's. *Uncontended cycle*: the raw requests timed exactly as a")
-	m.p("library's uncontended cycle (the same warm-up, number of cycles and time limit), in the same round just")
-	m.p("before the first library of its server; the server's count of requests per cycle checks that it sends")
-	m.p("what it names. *Hand-off*: from one client starting the write that frees a key to another client's")
-	m.p("goroutine receiving the server's notice of it, after the contended runs' warm-up and for as long as")
-	m.p("their window, in the same round just before the first library of its server.")
+	m.p("The floors of the targets table, each round's, each measured in as many stretches as its server has")
+	m.p("libraries, one just before each library's runs, so that its samples meet the conditions of all of them.")
+	m.p("*Uncontended cycle*: the raw requests timed as a library's uncontended cycle is (the same warm-up, and in")
+	m.p("all the same number of cycles and time limit); the server's count of requests per cycle checks that it")
+	m.p("sends what it names. *Hand-off*: from one client starting the write that frees a key to another client's")
+	m.p("goroutine receiving the server's notice of it, after a contended run's warm-up and, in all, for as long")
+	m.p("as its window.")
 	m.p("")
 	var rows [][]string
 	for _, g := range []struct {

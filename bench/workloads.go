@@ -144,57 +144,102 @@ type uncontendedResult struct {
 
 func runUncontended(s *servers, lib *library, n int, limit time.Duration) uncontendedResult {
 	r := uncontendedResult{Lib: lib.Name}
-	ctx, cancel := context.WithTimeout(context.Background(), limit+30*time.Second)
-	defer cancel()
-	c, err := lib.newContender(ctx, s.env, "uncontended")
-	if err != nil {
-		r.Err = err.Error()
-		return r
-	}
-	defer c.Close()
-	cycle := func() error {
-		if err := c.Lock(ctx); err != nil {
-			return fmt.Errorf("lock: %w", err)
-		}
-		if err := c.Unlock(ctx); err != nil {
-			return fmt.Errorf("unlock: %w", err)
-		}
-		return nil
+	cy := newCycler(s, lib, n, limit+30*time.Second)
+	defer cy.close()
+	cy.measure(n, limit)
+	r.N, r.P50, r.P99, r.RequestsPerGrnt, r.Err = cy.result()
+	return r
+}
+
+// cycler times one contender's uncontended cycles (Lock, then Unlock) in
+// one or more stretches, and counts the server's requests during them.
+type cycler struct {
+	s        *servers
+	backend  string
+	c        contender
+	ctx      context.Context
+	cancel   context.CancelFunc
+	ds       []time.Duration
+	requests float64
+	err      error
+}
+
+// newCycler opens lib's contender for at most life and warms it up with
+// n/10 cycles (at least 5).
+func newCycler(s *servers, lib *library, n int, life time.Duration) *cycler {
+	cy := &cycler{s: s, backend: lib.Backend, ds: make([]time.Duration, 0, n)}
+	cy.ctx, cy.cancel = context.WithTimeout(context.Background(), life)
+	if cy.c, cy.err = lib.newContender(cy.ctx, s.env, "uncontended"); cy.err != nil {
+		return cy
 	}
 	for range max(n/10, 5) {
-		if err := cycle(); err != nil {
-			r.Err = err.Error()
-			return r
+		if cy.err = cy.cycle(); cy.err != nil {
+			return cy
 		}
 	}
-	before, err := s.counters(lib.Backend)
-	if err != nil {
-		r.Err = err.Error()
-		return r
+	return cy
+}
+
+func (cy *cycler) cycle() error {
+	if err := cy.c.Lock(cy.ctx); err != nil {
+		return fmt.Errorf("lock: %w", err)
 	}
-	ds := make([]time.Duration, 0, n)
+	if err := cy.c.Unlock(cy.ctx); err != nil {
+		return fmt.Errorf("unlock: %w", err)
+	}
+	return nil
+}
+
+// measure times up to n more cycles within limit, unless a cycle failed.
+func (cy *cycler) measure(n int, limit time.Duration) {
+	if cy.err != nil {
+		return
+	}
+	before, err := cy.s.counters(cy.backend)
+	if err != nil {
+		cy.err = err
+		return
+	}
+	done := len(cy.ds)
 	end := time.Now().Add(limit)
 	for range n {
 		if time.Now().After(end) {
 			break
 		}
 		t := time.Now()
-		if err := cycle(); err != nil {
-			r.Err = err.Error()
-			return r
+		if cy.err = cy.cycle(); cy.err != nil {
+			return
 		}
-		ds = append(ds, time.Since(t))
+		cy.ds = append(cy.ds, time.Since(t))
 	}
-	after, err := s.counters(lib.Backend)
+	after, err := cy.s.counters(cy.backend)
 	if err != nil {
-		r.Err = err.Error()
-		return r
+		cy.err = err
+		return
 	}
-	r.N, r.P50, r.P99 = len(ds), percentile(ds, 50), percentile(ds, 99)
-	if r.N > 0 {
-		r.RequestsPerGrnt = after.sub(before).Requests / float64(r.N)
+	if len(cy.ds) > done {
+		cy.requests += after.sub(before).Requests
 	}
-	return r
+}
+
+// result is what the stretches measured: cycles, p50, p99, the server's
+// requests per cycle, and the error that ended them ("" if none).
+func (cy *cycler) result() (n int, p50, p99 time.Duration, perCycle float64, errText string) {
+	if cy.err != nil {
+		return 0, 0, 0, 0, cy.err.Error()
+	}
+	n = len(cy.ds)
+	if n > 0 {
+		perCycle = cy.requests / float64(n)
+	}
+	return n, percentile(cy.ds, 50), percentile(cy.ds, 99), perCycle, ""
+}
+
+func (cy *cycler) close() {
+	if cy.c != nil {
+		cy.c.Close()
+	}
+	cy.cancel()
 }
 
 // ---- contended ----
