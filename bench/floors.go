@@ -43,7 +43,7 @@ type floorResult struct {
 // cycleFloorOps names the raw requests of each backend's uncontended cycle
 // floor: the fewest a lock that is safe to release needs.
 var cycleFloorOps = map[string]string{
-	"redis":     "SET NX PX + compare-and-delete script (EVALSHA), go-redis",
+	"redis":     "SET NX with expiry + compare-and-delete script (EVALSHA), go-redis",
 	"zookeeper": "create ephemeral sequential + getChildren + delete, go-zookeeper",
 	"etcd":      "Txn put-if-absent (lease attached) + Delete, clientv3",
 }
@@ -62,8 +62,8 @@ type stretches struct {
 	seen map[string]int // stretches begun
 }
 
-func newStretches(libs []*library) stretches {
-	st := stretches{libs: map[string]int{}, seen: map[string]int{}}
+func newStretches(libs []*library) *stretches {
+	st := &stretches{libs: map[string]int{}, seen: map[string]int{}}
 	for _, l := range libs {
 		if l.Missing == "" {
 			st.libs[l.Backend]++
@@ -74,7 +74,7 @@ func newStretches(libs []*library) stretches {
 
 // next is the share of n (samples) and of d (time) of the next stretch
 // before library l; ok is false for a library that does not run.
-func (st stretches) next(l *library, n int, d time.Duration) (first bool, share int, within time.Duration, ok bool) {
+func (st *stretches) next(l *library, n int, d time.Duration) (first bool, share int, within time.Duration, ok bool) {
 	k := st.libs[l.Backend]
 	if l.Missing != "" || k == 0 {
 		return false, 0, 0, false
@@ -94,7 +94,7 @@ type cycleFloors struct {
 	s        *servers
 	n        int
 	limit    time.Duration
-	st       stretches
+	st       *stretches
 	cyclers  map[string]*cycler
 	backends []string // in the order first measured
 }
@@ -134,7 +134,7 @@ func (f *cycleFloors) results(round int) []floorResult {
 // floor's keys, so the measurement is void.
 var errFloorHeld = errors.New("floor: key already held")
 
-// rawRedisCycle takes the key with SET NX PX and releases it with the
+// rawRedisCycle takes the key with SET NX (with an expiry) and releases it with the
 // compare-and-delete script that a safe release needs (bsm/redislock's).
 type rawRedisCycle struct {
 	rdb        *redis.Client
@@ -356,8 +356,8 @@ func newNotifier(ctx context.Context, s *servers, backend string) (*notifier, er
 			if !ok || !resp.Created {
 				return fail(fmt.Errorf("etcd floor watch not created: %v", resp.Err()))
 			}
-		case <-ctx.Done():
-			return fail(ctx.Err())
+		case <-time.After(20 * time.Second):
+			return fail(errors.New("etcd floor watch not created within 20 s"))
 		}
 		events := make(chan time.Time, 1)
 		go func() {
@@ -434,7 +434,7 @@ const handoffFloorSamples = 100000
 type handoffFloors struct {
 	s              *servers
 	warmup, window time.Duration
-	st             stretches
+	st             *stretches
 	ctx            context.Context
 	cancel         context.CancelFunc
 	notifiers      map[string]*notifier
@@ -500,5 +500,9 @@ func (f *handoffFloors) results(round int) []floorResult {
 }
 
 func logFloor(kind string, f floorResult) {
-	log.Printf("%s floor %-9s n=%d p50 %v p99 %v req/cycle %.2f %s", kind, f.Backend, f.N, f.P50, f.P99, f.RequestsPerCycle, f.Err)
+	req := ""
+	if f.RequestsPerCycle > 0 {
+		req = fmt.Sprintf(" req/cycle %.2f", f.RequestsPerCycle)
+	}
+	log.Printf("%s floor %-9s n=%d p50 %v p99 %v%s %s", kind, f.Backend, f.N, f.P50, f.P99, req, f.Err)
 }
