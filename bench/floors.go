@@ -37,7 +37,10 @@ type floorResult struct {
 	// RequestsPerCycle is what the server counted per cycle (cycle floors
 	// only): it checks that the floor sends the requests it names.
 	RequestsPerCycle float64
-	Err              string
+	// StretchP50 is each stretch's p50, in the order of the libraries they
+	// preceded: how much the conditions moved during the round.
+	StretchP50 []time.Duration
+	Err        string
 }
 
 // cycleFloorOps names the raw requests of each backend's uncontended cycle
@@ -91,16 +94,17 @@ func (st *stretches) next(l *library, n int, d time.Duration) (first bool, share
 // cycleFloors measures each backend's raw cycle in one round: n cycles and
 // limit in all, as one library's uncontended run.
 type cycleFloors struct {
-	s        *servers
-	n        int
-	limit    time.Duration
-	st       *stretches
-	cyclers  map[string]*cycler
-	backends []string // in the order first measured
+	s          *servers
+	n          int
+	limit      time.Duration
+	st         *stretches
+	cyclers    map[string]*cycler
+	stretchP50 map[string][]time.Duration // each stretch's p50
+	backends   []string                   // in the order first measured
 }
 
 func newCycleFloors(s *servers, libs []*library, n int, limit time.Duration) *cycleFloors {
-	return &cycleFloors{s: s, n: n, limit: limit, st: newStretches(libs), cyclers: map[string]*cycler{}}
+	return &cycleFloors{s: s, n: n, limit: limit, st: newStretches(libs), cyclers: map[string]*cycler{}, stretchP50: map[string][]time.Duration{}}
 }
 
 // before runs the stretch of l's backend's floor that precedes l's run.
@@ -114,7 +118,10 @@ func (f *cycleFloors) before(l *library) {
 		f.cyclers[l.Backend] = newCycler(f.s, rawCycles[l.Backend], f.n, life)
 		f.backends = append(f.backends, l.Backend)
 	}
-	f.cyclers[l.Backend].measure(n, within)
+	cy := f.cyclers[l.Backend]
+	done := len(cy.ds)
+	cy.measure(n, within)
+	f.stretchP50[l.Backend] = append(f.stretchP50[l.Backend], percentile(cy.ds[done:], 50))
 }
 
 // results closes the floors' clients and returns what they measured.
@@ -125,6 +132,7 @@ func (f *cycleFloors) results(round int) []floorResult {
 		cy.close()
 		r := floorResult{Backend: b, Op: cycleFloorOps[b], Round: round}
 		r.N, r.P50, r.P99, r.RequestsPerCycle, r.Err = cy.result()
+		r.StretchP50 = f.stretchP50[b]
 		out = append(out, r)
 	}
 	return out
@@ -439,13 +447,14 @@ type handoffFloors struct {
 	cancel         context.CancelFunc
 	notifiers      map[string]*notifier
 	samples        map[string][]time.Duration
+	stretchP50     map[string][]time.Duration // each stretch's p50
 	errs           map[string]error
 	backends       []string
 }
 
 func newHandoffFloors(s *servers, libs []*library, warmup, window time.Duration) *handoffFloors {
 	f := &handoffFloors{s: s, warmup: warmup, window: window, st: newStretches(libs),
-		notifiers: map[string]*notifier{}, samples: map[string][]time.Duration{}, errs: map[string]error{}}
+		notifiers: map[string]*notifier{}, samples: map[string][]time.Duration{}, stretchP50: map[string][]time.Duration{}, errs: map[string]error{}}
 	// The round's contended runs take minutes; this only bounds a stuck
 	// server.
 	f.ctx, f.cancel = context.WithTimeout(context.Background(), time.Hour)
@@ -475,8 +484,10 @@ func (f *handoffFloors) before(l *library) {
 	if f.errs[b] != nil {
 		return
 	}
-	ds, err := sampleNotify(f.ctx, f.notifiers[b], false, handoffFloorSamples-len(f.samples[b]), within, f.samples[b])
+	done := len(f.samples[b])
+	ds, err := sampleNotify(f.ctx, f.notifiers[b], false, handoffFloorSamples-done, within, f.samples[b])
 	f.samples[b], f.errs[b] = ds, err
+	f.stretchP50[b] = append(f.stretchP50[b], percentile(ds[done:], 50))
 }
 
 // results closes the floors' clients and returns what they measured.
@@ -493,6 +504,7 @@ func (f *handoffFloors) results(round int) []floorResult {
 		} else {
 			ds := f.samples[b]
 			r.N, r.P50, r.P99 = len(ds), percentile(ds, 50), percentile(ds, 99)
+			r.StretchP50 = f.stretchP50[b]
 		}
 		out = append(out, r)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -68,5 +69,20 @@ func TestSampleNotify_warmupAndMeasurement(t *testing.T) {
 	ds, err = sampleNotify(ctx, nt, false, 1000, 0, ds)
 	if err != nil || len(ds) != 5 || *fires != 0 {
 		t.Errorf("measurement with no time left: kept %d (of 5 before), fired %d, err %v; want 5 and 0", len(ds), *fires, err)
+	}
+}
+
+// The report lists every round's floors with each stretch's p50, and a run
+// older than the floors has no such section.
+func TestReport_floorsSection(t *testing.T) {
+	res := targetsFixture()
+	res.CycleFloor[0].StretchP50 = []time.Duration{90 * time.Microsecond, 110 * time.Microsecond}
+	out := report(res)
+	if !strings.Contains(out, "## Floors (durable servers)") || !strings.Contains(out, "| 90 µs / 110 µs |") {
+		t.Errorf("report has no floors section with the stretches' p50s:\n%s", out[strings.Index(out, "## Targets"):][:3000])
+	}
+	res.CycleFloor = nil
+	if out := report(res); strings.Contains(out, "## Floors") {
+		t.Error("a run with no floors has a floors section")
 	}
 }

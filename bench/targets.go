@@ -445,7 +445,8 @@ func floorsReport(m *md, res *results) {
 	m.p("all the same number of cycles and time limit); the server's count of requests per cycle checks that it")
 	m.p("sends what it names. *Hand-off*: from one client starting the write that frees a key to another client's")
 	m.p("goroutine receiving the server's notice of it, after a contended run's warm-up and, in all, for as long")
-	m.p("as its window.")
+	m.p("as its window. *p50 of each stretch*, in the order of the libraries they preceded, shows how much the")
+	m.p("server's conditions moved during the round.")
 	m.p("")
 	var rows [][]string
 	for _, g := range []struct {
@@ -457,8 +458,13 @@ func floorsReport(m *md, res *results) {
 			if f.RequestsPerCycle > 0 {
 				req = fmtFloat(f.RequestsPerCycle)
 			}
-			rows = append(rows, []string{g.kind, f.Backend, f.Op, fmt.Sprint(f.Round), fmt.Sprint(f.N), fmtDur(f.P50), fmtDur(f.P99), req, short(f.Err)})
+			var each []string
+			for _, d := range f.StretchP50 {
+				each = append(each, fmtDur(d))
+			}
+			rows = append(rows, []string{g.kind, f.Backend, f.Op, fmt.Sprint(f.Round), fmt.Sprint(f.N), fmtDur(f.P50), fmtDur(f.P99),
+				orDash(strings.Join(each, " / ")), req, short(f.Err)})
 		}
 	}
-	m.table([]string{"floor", "server", "requests", "round", "samples", "p50", "p99", "requests per cycle", "error"}, rows)
+	m.table([]string{"floor", "server", "requests", "round", "samples", "p50", "p99", "p50 of each stretch", "requests per cycle", "error"}, rows)
 }
