@@ -82,15 +82,20 @@ type results struct {
 	RTTRounds   []map[string]rttResult
 	Uncontended []uncontendedResult
 	Contended   []contendedResult
-	ClientCost  []clientCostResult
-	Queue       []queueResult
-	Keys        []keysResult
-	Memory      []memoryResult
-	Modes       []modeResult
-	Election    []electionResult
-	Permits     []modeResult
-	Renewal     []renewalResult
-	Notes       []string
+	// CycleFloor and HandoffFloor are the floors of the targets table,
+	// measured in each round among the libraries' uncontended and
+	// contended runs (floors.go); runs older than them have none.
+	CycleFloor   []floorResult
+	HandoffFloor []floorResult
+	ClientCost   []clientCostResult
+	Queue        []queueResult
+	Keys         []keysResult
+	Memory       []memoryResult
+	Modes        []modeResult
+	Election     []electionResult
+	Permits      []modeResult
+	Renewal      []renewalResult
+	Notes        []string
 }
 
 type libInfo struct {
@@ -249,7 +254,9 @@ func run(cfg config) error {
 				if cfg.quick {
 					n, limit = 300, time.Second
 				}
+				floors := newCycleFloors(s, libs, n, limit)
 				for _, l := range libs {
+					floors.before(l)
 					if l.Missing != "" {
 						continue
 					}
@@ -257,6 +264,10 @@ func run(cfg config) error {
 					r.Round = round
 					log.Printf("uncontended %-18s n=%d p50 %v p99 %v req/cycle %.2f %s", l.Name, r.N, r.P50, r.P99, r.RequestsPerGrnt, r.Err)
 					res.Uncontended = append(res.Uncontended, r)
+				}
+				for _, f := range floors.results(round) {
+					logFloor("cycle", f)
+					res.CycleFloor = append(res.CycleFloor, f)
 				}
 			})
 		}
@@ -385,7 +396,15 @@ func closeAll(cs []contender) {
 // round; the headline ones (8 and 32 contenders, no think time) in the
 // others.
 func runContendedSection(s *servers, libs []*library, cfg config, round int, res *results) {
+	floors := newHandoffFloors(s, libs, cfg.warmup, cfg.window)
+	defer func() {
+		for _, f := range floors.results(round) {
+			logFloor("hand-off", f)
+			res.HandoffFloor = append(res.HandoffFloor, f)
+		}
+	}()
 	for _, l := range libs {
+		floors.before(l)
 		if l.Missing != "" {
 			continue
 		}

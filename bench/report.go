@@ -217,7 +217,8 @@ func report(res *results) string {
 	m.p("The round trip (RTT) is the smallest request each client library makes; the write is the smallest write,")
 	m.p("which a durable server makes durable before it replies. The notification floor is what any hand-off")
 	m.p("driven by the server's notice must take at least: from one client starting the write that frees the lock")
-	m.p("to another client's goroutine receiving the server's notice of it.")
+	m.p("to another client's goroutine receiving the server's notice of it. The targets table judges by the floors")
+	m.p("measured beside the libraries (section Floors), not by these.")
 	if len(res.RTTRounds) > 1 {
 		m.p("Each request was measured in each of %d rounds; the row is the round with the median p50, and samples", len(res.RTTRounds))
 		m.p("count every round's.")

@@ -33,9 +33,13 @@
 #                            whose tables are in RTTs:
 #       rtt                  the round-trip floor: smallest request, a write,
 #                            a notification, per server
-#       uncontended          one client, one key, acquire + release
+#       uncontended          one client, one key, acquire + release; with the
+#                            floor of the targets table: the raw requests of a
+#                            cycle (go-redis, go-zookeeper, clientv3) timed the
+#                            same way, in stretches among the libraries' runs
 #       contended            2 to 128 contenders on one key (8 and 32 in every
-#                            round)
+#                            round); with the hand-off floor (one notification)
+#                            timed in stretches among the libraries' runs
 #       modes                the semaphore and RWMutex workloads with dlock's
 #                            lock as their reference (also semaphore, rwmutex)
 #       permits              semaphore limit 3, 12 clients, 2 ms holds: the mean

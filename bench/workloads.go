@@ -113,120 +113,22 @@ func runRTT(s *servers, n int) (map[string]rttResult, error) {
 }
 
 // runNotifyFloor measures the floor of any notification-driven hand-off on
-// each server: from one client starting a write to another client's
-// goroutine receiving the server's notice of it (Redis: PUBLISH to a
-// subscriber; ZooKeeper: delete of a node another session watches; etcd: a
-// put to a key another client watches). Both clients are in this process,
-// so one monotonic clock times both ends.
+// each server (newNotifier): from one client starting the write that frees
+// a key to another client's goroutine receiving the server's notice of it.
+// Both clients are in this process, so one monotonic clock times both ends.
 func runNotifyFloor(s *servers, n int) (map[string]rttResult, error) {
 	out := map[string]rttResult{}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-
-	// Redis.
-	pub := redis.NewClient(&redis.Options{Addr: s.redis.addr})
-	defer pub.Close()
-	subc := redis.NewClient(&redis.Options{Addr: s.redis.addr})
-	defer subc.Close()
-	sub := subc.Subscribe(ctx, "bench-floor")
-	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil {
-		return nil, err
-	}
-	msgs := sub.Channel()
-	got := make(chan time.Time, 1)
-	go func() {
-		for range msgs {
-			got <- time.Now()
-		}
-	}()
-	out["redis-notify"] = measureNotify("redis", "PUBLISH → subscriber on another connection (go-redis)", n, func() (func() error, <-chan time.Time, error) {
-		return func() error { return pub.Publish(ctx, "bench-floor", "x").Err() }, got, nil
-	})
-
-	// ZooKeeper.
-	a, err := zkConnect(s.env, 10*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	defer a.Close()
-	b, err := zkConnect(s.env, 10*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	defer b.Close()
-	if _, err := a.Create("/bench-floor", nil, 0, zk.WorldACL(zk.PermAll)); err != nil && err != zk.ErrNodeExists {
-		return nil, err
-	}
-	out["zookeeper-notify"] = measureNotify("zookeeper", "delete → watcher of another session (go-zookeeper)", n, func() (func() error, <-chan time.Time, error) {
-		if _, err := a.Create("/bench-floor/n", nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
-			return nil, nil, err
-		}
-		_, _, ev, err := b.ExistsW("/bench-floor/n")
+	for _, b := range backends {
+		nt, err := newNotifier(ctx, s, b)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		fired := make(chan time.Time, 1)
-		go func() { <-ev; fired <- time.Now() }()
-		return func() error { return a.Delete("/bench-floor/n", -1) }, fired, nil
-	})
-
-	// etcd.
-	ca, err := etcdClient(s.env)
-	if err != nil {
-		return nil, err
+		out[b+"-notify"] = measureNotify(ctx, b, nt, n/10, 0, n, 20*time.Second)
+		nt.close()
 	}
-	defer ca.Close()
-	cb, err := etcdClient(s.env)
-	if err != nil {
-		return nil, err
-	}
-	defer cb.Close()
-	wctx, wcancel := context.WithCancel(ctx)
-	defer wcancel()
-	wch := cb.Watch(wctx, "bench-floor")
-	events := make(chan time.Time, 1)
-	go func() {
-		for range wch {
-			events <- time.Now()
-		}
-	}()
-	time.Sleep(100 * time.Millisecond) // let the watch be created
-	out["etcd-notify"] = measureNotify("etcd", "put → watcher on another client (clientv3)", n, func() (func() error, <-chan time.Time, error) {
-		return func() error { _, err := ca.Put(ctx, "bench-floor", "x"); return err }, events, nil
-	})
 	return out, nil
-}
-
-// measureNotify times n notifications: setup prepares one and returns the
-// write that triggers it and the channel on which its receipt time arrives.
-func measureNotify(backend, name string, n int, setup func() (func() error, <-chan time.Time, error)) rttResult {
-	r := rttResult{Backend: backend, Op: name}
-	deadline := time.Now().Add(20 * time.Second)
-	var ds []time.Duration
-	for i := 0; i < n+n/10 && time.Now().Before(deadline); i++ {
-		write, fired, err := setup()
-		if err != nil {
-			r.Err = err.Error()
-			return r
-		}
-		t0 := time.Now()
-		if err := write(); err != nil {
-			r.Err = err.Error()
-			return r
-		}
-		select {
-		case t1 := <-fired:
-			if i >= n/10 {
-				ds = append(ds, t1.Sub(t0))
-			}
-		case <-time.After(5 * time.Second):
-			r.Err = "no notice within 5 s"
-			return r
-		}
-	}
-	r.N, r.P50, r.P99 = len(ds), percentile(ds, 50), percentile(ds, 99)
-	return r
 }
 
 // ---- uncontended ----
@@ -242,57 +144,102 @@ type uncontendedResult struct {
 
 func runUncontended(s *servers, lib *library, n int, limit time.Duration) uncontendedResult {
 	r := uncontendedResult{Lib: lib.Name}
-	ctx, cancel := context.WithTimeout(context.Background(), limit+30*time.Second)
-	defer cancel()
-	c, err := lib.newContender(ctx, s.env, "uncontended")
-	if err != nil {
-		r.Err = err.Error()
-		return r
-	}
-	defer c.Close()
-	cycle := func() error {
-		if err := c.Lock(ctx); err != nil {
-			return fmt.Errorf("lock: %w", err)
-		}
-		if err := c.Unlock(ctx); err != nil {
-			return fmt.Errorf("unlock: %w", err)
-		}
-		return nil
+	cy := newCycler(s, lib, n, limit+30*time.Second)
+	defer cy.close()
+	cy.measure(n, limit)
+	r.N, r.P50, r.P99, r.RequestsPerGrnt, r.Err = cy.result()
+	return r
+}
+
+// cycler times one contender's uncontended cycles (Lock, then Unlock) in
+// one or more stretches, and counts the server's requests during them.
+type cycler struct {
+	s        *servers
+	backend  string
+	c        contender
+	ctx      context.Context
+	cancel   context.CancelFunc
+	ds       []time.Duration
+	requests float64
+	err      error
+}
+
+// newCycler opens lib's contender for at most life and warms it up with
+// n/10 cycles (at least 5).
+func newCycler(s *servers, lib *library, n int, life time.Duration) *cycler {
+	cy := &cycler{s: s, backend: lib.Backend, ds: make([]time.Duration, 0, n)}
+	cy.ctx, cy.cancel = context.WithTimeout(context.Background(), life)
+	if cy.c, cy.err = lib.newContender(cy.ctx, s.env, "uncontended"); cy.err != nil {
+		return cy
 	}
 	for range max(n/10, 5) {
-		if err := cycle(); err != nil {
-			r.Err = err.Error()
-			return r
+		if cy.err = cy.cycle(); cy.err != nil {
+			return cy
 		}
 	}
-	before, err := s.counters(lib.Backend)
-	if err != nil {
-		r.Err = err.Error()
-		return r
+	return cy
+}
+
+func (cy *cycler) cycle() error {
+	if err := cy.c.Lock(cy.ctx); err != nil {
+		return fmt.Errorf("lock: %w", err)
 	}
-	ds := make([]time.Duration, 0, n)
+	if err := cy.c.Unlock(cy.ctx); err != nil {
+		return fmt.Errorf("unlock: %w", err)
+	}
+	return nil
+}
+
+// measure times up to n more cycles within limit, unless a cycle failed.
+func (cy *cycler) measure(n int, limit time.Duration) {
+	if cy.err != nil {
+		return
+	}
+	before, err := cy.s.counters(cy.backend)
+	if err != nil {
+		cy.err = err
+		return
+	}
+	done := len(cy.ds)
 	end := time.Now().Add(limit)
 	for range n {
 		if time.Now().After(end) {
 			break
 		}
 		t := time.Now()
-		if err := cycle(); err != nil {
-			r.Err = err.Error()
-			return r
+		if cy.err = cy.cycle(); cy.err != nil {
+			return
 		}
-		ds = append(ds, time.Since(t))
+		cy.ds = append(cy.ds, time.Since(t))
 	}
-	after, err := s.counters(lib.Backend)
+	after, err := cy.s.counters(cy.backend)
 	if err != nil {
-		r.Err = err.Error()
-		return r
+		cy.err = err
+		return
 	}
-	r.N, r.P50, r.P99 = len(ds), percentile(ds, 50), percentile(ds, 99)
-	if r.N > 0 {
-		r.RequestsPerGrnt = after.sub(before).Requests / float64(r.N)
+	if len(cy.ds) > done {
+		cy.requests += after.sub(before).Requests
 	}
-	return r
+}
+
+// result is what the stretches measured: cycles, p50, p99, the server's
+// requests per cycle, and the error that ended them ("" if none).
+func (cy *cycler) result() (n int, p50, p99 time.Duration, perCycle float64, errText string) {
+	if cy.err != nil {
+		return 0, 0, 0, 0, cy.err.Error()
+	}
+	n = len(cy.ds)
+	if n > 0 {
+		perCycle = cy.requests / float64(n)
+	}
+	return n, percentile(cy.ds, 50), percentile(cy.ds, 99), perCycle, ""
+}
+
+func (cy *cycler) close() {
+	if cy.c != nil {
+		cy.c.Close()
+	}
+	cy.cancel()
 }
 
 // ---- contended ----
