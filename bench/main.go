@@ -230,7 +230,8 @@ func run(cfg config) error {
 
 	// The figures of the targets table, round after round: each round runs
 	// every library in turn, so that a busy spell of the machine falls on
-	// all of them, not on one.
+	// all of them, not on one, and each server's libraries start one place
+	// later each round (inRoundOrder), so that none always runs first.
 	for round := 1; round <= cfg.rounds; round++ {
 		if cfg.sections["rtt"] {
 			var err error
@@ -255,7 +256,7 @@ func run(cfg config) error {
 					n, limit = 300, time.Second
 				}
 				floors := newCycleFloors(s, libs, n, limit)
-				for _, l := range libs {
+				for _, l := range inRoundOrder(libs, round) {
 					floors.before(l)
 					if l.Missing != "" {
 						continue
@@ -403,7 +404,7 @@ func runContendedSection(s *servers, libs []*library, cfg config, round int, res
 			res.HandoffFloor = append(res.HandoffFloor, f)
 		}
 	}()
-	for _, l := range libs {
+	for _, l := range inRoundOrder(libs, round) {
 		floors.before(l)
 		if l.Missing != "" {
 			continue

@@ -114,3 +114,23 @@ func medianRTT(rounds []map[string]rttResult) map[string]rttResult {
 	}
 	return out
 }
+
+// inRoundOrder is libs in the order they run in round (1, 2, …): each
+// server's libraries, which run one after another, start one place later
+// each round, so that no library always runs first on a fresh server or
+// last on a tired one.
+func inRoundOrder(libs []*library, round int) []*library {
+	out := make([]*library, 0, len(libs))
+	for i := 0; i < len(libs); {
+		j := i
+		for j < len(libs) && libs[j].Backend == libs[i].Backend {
+			j++
+		}
+		group := libs[i:j]
+		k := (round - 1) % len(group)
+		out = append(out, group[k:]...)
+		out = append(out, group[:k]...)
+		i = j
+	}
+	return out
+}

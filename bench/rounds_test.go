@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -31,5 +32,27 @@ func TestMedianRTT_takesTheMedianRound(t *testing.T) {
 	got := medianRTT(rounds)["redis"]
 	if got.P50 != 20 || got.P99 != 200 || got.N != 30 {
 		t.Fatalf("medianRTT = %+v, want p50 20 with its p99 200 and 30 samples", got)
+	}
+}
+
+func TestInRoundOrder_rotatesWithinEachServer(t *testing.T) {
+	libs := []*library{
+		{Name: "dlock-r", Backend: "redis"}, {Name: "bsm", Backend: "redis"}, {Name: "redsync", Backend: "redis"},
+		{Name: "dlock-z", Backend: "zookeeper"}, {Name: "gozk", Backend: "zookeeper"},
+	}
+	names := func(ls []*library) (s []string) {
+		for _, l := range ls {
+			s = append(s, l.Name)
+		}
+		return s
+	}
+	for round, want := range map[int][]string{
+		1: {"dlock-r", "bsm", "redsync", "dlock-z", "gozk"},
+		2: {"bsm", "redsync", "dlock-r", "gozk", "dlock-z"},
+		3: {"redsync", "dlock-r", "bsm", "dlock-z", "gozk"},
+	} {
+		if got := names(inRoundOrder(libs, round)); !slices.Equal(got, want) {
+			t.Errorf("round %d: %v, want %v", round, got, want)
+		}
 	}
 }
