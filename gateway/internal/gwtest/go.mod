@@ -1,0 +1,9 @@
+module github.com/dlockdev/dlock/gateway/internal/gwtest
+
+go 1.26.0
+
+require (
+	github.com/dlockdev/dlock v0.1.0
+	github.com/dlockdev/dlock/gateway v0.1.0
+	github.com/dlockdev/dlock/redisdlock v0.1.0
+)
