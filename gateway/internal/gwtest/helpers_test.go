@@ -205,3 +205,12 @@ func (e *env) redisKeys() string {
 	}
 	return out
 }
+
+func (e *env) redis(args ...string) string {
+	e.t.Helper()
+	out, err := testserver.RedisCommand(context.Background(), redisAddr, args...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
