@@ -1,10 +1,10 @@
 package gwtest
 
 import (
-	"fmt"
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os/exec"
 	"strings"
