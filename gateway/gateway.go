@@ -133,8 +133,16 @@ func (g *Gateway) Close(ctx context.Context) error {
 	for id, h := range g.leases {
 		all = append(all, g.endLocked(id, h, CodeClosing))
 	}
+	var waiting []*waiter
+	for _, wt := range g.waiters {
+		waiting = append(waiting, wt)
+	}
 	g.mu.Unlock()
 	g.cancel(errClosing)
+	// The tickets with no poll: nobody else ends them before they expire.
+	for _, wt := range waiting {
+		g.abandon(wt)
+	}
 
 	errs := make([]error, len(all))
 	var wg sync.WaitGroup
