@@ -3,7 +3,6 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -216,4 +215,3 @@ func writeError(w http.ResponseWriter, e *apiError) {
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
-func msString(d time.Duration) string { return fmt.Sprintf("%dms", d.Milliseconds()) }

@@ -18,7 +18,9 @@ import (
 	"github.com/dlockdev/dlock/gateway"
 	"github.com/dlockdev/dlock/internal/testing/leakcheck"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
+	_ "github.com/dlockdev/dlock/etcddlock"
 	_ "github.com/dlockdev/dlock/redisdlock"
+	_ "github.com/dlockdev/dlock/zkdlock"
 )
 
 // redisAddr is the Redis every test of the package shares, each on keys
@@ -34,6 +36,8 @@ func TestMain(m *testing.M) {
 	redisAddr = addr
 	code := m.Run()
 	stop()
+	testserver.StopSharedEtcd()
+	testserver.StopSharedZooKeeper() // a JVM: not a goroutine of ours
 	if code == 0 {
 		if err := leakcheck.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "gwtest:", err)
@@ -61,8 +65,13 @@ var keySeq atomic.Int64
 
 func newEnv(t *testing.T, opts ...gateway.Option) *env {
 	t.Helper()
+	return newEnvOn(t, "redis://"+redisAddr+"/0", opts...)
+}
+
+// newEnvOn is newEnv in front of the backend at url.
+func newEnvOn(t *testing.T, url string, opts ...gateway.Option) *env {
+	t.Helper()
 	ctx := context.Background()
-	url := "redis://" + redisAddr + "/0"
 	c, err := dlock.Open(ctx, url)
 	if err != nil {
 		t.Fatal(err)
