@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock"
+	_ "github.com/dlockdev/dlock/etcddlock"
 	"github.com/dlockdev/dlock/gateway"
 	"github.com/dlockdev/dlock/internal/testing/leakcheck"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
-	_ "github.com/dlockdev/dlock/etcddlock"
 	_ "github.com/dlockdev/dlock/redisdlock"
 	_ "github.com/dlockdev/dlock/zkdlock"
 )
