@@ -19,7 +19,8 @@ type waiter struct {
 	done   chan struct{}      // closed when the backend acquire returned
 
 	// Guarded by Gateway.mu:
-	lease     *dlock.Lease // the grant, until a poll claims it
+	lease     *dlock.Lease      // the grant, until a poll claims it
+	term      *dlock.Leadership // an election's grant: lease's term
 	err       error
 	finished  bool        // the acquire returned: lease or err is set
 	attached  bool        // a poll waits for it
@@ -29,8 +30,25 @@ type waiter struct {
 }
 
 // acquire takes what w asks for from the backend, waiting in its queue or
-// not.
-func (g *Gateway) acquire(ctx context.Context, w *want, wait bool) (*dlock.Lease, error) {
+// not. An election's grant is a term too.
+func (g *Gateway) acquire(ctx context.Context, w *want, wait bool) (*dlock.Lease, *dlock.Leadership, error) {
+	if w.kind == dlock.KindElection {
+		opts := w.opts
+		if !wait {
+			opts = append(opts[:len(opts):len(opts)], dlock.NoWait())
+		}
+		t, err := g.client.Election(w.key).Campaign(ctx, w.value, opts...)
+		if err != nil {
+			return nil, nil, err
+		}
+		return t.Lease(), t, nil
+	}
+	l, err := g.acquireLease(ctx, w, wait)
+	return l, nil, err
+}
+
+// acquireLease is acquire of a lock, a permit or a read-write lease.
+func (g *Gateway) acquireLease(ctx context.Context, w *want, wait bool) (*dlock.Lease, error) {
 	c := g.client
 	opts := w.opts
 	switch w.kind {
@@ -67,10 +85,23 @@ func (g *Gateway) reserveLocked(waiting bool) *apiError {
 		return errorf(http.StatusServiceUnavailable, CodeClosing, "the gateway is closing")
 	case g.nheld >= g.cfg.maxLeases:
 		return errorf(http.StatusTooManyRequests, CodeTooManyLeases, "the gateway holds its maximum of %d leases and waits", g.cfg.maxLeases)
-	case waiting && len(g.waiters) >= g.cfg.maxWaiters:
+	case waiting && len(g.waiters)+g.observers >= g.cfg.maxWaiters:
 		return errorf(http.StatusTooManyRequests, CodeTooManyWaiters, "the gateway has its maximum of %d waits and tickets", g.cfg.maxWaiters)
 	}
 	g.nheld++
+	return nil
+}
+
+// reserveObserverLocked counts an election stream against MaxWaiters,
+// with the waits and tickets. g.mu must be held.
+func (g *Gateway) reserveObserverLocked() *apiError {
+	switch {
+	case g.closed:
+		return errorf(http.StatusServiceUnavailable, CodeClosing, "the gateway is closing")
+	case len(g.waiters)+g.observers >= g.cfg.maxWaiters:
+		return errorf(http.StatusTooManyRequests, CodeTooManyWaiters, "the gateway has its maximum of %d waits, tickets and observers", g.cfg.maxWaiters)
+	}
+	g.observers++
 	return nil
 }
 
@@ -91,12 +122,12 @@ func (g *Gateway) startWaiter(w *want) (*waiter, *apiError) {
 // run is the waiter's acquire. A grant that nobody claims any more is
 // released here: a waiter abandoned before its grant landed.
 func (g *Gateway) run(ctx context.Context, wt *waiter) {
-	l, err := g.acquire(ctx, wt.want, true)
+	l, term, err := g.acquire(ctx, wt.want, true)
 	if l != nil && testhook.Granted != nil {
 		testhook.Granted(wt.want.key)
 	}
 	g.mu.Lock()
-	wt.lease, wt.err, wt.finished = l, err, true
+	wt.lease, wt.term, wt.err, wt.finished = l, term, err, true
 	close(wt.done)
 	orphan := wt.gone && l != nil
 	g.mu.Unlock()
@@ -107,14 +138,15 @@ func (g *Gateway) run(ctx context.Context, wt *waiter) {
 }
 
 // claim takes a finished waiter's outcome for its poll. g.mu must be held.
-func (g *Gateway) claimLocked(wt *waiter) (*dlock.Lease, error) {
+func (g *Gateway) claimLocked(wt *waiter) outcome {
 	g.dropLocked(wt)
 	if wt.err != nil {
 		g.nheld--
+		return outcome{err: fromLibrary(wt.err)}
 	}
-	l := wt.lease
+	out := outcome{lease: wt.lease, term: wt.term}
 	wt.lease = nil
-	return l, wt.err
+	return out
 }
 
 // dropLocked takes wt out of the table; g.mu must be held.
@@ -184,6 +216,7 @@ func (g *Gateway) attach(ticket string, w *want) (*waiter, *apiError) {
 // outcome is how a wait ended: a grant, an error, or a ticket.
 type outcome struct {
 	lease   *dlock.Lease
+	term    *dlock.Leadership // an election's
 	err     *apiError
 	waiting *waitReply
 }
@@ -209,11 +242,7 @@ func (g *Gateway) wait(r *http.Request, wt *waiter, d time.Duration, recv time.T
 		return outcome{err: errorf(http.StatusServiceUnavailable, CodeClosing, "the gateway is closing")}
 	}
 	if wt.finished {
-		l, err := g.claimLocked(wt)
-		if err != nil {
-			return outcome{err: fromLibrary(err)}
-		}
-		return outcome{lease: l}
+		return g.claimLocked(wt)
 	}
 	// Keep the place for a new poll with the ticket.
 	wt.attached = false
@@ -255,14 +284,14 @@ func (g *Gateway) obtain(w http.ResponseWriter, r *http.Request, recv time.Time)
 		if err != nil {
 			return nil, outcome{err: err}
 		}
-		l, aerr := g.acquire(r.Context(), wnt, false)
+		l, term, aerr := g.acquire(r.Context(), wnt, false)
 		if aerr != nil {
 			g.mu.Lock()
 			g.nheld--
 			g.mu.Unlock()
 			return nil, outcome{err: fromLibrary(aerr)}
 		}
-		return wnt, outcome{lease: l}
+		return wnt, outcome{lease: l, term: term}
 	}
 	wt, aerr := g.startWaiter(wnt)
 	if aerr != nil {
@@ -284,7 +313,7 @@ func (g *Gateway) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	granted := time.Now()
-	h, err := g.register(out.lease, wnt, granted, false)
+	h, err := g.register(out.lease, out.term, wnt, granted, false)
 	if err != nil {
 		g.release(out.lease)
 		writeError(w, err)
@@ -348,7 +377,7 @@ func (g *Gateway) handleHold(w http.ResponseWriter, r *http.Request) {
 		_ = writeJSON(w, http.StatusAccepted, out.waiting)
 		return
 	}
-	h, err := g.register(out.lease, wnt, time.Now(), true)
+	h, err := g.register(out.lease, out.term, wnt, time.Now(), true)
 	if err != nil {
 		g.release(out.lease)
 		writeError(w, err)

@@ -21,6 +21,7 @@ type acquireRequest struct {
 	TTLMs    int64           `json:"ttl_ms"`
 	WaitMs   int64           `json:"wait_ms"`
 	Ticket   string          `json:"ticket"`
+	Value    *string         `json:"value"` // an election candidate's
 	Metadata *dlock.Metadata `json:"metadata"`
 }
 
@@ -32,13 +33,14 @@ type want struct {
 	limit int
 	ttl   time.Duration // 0: the Client's default
 	wait  time.Duration // 0: no wait
+	value string        // an election's
 	opts  []dlock.LockOption
 }
 
 // same reports whether a poll presenting a ticket asks for what the
 // ticket waits for.
 func (w *want) same(o *want) bool {
-	return w.key == o.key && w.kind == o.kind && w.mode == o.mode && w.limit == o.limit && w.ttl == o.ttl
+	return w.key == o.key && w.kind == o.kind && w.mode == o.mode && w.limit == o.limit && w.ttl == o.ttl && w.value == o.value
 }
 
 // decode reads r's body, of at most max bytes, into v: a JSON object with
@@ -69,14 +71,22 @@ func decode(w http.ResponseWriter, r *http.Request, max int64, v any) *apiError 
 	return errorf(http.StatusBadRequest, CodeMalformedJSON, "%v", err)
 }
 
+// validKey is keys.Validate's verdict as a reply.
+func validKey(key string) *apiError {
+	if err := keys.Validate(key); err != nil {
+		return errorf(http.StatusBadRequest, CodeInvalidKey, "key %s: %v", keys.Quote(key), err)
+	}
+	return nil
+}
+
 // parse checks an acquire request: every refusal here happens before
 // anything reaches the backend.
 func (req *acquireRequest) parse(maxWait time.Duration) (*want, *apiError) {
 	bad := func(format string, args ...any) (*want, *apiError) {
 		return nil, errorf(http.StatusBadRequest, CodeInvalidRequest, format, args...)
 	}
-	if err := keys.Validate(req.Key); err != nil {
-		return nil, errorf(http.StatusBadRequest, CodeInvalidKey, "key %s: %v", keys.Quote(req.Key), err)
+	if err := validKey(req.Key); err != nil {
+		return nil, err
 	}
 	w := &want{key: req.Key}
 	switch req.Kind {
@@ -89,8 +99,19 @@ func (req *acquireRequest) parse(maxWait time.Duration) (*want, *apiError) {
 		}
 	case "rwmutex":
 		w.kind, w.mode = dlock.KindRWMutex, dlock.Exclusive
+	case "election":
+		w.kind, w.limit, w.mode = dlock.KindElection, 1, dlock.Exclusive
 	default:
-		return bad("kind %q: want lock, semaphore or rwmutex (elections are not served yet)", req.Kind)
+		return bad("kind %q: want lock, semaphore, rwmutex or election", req.Kind)
+	}
+	if req.Value != nil {
+		if w.kind != dlock.KindElection {
+			return bad("value: only an election's candidate publishes a value")
+		}
+		if len(*req.Value) > dlock.MaxValueLen {
+			return bad("value is %d bytes long, the limit is %d", len(*req.Value), dlock.MaxValueLen)
+		}
+		w.value = *req.Value
 	}
 	if req.Kind != "semaphore" && req.Limit != 0 {
 		return bad("limit %d: only a semaphore has a limit", req.Limit)
@@ -214,4 +235,3 @@ func writeError(w http.ResponseWriter, e *apiError) {
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
-

@@ -31,6 +31,7 @@ const (
 	CodeTicketMismatch = "ticket_mismatch"     // 400: the ticket waits for another key, kind or mode
 	CodeTicketInUse    = "ticket_in_use"       // 409: another poll is waiting with this ticket
 	CodeLocked         = "locked"              // 409: held by others, or others wait (an acquire with no wait)
+	CodeNoLeader       = "no_leader"           // 404: nobody leads the election
 	CodeKindMismatch   = "kind_mismatch"       // 409: the key is in use as another kind or limit
 	CodeTooManyLeases  = "too_many_leases"     // 429: the gateway holds its maximum of leases
 	CodeTooManyWaiters = "too_many_waiters"    // 429: the gateway has its maximum of waits and tickets

@@ -44,7 +44,10 @@ type Gateway struct {
 	endedQ  []string           // ended's ids, oldest first, to bound it; guarded by mu
 	waiters map[string]*waiter // by ticket; guarded by mu
 	nheld   int                // leases held and slots reserved by waiters; guarded by mu
-	closed  bool               // guarded by mu
+	// observers counts the election streams, bounded with the waiters;
+	// guarded by mu.
+	observers int
+	closed    bool // guarded by mu
 }
 
 // maxEnded bounds the ended lease ids remembered, to tell a replayed
@@ -98,6 +101,10 @@ func (g *Gateway) routes() {
 	route("/v1/leases/{id}/renew", map[string]func(http.ResponseWriter, *http.Request){http.MethodPost: g.handleRenew})
 	route("/v1/leases/{id}/release", map[string]func(http.ResponseWriter, *http.Request){http.MethodPost: g.handleRelease})
 	route("/v1/tickets/{ticket}", map[string]func(http.ResponseWriter, *http.Request){http.MethodDelete: g.handleCancelTicket})
+	route("/v1/leases/{id}/resign", map[string]func(http.ResponseWriter, *http.Request){http.MethodPost: g.handleRelease})
+	route("/v1/leases/{id}/proclaim", map[string]func(http.ResponseWriter, *http.Request){http.MethodPost: g.handleProclaim})
+	route("/v1/leader/{key...}", map[string]func(http.ResponseWriter, *http.Request){http.MethodGet: g.handleLeader})
+	route("/v1/observe/{key...}", map[string]func(http.ResponseWriter, *http.Request){http.MethodGet: g.handleObserve})
 	route("/v1/keys", map[string]func(http.ResponseWriter, *http.Request){http.MethodGet: g.handleList})
 	route("/v1/keys/{key...}", map[string]func(http.ResponseWriter, *http.Request){http.MethodGet: g.handleInspect})
 	route("/openapi.yaml", map[string]func(http.ResponseWriter, *http.Request){http.MethodGet: serveOpenAPI})

@@ -14,6 +14,7 @@ import (
 type held struct {
 	id    string
 	lease *dlock.Lease
+	term  *dlock.Leadership // an election's: for Proclaim
 	want  *want
 	// deadline is when the gateway gives the lease up unless renewed
 	// (explicit leases); guarded by Gateway.mu.
@@ -29,8 +30,8 @@ type held struct {
 // register puts a granted lease in the table, in the slot its acquire
 // reserved. An explicit lease is given up at granted plus its TTL unless
 // renewed; a streamed one lives as long as its stream.
-func (g *Gateway) register(l *dlock.Lease, w *want, granted time.Time, streamed bool) (*held, *apiError) {
-	h := &held{id: randomID("l_"), lease: l, want: w}
+func (g *Gateway) register(l *dlock.Lease, term *dlock.Leadership, w *want, granted time.Time, streamed bool) (*held, *apiError) {
+	h := &held{id: randomID("l_"), lease: l, term: term, want: w}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
