@@ -1,5 +1,5 @@
-// Package gateway serves dlock's locks, semaphores and read-write locks over
-// HTTP/JSON, so that programs in any language take them with the guarantees
+// Package gateway serves dlock's locks, semaphores, read-write locks and
+// elections over HTTP/JSON, so that programs in any language take them with the guarantees
 // Go programs get from package dlock: fair FIFO queues, fencing tokens, and
 // leases that end when their holder stops renewing them. `dlock gateway`
 // runs it; docs/gateway.md describes the API, and the gateway serves its

@@ -20,8 +20,8 @@ import (
 // here, and gets lease_not_found from any other.
 const InstanceHeader = "Dlock-Gateway-Instance"
 
-// Gateway serves dlock's locks, semaphores and read-write locks over
-// HTTP/JSON (see docs/gateway.md and the OpenAPI document it serves at
+// Gateway serves dlock's locks, semaphores, read-write locks and elections
+// over HTTP/JSON (see docs/gateway.md and the OpenAPI document it serves at
 // /openapi.yaml). It holds the leases it grants through its Client and
 // gives each up when its client stops renewing it. It is safe for
 // concurrent use.

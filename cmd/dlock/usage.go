@@ -198,8 +198,8 @@ Examples:
 const usageGateway = `Usage:
     dlock gateway [flags]
 
-Serves the locks, semaphores and read-write locks of a backend over
-HTTP/JSON, so that programs in any language take them with dlock's
+Serves the locks, semaphores, read-write locks and elections of a backend
+over HTTP/JSON, so that programs in any language take them with dlock's
 guarantees: explicit leases that the client renews within their TTL,
 long polls that keep their place in the queue, and streaming holds that
 last as long as their response stays open. The API is described in
