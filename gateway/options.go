@@ -19,8 +19,9 @@ const (
 	DefaultMaxLeases = 10000
 
 	// DefaultMaxWaiters bounds the waits in progress (long polls, holds
-	// waiting for their grant) and the tickets keeping a place, together:
-	// each is a waiter queued on the backend.
+	// waiting for their grant), the tickets keeping a place and the
+	// election observers, together: each is a waiter queued on the
+	// backend, or a watch of it.
 	DefaultMaxWaiters = 1000
 
 	// DefaultMaxWait bounds one long poll. Thirty seconds stays below the
@@ -91,9 +92,9 @@ func MaxLeases(n int) Option {
 	}
 }
 
-// MaxWaiters sets how many waits and tickets the gateway keeps at once,
-// default DefaultMaxWaiters. A wait beyond it is refused with 429
-// too_many_waiters.
+// MaxWaiters sets how many waits, tickets and election observers the
+// gateway keeps at once, default DefaultMaxWaiters. One beyond it is
+// refused with 429 too_many_waiters.
 func MaxWaiters(n int) Option {
 	return func(c *config) error {
 		if n < 1 {

@@ -214,8 +214,8 @@ Flags:
                             127.0.0.1:8420; port 0 picks a free one)
     --max-leases N          leases held at once, waits included (DLOCK_MAX_LEASES;
                             default 10000)
-    --max-waiters N         long polls, waiting holds and tickets at once
-                            (DLOCK_MAX_WAITERS; default 1000)
+    --max-waiters N         long polls, waiting holds, tickets and election
+                            observers at once (DLOCK_MAX_WAITERS; default 1000)
 
 Examples:
     $ dlock gateway --backend redis://localhost:6379/0 &
