@@ -342,6 +342,19 @@ func (g *Gateway) abandonLease(h *held) {
 	}
 }
 
+// endStream sends the last event of a stream whose lease was taken out of
+// the table by a release or by Close.
+func (g *Gateway) endStream(h *held, send func(any) bool) {
+	g.mu.Lock()
+	code := h.endCode
+	g.mu.Unlock()
+	if code == CodeLeaseReleased {
+		send(endEvent{Event: "released", LeaseID: h.id})
+		return
+	}
+	send(endEvent{Event: "lost", LeaseID: h.id, Code: code, Message: "the gateway is closing: the lease was released"})
+}
+
 // handleCancelTicket: DELETE /v1/tickets/{ticket} leaves the queue.
 func (g *Gateway) handleCancelTicket(w http.ResponseWriter, r *http.Request) {
 	ticket := r.PathValue("ticket")
@@ -408,17 +421,14 @@ func (g *Gateway) handleHold(w http.ResponseWriter, r *http.Request) {
 		case <-l.Done():
 			if g.take(h, CodeLeaseLost) {
 				send(endEvent{Event: "lost", LeaseID: h.id, Code: CodeLeaseLost, Message: l.Err().Error()})
+				return
 			}
+			// Released by id or by Close, whose Unlock closed Done
+			// before this stream saw its end.
+			g.endStream(h, send)
 			return
 		case <-h.stream:
-			g.mu.Lock()
-			code := h.endCode
-			g.mu.Unlock()
-			if code == CodeLeaseReleased {
-				send(endEvent{Event: "released", LeaseID: h.id})
-			} else {
-				send(endEvent{Event: "lost", LeaseID: h.id, Code: code, Message: "the gateway is closing: the lease was released"})
-			}
+			g.endStream(h, send)
 			return
 		case <-tick.C:
 			ok = send(event("keepalive", time.Now()))
