@@ -124,3 +124,23 @@ func TestLimits(t *testing.T) {
 	e2.want(e2.acquire(map[string]any{"key": e2.key("a"), "wait_ms": 10}), http.StatusAccepted, "")
 	e2.want(e2.acquire(map[string]any{"key": e2.key("a"), "wait_ms": 10}), http.StatusTooManyRequests, "too_many_waiters")
 }
+
+// A lease the backend ends is lost: renew and release say so, once the
+// gateway's Client has noticed (at its next renewal on the backend).
+func TestLease_lostOnTheBackend(t *testing.T) {
+	e := newEnv(t)
+	key := e.key("k")
+	a := e.acquire(map[string]any{"key": key, "ttl_ms": 300})
+	e.want(a, http.StatusOK, "")
+	for _, k := range strings.Fields(e.redisKeys()) {
+		e.redis("DEL", k)
+	}
+	id := a.str("lease_id")
+	var last reply
+	e.eventually("renew says the lease was lost", func() bool {
+		last = e.do(context.Background(), http.MethodPost, "/v1/leases/"+id+"/renew", nil)
+		return last.status != http.StatusOK
+	})
+	e.want(last, http.StatusGone, "lease_lost")
+	e.want(e.do(context.Background(), http.MethodDelete, "/v1/leases/"+id, nil), http.StatusGone, "lease_lost")
+}
