@@ -4,7 +4,7 @@
 # working tree's released modules in a temporary module proxy, as the
 # release check makes it: no workspace, no replace lines), and a second one
 # that imports only the backend's client library; and for sqlfence and
-# httpfence, which have no client, a module that imports each.
+# httpfence and gateway, which have no client, a module that imports each.
 # It prints the user's go.sum lines and `go list -m all` count.
 #
 #   scripts/deps.sh             print the figures
@@ -100,11 +100,12 @@ for b in "${backends[@]}"; do
 done
 # Packages that need no client: a user of one gets dlock's modules and
 # nothing else (sqlfence works with the user's own database/sql driver,
-# httpfence with net/http). Their tests against real servers, and those
-# servers' clients, are modules of their own (sqlfence/internal/storetest,
-# httpfence/internal/redisproof), since go mod tidy loads the tests of the
+# httpfence with net/http, gateway with any Client). Their tests against
+# real servers, and those servers' clients, are modules of their own
+# (sqlfence/internal/storetest, httpfence/internal/redisproof,
+# gateway/internal/gwtest), since go mod tidy loads the tests of the
 # packages a user imports.
-for pkg in sqlfence httpfence; do
+for pkg in sqlfence httpfence gateway; do
   user=$work/user-$pkg
   module "$user" example.com/user github.com/dlockdev/dlock "github.com/dlockdev/dlock/$pkg"
   (cd "$user" && go mod edit -require="$dlock_module@$version" -require="$dlock_module/$pkg@$version")
@@ -136,7 +137,7 @@ module "$user" example.com/user github.com/dlockdev/dlock
 tidy "$user"
 otel=$(
   cd "$user" && go list -m -f '{{.Path}} (in the root module'"'"'s graph)' all | grep '^go.opentelemetry.io/' || true
-  for pkg in redisdlock zkdlock etcddlock sqlfence httpfence; do
+  for pkg in redisdlock zkdlock etcddlock sqlfence httpfence gateway; do
     (cd "$work/user-$pkg" && go list -deps . | grep '^go.opentelemetry.io/' | sed "s#\$# (built by a user of $pkg)#") || true
   done
 )

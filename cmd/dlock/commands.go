@@ -45,6 +45,7 @@ func init() {
 		{name: "status", summary: "who holds KEY, who waits for it", usage: usageStatus, run: (*cli).cmdStatus, operand: "KEY"},
 		{name: "ls", summary: "every held or awaited lock", usage: usageList, run: (*cli).cmdList, operand: "[PREFIX]"},
 		{name: "serve", summary: "run a lock server (an embedded etcd)", usage: usageServe, run: (*cli).cmdServe},
+		{name: "gateway", summary: "serve the locks of a backend over HTTP/JSON, for any language", usage: usageGateway, run: (*cli).cmdGateway},
 		{name: "demo", summary: "watch a lock fail, and fencing save the day", usage: usageDemo, run: (*cli).cmdDemo},
 		{name: "version", aliases: []string{"--version", "-version"}, summary: "print dlock's version", usage: usageVersion, run: (*cli).cmdVersion},
 		{name: "completion", summary: "print a shell completion script (bash, zsh)", usage: usageCompletion, run: (*cli).cmdCompletion, args: completionShells},

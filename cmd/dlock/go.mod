@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/dlockdev/dlock v0.1.0
 	github.com/dlockdev/dlock/etcddlock v0.1.0
+	github.com/dlockdev/dlock/gateway v0.1.0
 	github.com/dlockdev/dlock/httpfence v0.1.0
 	github.com/dlockdev/dlock/observability/dlockprom v0.1.0
 	github.com/dlockdev/dlock/redisdlock v0.1.0

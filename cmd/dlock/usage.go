@@ -14,6 +14,7 @@ Usage:
     dlock status [flags] KEY                     who holds KEY, who waits for it (--watch: live)
     dlock ls [flags] [PREFIX]                    every held or awaited lock
     dlock serve [flags]                          run a lock server (an embedded etcd)
+    dlock gateway [flags]                        serve the locks over HTTP/JSON, for any language
     dlock demo [flags]                           watch a lock fail, and fencing save the day
     dlock version [--json]                       print dlock's version (also dlock --version)
     dlock completion bash|zsh                    print a shell completion script
@@ -192,6 +193,36 @@ Flags:
 Examples:
     $ dlock serve &
     $ dlock serve --listen 127.0.0.1:0     # prints etcd://127.0.0.1:PORT
+`
+
+const usageGateway = `Usage:
+    dlock gateway [flags]
+
+Serves the locks, semaphores, read-write locks and elections of a backend
+over HTTP/JSON, so that programs in any language take them with dlock's
+guarantees: explicit leases that the client renews within their TTL,
+long polls that keep their place in the queue, and streaming holds that
+last as long as their response stays open. The API is described in
+docs/gateway.md and served at /openapi.yaml. It listens on loopback only:
+it has no TLS and no authentication yet. It stops on SIGINT or SIGTERM,
+releasing its leases, and prints its URL on stdout.
+
+Flags:
+    --backend URL           lock server (DLOCK_BACKEND; default etcd://127.0.0.1:2379)
+    --connect-timeout D     time allowed to reach it (DLOCK_CONNECT_TIMEOUT; default 5s)
+    --listen HOST:PORT      loopback address to serve on (DLOCK_LISTEN; default
+                            127.0.0.1:8420; port 0 picks a free one)
+    --max-leases N          leases held at once, waits included (DLOCK_MAX_LEASES;
+                            default 10000)
+    --max-waiters N         long polls, waiting holds, tickets and election
+                            observers at once (DLOCK_MAX_WAITERS; default 1000)
+
+Examples:
+    $ dlock gateway --backend redis://localhost:6379/0 &
+    $ curl -s -d '{"key":"orders","ttl_ms":10000}' http://127.0.0.1:8420/v1/acquire
+    $ curl -s -X POST http://127.0.0.1:8420/v1/leases/LEASE_ID/renew
+    $ curl -s -X DELETE http://127.0.0.1:8420/v1/leases/LEASE_ID
+    $ curl -sN -d '{"key":"orders","wait_ms":30000}' http://127.0.0.1:8420/v1/hold
 `
 
 const usageDemo = `Usage:

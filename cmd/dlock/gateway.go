@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/dlockdev/dlock/gateway"
+)
+
+// defaultGatewayListen is where `dlock gateway` listens unless told: on
+// loopback, next to the services that use it.
+const defaultGatewayListen = "127.0.0.1:8420"
+
+// gatewayShutdown bounds the releases of the gateway's leases at exit:
+// what is not released by then, the backend frees when its TTL runs out.
+const gatewayShutdown = 10 * time.Second
+
+func (c *cli) cmdGateway(ctx context.Context, args []string) int {
+	f := newFlags("gateway")
+	b := addBackendFlags(f)
+	listen := f.String("listen", defaultGatewayListen, "")
+	maxLeases := f.Int("max-leases", gateway.DefaultMaxLeases, "")
+	maxWaiters := f.Int("max-waiters", gateway.DefaultMaxWaiters, "")
+	if _, code, ok := c.parse(f, args, 0); !ok {
+		return code
+	}
+	host, _, err := net.SplitHostPort(*listen)
+	if err != nil {
+		return c.usageError("gateway", "%s %q: want HOST:PORT, such as %s", f.source("listen"), *listen, defaultGatewayListen)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return c.fail(exitUsage, fmt.Errorf("%s %q is not a loopback address: the gateway serves only loopback until it has TLS and authentication", f.source("listen"), *listen),
+			"anybody who reaches the gateway can take and release every lock: it needs TLS and an auth method (not built yet) to listen beyond this machine",
+			"listen on 127.0.0.1 or [::1], and put it beside the services that use it")
+	}
+	opts := []gateway.Option{}
+	for _, o := range []struct {
+		flag string
+		n    int
+		opt  func(int) gateway.Option
+	}{{"max-leases", *maxLeases, gateway.MaxLeases}, {"max-waiters", *maxWaiters, gateway.MaxWaiters}} {
+		if o.n < 1 {
+			return c.usageError("gateway", "%s %d: must be at least 1", f.source(o.flag), o.n)
+		}
+		opts = append(opts, o.opt(o.n))
+	}
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	client, code, ok := c.open(ctx, b)
+	if !ok {
+		if ctx.Err() != nil {
+			return exitSignal + int(syscall.SIGINT)
+		}
+		return code
+	}
+	defer client.Close()
+	gw, err := gateway.New(client, opts...)
+	if err != nil {
+		return c.fail(exitUsage, err)
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return c.fail(exitUnavailable, fmt.Errorf("cannot listen on %s: %w", *listen, err), "choose another address with --listen (or DLOCK_LISTEN)")
+	}
+	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(c.stderr, "dlock: gateway for %s at http://%s (API: /openapi.yaml); stop with Ctrl-C\n", redactURL(*b.url), ln.Addr())
+	// The URL alone on stdout, for scripts that start it on port 0.
+	fmt.Fprintf(c.stdout, "http://%s\n", ln.Addr())
+
+	select {
+	case <-ctx.Done():
+		stop() // a second signal now ends dlock at once
+	case err := <-served:
+		return c.fail(exitFailure, fmt.Errorf("gateway stopped serving: %w", err))
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), gatewayShutdown)
+	defer cancel()
+	// The gateway first: its streams and long polls end, and its leases
+	// are released, before the server waits for the requests to finish.
+	cerr := gw.Close(sctx)
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		_ = srv.Close()
+	}
+	if cerr != nil {
+		return c.fail(exitFailure, fmt.Errorf("gateway stopped; some releases not confirmed (the backend frees those keys when their TTLs run out): %w", cerr))
+	}
+	fmt.Fprintln(c.stderr, "dlock: gateway stopped, its leases released")
+	return exitOK
+}

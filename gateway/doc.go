@@ -1,0 +1,31 @@
+// Package gateway serves dlock's locks, semaphores, read-write locks and
+// elections over HTTP/JSON, so that programs in any language take them with the guarantees
+// Go programs get from package dlock: fair FIFO queues, fencing tokens, and
+// leases that end when their holder stops renewing them. `dlock gateway`
+// runs it; docs/gateway.md describes the API, and the gateway serves its
+// OpenAPI document at /openapi.yaml.
+//
+// # Holding a lease
+//
+// An acquire returns an explicit lease: an unguessable id (the capability
+// to renew and release it), its fencing token, and how long it is valid
+// counted from when the gateway received the request. The client renews
+// it within its TTL, or the gateway gives it up. A streaming hold keeps
+// the lease for as long as its response stays open instead.
+//
+// # Safety
+//
+// The gateway holds every lease through its dlock.Client, which renews it
+// on the backend; the lease is lost, as any dlock lease, when renewals fail
+// for its TTL. A client that trusts its lease past the validity the gateway
+// last told it, or that does not pass the fencing token to the systems it
+// writes to, is not protected: see dlock's package documentation, section
+// Safety. If the gateway process dies, its leases expire on the backend
+// within their TTL, and their tokens are never granted again.
+//
+// # Limits
+//
+// Request bodies, leases held, waits in progress and the length of a long
+// poll are bounded (see the Default constants and the Options). There is
+// no TLS and no authentication yet: serve it on loopback only.
+package gateway

@@ -1,0 +1,127 @@
+package gwtest
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// stream is a streaming hold's open response.
+type stream struct {
+	resp   *http.Response
+	lines  *bufio.Scanner
+	cancel context.CancelFunc
+}
+
+func (e *env) hold(body string) *stream {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.srv.URL+"/v1/hold", strings.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		cancel()
+		e.t.Fatal(err)
+	}
+	s := &stream{resp: resp, lines: bufio.NewScanner(resp.Body), cancel: cancel}
+	e.t.Cleanup(func() { s.close() })
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/x-ndjson" {
+		e.t.Fatalf("hold: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	return s
+}
+
+func (s *stream) close() { s.cancel(); s.resp.Body.Close() }
+
+// next reads the stream's next event.
+func (s *stream) next(t *testing.T) map[string]any {
+	t.Helper()
+	if !s.lines.Scan() {
+		t.Fatalf("stream ended: %v", s.lines.Err())
+	}
+	var ev map[string]any
+	if err := json.Unmarshal(s.lines.Bytes(), &ev); err != nil {
+		t.Fatalf("event %q: %v", s.lines.Text(), err)
+	}
+	return ev
+}
+
+// The streaming hold keeps the lease while the response is open, sends
+// keep-alives, and releases on disconnect: the next waiter is granted.
+func TestHold_releasedOnDisconnect(t *testing.T) {
+	e := newEnv(t, gatewayKeepAlive(20*time.Millisecond))
+	key := e.key("k")
+	s := e.hold(`{"key":"` + key + `","ttl_ms":60000}`)
+	ev := s.next(t)
+	if ev["event"] != "granted" || ev["token_str"] == "" || ev["streamed"] != true {
+		t.Fatalf("first event %v, want granted", ev)
+	}
+	if ev := s.next(t); ev["event"] != "keepalive" || ev["valid_for_ms"].(float64) <= 0 {
+		t.Fatalf("second event %v, want a keepalive", ev)
+	}
+	if in := e.info(key); len(in.Holders) != 1 {
+		t.Fatalf("backend holders while the stream is open: %+v", in.Holders)
+	}
+	id := ev["lease_id"].(string)
+	e.want(e.do(context.Background(), http.MethodPost, "/v1/leases/"+id+"/renew", nil), http.StatusConflict, "lease_streamed")
+
+	got := make(chan reply, 1)
+	go func() {
+		r, _ := e.try(context.Background(), http.MethodPost, "/v1/acquire", map[string]any{"key": key, "wait_ms": 30000})
+		got <- r
+	}()
+	e.eventually("the poll waits on the backend", func() bool { return len(e.info(key).Waiters) == 1 })
+	s.close()
+	select {
+	case r := <-got:
+		e.want(r, http.StatusOK, "")
+	case <-time.After(waitFor):
+		t.Fatal("the next waiter was not granted after the stream closed (its TTL is 60s)")
+	}
+}
+
+// A streamed lease released by id ends its stream with a released event.
+func TestHold_releasedByID(t *testing.T) {
+	e := newEnv(t)
+	key := e.key("k")
+	s := e.hold(`{"key":"` + key + `"}`)
+	ev := s.next(t)
+	e.want(e.do(context.Background(), http.MethodDelete, "/v1/leases/"+ev["lease_id"].(string), nil), http.StatusOK, "")
+	if ev := s.next(t); ev["event"] != "released" {
+		t.Fatalf("event %v, want released", ev)
+	}
+	if s.lines.Scan() {
+		t.Fatalf("event after released: %s", s.lines.Text())
+	}
+	if in := e.info(key); len(in.Holders) != 0 {
+		t.Fatalf("backend holders after the release: %+v", in.Holders)
+	}
+}
+
+// A lease the backend ends is a lost event on the stream.
+func TestHold_lostEvent(t *testing.T) {
+	e := newEnv(t)
+	key := e.key("k")
+	s := e.hold(`{"key":"` + key + `","ttl_ms":300}`)
+	s.next(t)
+	// Behind the holder's back: the lock's Redis keys go.
+	for _, k := range strings.Fields(e.redisKeys()) {
+		e.redis("DEL", k)
+	}
+	for {
+		ev := s.next(t)
+		if ev["event"] == "keepalive" {
+			continue
+		}
+		if ev["event"] != "lost" || ev["code"] != "lease_lost" {
+			t.Fatalf("event %v, want lost", ev)
+		}
+		break
+	}
+}

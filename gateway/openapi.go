@@ -1,0 +1,17 @@
+package gateway
+
+import (
+	_ "embed"
+	"net/http"
+)
+
+// OpenAPI is the gateway's OpenAPI 3.1 document, served at /openapi.yaml.
+// docs/gateway.openapi.yaml is the same file.
+//
+//go:embed openapi.yaml
+var OpenAPI []byte
+
+func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	_, _ = w.Write(OpenAPI)
+}

@@ -1,0 +1,156 @@
+package gateway
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+const (
+	// DefaultMaxBodyBytes bounds a request body. An acquire's fields
+	// (a key of at most dlock.MaxKeyLen bytes, a note of at most
+	// dlock.MaxNoteLen) fit in a few kilobytes; anything longer is not a
+	// request the gateway serves, and reading it would cost memory.
+	DefaultMaxBodyBytes = 16 << 10
+
+	// DefaultMaxLeases bounds the leases one gateway holds for its
+	// clients, each renewed on the backend: past it, an acquire fails
+	// with too_many_leases rather than loading the backend without bound.
+	DefaultMaxLeases = 10000
+
+	// DefaultMaxWaiters bounds the waits in progress (long polls, holds
+	// waiting for their grant), the tickets keeping a place and the
+	// election observers, together: each is a waiter queued on the
+	// backend, or a watch of it.
+	DefaultMaxWaiters = 1000
+
+	// DefaultMaxWait bounds one long poll. Thirty seconds stays below the
+	// idle timeouts of common proxies and load balancers (60 s), which
+	// would otherwise cut the poll and make its place look abandoned.
+	DefaultMaxWait = 30 * time.Second
+
+	// DefaultTicketTTL is how long a wait that ended ungranted keeps its
+	// place in the queue for a new poll that presents its ticket: long
+	// enough for a client to poll again at once, short enough that a
+	// client gone away holds up the queue only briefly.
+	DefaultTicketTTL = 10 * time.Second
+
+	// DefaultKeepAlive is the longest interval between two events of a
+	// streaming hold (at most a third of the lease's TTL is used when
+	// shorter), so that a client notices a dead stream, and proxies do
+	// not close an idle one.
+	DefaultKeepAlive = 5 * time.Second
+)
+
+// Option configures a Gateway in New.
+type Option func(*config) error
+
+type config struct {
+	maxBody    int64
+	maxLeases  int
+	maxWaiters int
+	maxWait    time.Duration
+	ticketTTL  time.Duration
+	keepAlive  time.Duration
+	log        *slog.Logger
+}
+
+func defaultConfig() config {
+	return config{
+		maxBody:    DefaultMaxBodyBytes,
+		maxLeases:  DefaultMaxLeases,
+		maxWaiters: DefaultMaxWaiters,
+		maxWait:    DefaultMaxWait,
+		ticketTTL:  DefaultTicketTTL,
+		keepAlive:  DefaultKeepAlive,
+		log:        slog.New(slog.DiscardHandler),
+	}
+}
+
+// MaxBodyBytes sets the longest request body, default DefaultMaxBodyBytes.
+// A longer body is refused with 413 body_too_large.
+func MaxBodyBytes(n int64) Option {
+	return func(c *config) error {
+		if n < 1024 {
+			return fmt.Errorf("%w: MaxBodyBytes %d is below 1024", ErrInvalidOption, n)
+		}
+		c.maxBody = n
+		return nil
+	}
+}
+
+// MaxLeases sets how many leases the gateway holds at once, explicit and
+// streamed together, default DefaultMaxLeases. An acquire beyond it is
+// refused with 429 too_many_leases.
+func MaxLeases(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: MaxLeases %d is below 1", ErrInvalidOption, n)
+		}
+		c.maxLeases = n
+		return nil
+	}
+}
+
+// MaxWaiters sets how many waits, tickets and election observers the
+// gateway keeps at once, default DefaultMaxWaiters. One beyond it is
+// refused with 429 too_many_waiters.
+func MaxWaiters(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: MaxWaiters %d is below 1", ErrInvalidOption, n)
+		}
+		c.maxWaiters = n
+		return nil
+	}
+}
+
+// MaxWait sets the longest long poll, default DefaultMaxWait: a longer
+// wait_ms is shortened to it (the reply's ticket lets the client go on
+// waiting in its place).
+func MaxWait(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 10*time.Millisecond {
+			return fmt.Errorf("%w: MaxWait %v is below 10ms", ErrInvalidOption, d)
+		}
+		c.maxWait = d
+		return nil
+	}
+}
+
+// TicketTTL sets how long a wait that ended ungranted keeps its place for
+// a poll presenting its ticket, default DefaultTicketTTL.
+func TicketTTL(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 10*time.Millisecond {
+			return fmt.Errorf("%w: TicketTTL %v is below 10ms", ErrInvalidOption, d)
+		}
+		c.ticketTTL = d
+		return nil
+	}
+}
+
+// KeepAlive sets the longest interval between two events of a streaming
+// hold, default DefaultKeepAlive.
+func KeepAlive(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 10*time.Millisecond {
+			return fmt.Errorf("%w: KeepAlive %v is below 10ms", ErrInvalidOption, d)
+		}
+		c.keepAlive = d
+		return nil
+	}
+}
+
+// Logger sets where the gateway logs what it does on its own: leases
+// released because their client stopped renewing, grants released because
+// their client went away, releases that failed. Default: nothing is logged.
+func Logger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil Logger", ErrInvalidOption)
+		}
+		c.log = l
+		return nil
+	}
+}
