@@ -18,10 +18,7 @@ import (
 // nothing (etcdDriver.fence). commit sends again when only the guard
 // differs.
 func (a *attempt) absent(more ...*pb.Compare) []*pb.Compare {
-	return append([]*pb.Compare{
-		cmpCreate(a.key, pb.Compare_EQUAL, 0),
-		cmpMod(a.l.guard, pb.Compare_EQUAL, a.l.guardSeen()),
-	}, more...)
+	return append([]*pb.Compare{cmpCreate(a.key, pb.Compare_EQUAL, 0), a.l.guardUnchanged()}, more...)
 }
 
 // puts create our entry and the tail naming it, on our lease, and delete
@@ -85,7 +82,7 @@ func (a *attempt) commit(ctx context.Context, cmps []*pb.Compare, then ...*pb.Re
 	guard := slices.IndexFunc(cmps, func(c *pb.Compare) bool { return string(c.Key) == a.l.guard })
 	els := []*pb.RequestOp{opGet(a.key)}
 	if guard >= 0 {
-		els = append(els, opGet(a.l.guard))
+		els = append(els, a.l.readGuard)
 	}
 	var err error
 	for round := 0; ; round++ {
@@ -112,6 +109,8 @@ func (a *attempt) commit(ctx context.Context, cmps []*pb.Compare, then ...*pb.Re
 			err = fmt.Errorf("%w: its etcd lease was fenced %d times during one request", driver.ErrUnavailable, round)
 			break
 		}
+		// As read, not as last seen: a guard gone (0) went with the
+		// lease, and the puts then find the lease gone (loseLease).
 		cmps[guard] = cmpMod(a.l.guard, pb.Compare_EQUAL, rev)
 	}
 	if isLeaseNotFound(err) {

@@ -30,13 +30,18 @@ type etcdLease struct {
 	seconds int64         // the TTL asked for: the driver's key for it
 	ttl     time.Duration // the TTL etcd granted: at least seconds, at least etcd's minimum
 	guard   string        // the guard's key (fence)
+	// readGuard reads the guard, in the Else of every create (commit). It
+	// and guardCmp are shared by the lease's requests, never changed:
+	// gRPC only reads a message it sends.
+	readGuard *pb.RequestOp
 
 	mu        sync.Mutex
-	validFrom time.Time // when the latest successful grant or keep-alive request was sent; guarded by mu
-	guardRev  int64     // the guard's mod revision last seen (0: it does not exist); guarded by mu
-	free      []*slot   // names no call uses; guarded by mu
-	slots     uint32    // names lent so far; guarded by mu
-	lent      int       // names lent now; guarded by mu
+	validFrom time.Time   // when the latest successful grant or keep-alive request was sent; guarded by mu
+	guardRev  int64       // the guard's mod revision last seen (0: it does not exist); guarded by mu
+	guardCmp  *pb.Compare // "the guard's mod revision is guardRev"; guarded by mu
+	free      []*slot     // names no call uses; guarded by mu
+	slots     uint32      // names lent so far; guarded by mu
+	lent      int         // names lent now; guarded by mu
 	// dead says why the lease serves no new call: etcd dropped it, or the
 	// driver gave it up. Guarded by mu.
 	dead error
@@ -116,18 +121,21 @@ func (l *etcdLease) unused() bool {
 	return l.lent == 0
 }
 
-// guardSeen returns the guard's mod revision last seen.
-func (l *etcdLease) guardSeen() int64 {
+// guardUnchanged returns the comparison that the guard's mod revision is
+// the one last seen.
+func (l *etcdLease) guardUnchanged() *pb.Compare {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.guardRev
+	return l.guardCmp
 }
 
 // sawGuard records a mod revision of the guard that a request found.
 func (l *etcdLease) sawGuard(rev int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.guardRev = max(l.guardRev, rev)
+	if rev > l.guardRev {
+		l.guardRev, l.guardCmp = rev, cmpMod(l.guard, pb.Compare_EQUAL, rev)
+	}
 }
 
 // kill marks the lease as serving no new call, for reason, unless it
@@ -203,7 +211,11 @@ func (d *etcdDriver) grantLease(ctx context.Context, secs int64) (*etcdLease, er
 	if err != nil {
 		return nil, d.wrapErr("grant a lease", err)
 	}
-	return &etcdLease{id: resp.ID, seconds: secs, ttl: time.Duration(resp.TTL) * time.Second, guard: d.guardKey(resp.ID), validFrom: start}, nil
+	guard := d.guardKey(resp.ID)
+	return &etcdLease{
+		id: resp.ID, seconds: secs, ttl: time.Duration(resp.TTL) * time.Second, validFrom: start,
+		guard: guard, readGuard: opGet(guard), guardCmp: cmpMod(guard, pb.Compare_EQUAL, 0),
+	}, nil
 }
 
 // takeLease returns the Client's lease of a TTL and a name on it for one
