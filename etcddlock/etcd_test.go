@@ -492,7 +492,7 @@ func TestLock_cancelWhileWaiting_deletesEntry(t *testing.T) {
 
 // Close revokes the lease kept for later calls; a Client built by New
 // leaves the etcd client open.
-func TestClose_revokesIdleLeases(t *testing.T) {
+func TestClose_revokesLease(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)
 	admin := adminClient(t, srv.Addr())
@@ -517,7 +517,7 @@ func TestClose_revokesIdleLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	if leaseAlive(t, ctx, admin, lease) {
-		t.Error("idle lease alive after Close")
+		t.Error("lease alive after Close")
 	}
 	if _, err := cli.Get(ctx, "x"); err != nil {
 		t.Errorf("the caller's etcd client after Close: %v", err)
