@@ -12,6 +12,8 @@ import (
 	"github.com/dlockdev/dlock/etcddlock"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // lockMany locks n keys named after prefix on c, 16 at a time.
@@ -313,5 +315,49 @@ func TestSharedLease_guardMoved_joinSentAgain(t *testing.T) {
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// An Unlock whose delete fails (etcd refuses it, here with an error that is
+// not retried) gives the shared lease up rather than leave its entry
+// holding the key on a lease the client keeps renewing: the lease is
+// revoked, the key is free at once, and the client's other lock on that
+// lease is lost with it.
+func TestSharedLease_releaseFails_givesLeaseUp(t *testing.T) {
+	srv := testserver.SharedEtcd(t)
+	ctx := testCtx(t)
+	admin := adminClient(t, srv.Addr())
+	prefix := "release-fails/" + t.Name()
+	c := newCounter()
+	client := c.client(t, ctx, srv.Addr(), longTTL)
+	leases := lockMany(t, ctx, client, prefix, 2)
+	lease := entryLease(t, ctx, admin, leases[0].Key())
+	c.refuseNext(txnMethod, 2, status.Error(codes.Internal, "test: refused"))
+	if err := leases[0].Unlock(ctx); err == nil {
+		t.Fatal("Unlock with its delete refused succeeded")
+	}
+	if leaseAlive(t, ctx, admin, lease) {
+		t.Error("the shared lease is alive after a failed Unlock: its entry would hold the key")
+	}
+	other := newCounter().client(t, ctx, srv.Addr())
+	l, err := other.TryLock(ctx, leases[0].Key())
+	if err != nil {
+		t.Fatalf("TryLock of the key whose Unlock failed: %v, want it free", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := leases[1].Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Errorf("Unlock of the other lock on the given-up lease: %v, want ErrNotHeld", err)
+	}
+	l, err = client.Lock(ctx, prefix+"/after")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := entryLease(t, ctx, admin, prefix+"/after"); got == lease {
+		t.Errorf("Lock after the failed Unlock on the given-up lease %x", lease)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
