@@ -93,21 +93,24 @@ func TestSharedLease_thousandLocksRenewedTogether(t *testing.T) {
 	}
 	// The reply of the last keep-alive counted may still be on its way.
 	got, _ := c.take()
-	if k := renewed(); k < n && got["keep-alive"] <= maxKeepAlives {
+	sent := got["keep-alive"]
+	if k := renewed(); k < n && sent <= maxKeepAlives {
 		c.waitSent(t, ctx, "keep-alive", 1) // the next one comes after the reply
 		got, _ = c.take()
+		sent += got["keep-alive"]
 	}
 	if k := renewed(); k < n {
-		t.Fatalf("%d of %d locks renewed after %d keep-alives, want all", k, n, got["keep-alive"])
+		t.Fatalf("%d of %d locks renewed after %d keep-alives, want all", k, n, sent)
 	}
 	for i, l := range leases {
 		if err := l.Err(); err != nil {
 			t.Fatalf("lock %d: %v", i, err)
 		}
 	}
-	if got["keep-alive"] > maxKeepAlives {
-		t.Errorf("%d keep-alives to renew %d locks once, want at most %d", got["keep-alive"], n, maxKeepAlives)
+	if sent > maxKeepAlives {
+		t.Errorf("%d keep-alives to renew %d locks once, want at most %d", sent, n, maxKeepAlives)
 	}
+	t.Logf("%d locks renewed with %d keep-alives", n, sent)
 }
 
 // An entry deleted by hand ends its own lock, not the others of its
