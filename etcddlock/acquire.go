@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
@@ -97,7 +98,8 @@ type attempt struct {
 	requeue backoff // between losing a place and queueing again
 
 	l     *etcdLease // nil until taken, and after it was given up
-	key   string     // our entry: dir + the lease's id
+	slot  *slot      // the name l lends us, with l
+	key   string     // our entry: dir + the lease's id and the slot's number
 	dirty bool       // a request that may have created our entry failed: its outcome is unknown
 
 	place
@@ -157,11 +159,11 @@ func (a *attempt) run(ctx context.Context) (*grant, error) {
 // takeLease takes a lease for our entry (stepLease).
 func (a *attempt) takeLease(ctx context.Context) error {
 	if a.l == nil {
-		l, err := a.d.takeLease(ctx, seconds(a.req.TTL))
+		l, s, err := a.d.takeLease(ctx, seconds(a.req.TTL))
 		if err != nil {
 			return err
 		}
-		a.l, a.key = l, entryKey(a.dir, l.id)
+		a.l, a.slot, a.key = l, s, entryKey(a.dir, l.id, s.n)
 	}
 	a.step = stepJoin
 	if !a.req.Wait {
@@ -173,9 +175,11 @@ func (a *attempt) takeLease(ctx context.Context) error {
 // granted goes on from a grant by the rule.
 func (a *attempt) granted() { a.pred, a.ahead, a.step = "", nil, stepFreshen }
 
-// loseLease forgets a lease that is gone, and with it our entry.
+// loseLease forgets a lease that is gone, and with it our entry and its
+// name.
 func (a *attempt) loseLease() error {
-	a.l, a.dirty = nil, false
+	a.d.retire(a.l, fmt.Errorf("%w: etcd lease %x expired or was revoked", driver.ErrNotHeld, int64(a.l.id)))
+	a.l, a.slot, a.dirty = nil, nil, false
 	return errRequeue
 }
 
@@ -214,6 +218,7 @@ func (a *attempt) grant(ctx context.Context) *grant {
 	g := &grant{
 		d:         a.d,
 		l:         a.l,
+		slot:      a.slot,
 		dir:       a.dir,
 		key:       a.key,
 		token:     a.rev,
@@ -233,7 +238,7 @@ func (a *attempt) grant(ctx context.Context) *grant {
 	case a.lostCreate && a.req.Wait && a.req.Mode == driver.Exclusive:
 		g.markers = a.d.strayMarkers(ctx, a.dir, a.key)
 	}
-	a.l = nil
+	a.l, a.slot = nil, nil
 	return g
 }
 
@@ -242,14 +247,10 @@ func (a *attempt) abandon(ctx context.Context) {
 	// One bound for all of it, even if ctx has ended: see revoke.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeTimeout)
 	defer cancel()
-	switch {
-	case a.l == nil:
-	case a.rev == 0 && !a.dirty:
-		a.d.recycle(ctx, a.l) // nothing attached: keep it for the next call
-	default:
-		a.d.revoke(ctx, a.l) // deletes our entry
+	if a.l != nil {
+		a.d.dropEntry(ctx, a.l, a.slot, a.dir, a.key, tailValue(a.label, a.req.Mode, a.key), a.rev != 0 || a.dirty, a.dirty)
 	}
-	a.l = nil
+	a.l, a.slot = nil, nil
 	if p := cmp.Or(a.pred, a.lastPred); p != "" && !a.semaphore() {
 		a.d.deleteMarker(ctx, markerKey(p)) // the entry ahead may have been released for us just now
 	}

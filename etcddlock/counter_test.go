@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // counter sits in a real etcd client's gRPC stack: it counts what the
@@ -30,6 +31,7 @@ type counter struct {
 	deletes  []deleteEvent
 	puts     []deleteEvent             // put events received (release markers)
 	dropNext func(*pb.TxnRequest) bool // drop the reply of the next Txn it matches, once
+	dropped  *pb.TxnRequest            // the last Txn whose reply was dropped, for a replay
 	// holdRetry, if set when a reply is dropped, holds the next Txn (the
 	// retry) until it is closed.
 	holdRetry chan struct{}
@@ -73,6 +75,33 @@ func (c *counter) dropNextReply(match func(*pb.TxnRequest) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.dropNext = match
+}
+
+// cloneTxn copies a Txn deeply: the driver may reuse parts of a request
+// for its next one.
+func cloneTxn(txn *pb.TxnRequest) *pb.TxnRequest { return proto.Clone(txn).(*pb.TxnRequest) }
+
+// replayDropped sends again, through admin, the last Txn whose reply the
+// client lost, as a copy of the request that etcd applies late would be,
+// and checks that it creates nothing: it fails its comparisons, or finds
+// its lease gone.
+func (c *counter) replayDropped(t *testing.T, ctx context.Context, admin *clientv3.Client) {
+	t.Helper()
+	c.mu.Lock()
+	req := c.dropped
+	c.mu.Unlock()
+	if req == nil {
+		t.Fatal("no reply was dropped")
+	}
+	resp, err := pb.NewKVClient(admin.ActiveConnection()).Txn(ctx, req)
+	switch {
+	case err != nil && status.Code(err) == codes.NotFound:
+		// "requested lease not found"
+	case err != nil:
+		t.Fatalf("replay of the lost Txn: %v", err)
+	case resp.Succeeded:
+		t.Error("a late copy of the lost Txn succeeded: it created the entry again, an orphan")
+	}
 }
 
 // refused reports whether to refuse a call of method, counting it if so.
@@ -285,6 +314,7 @@ func (c *counter) unary(ctx context.Context, method string, req, reply any, cc *
 		drop := c.dropNext != nil && c.dropNext(txn)
 		if drop {
 			c.dropNext = nil
+			c.dropped = cloneTxn(txn)
 			c.held = c.holdRetry
 			c.sent["dropped"]++
 			c.changed.Broadcast()

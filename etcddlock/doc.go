@@ -51,6 +51,21 @@
 // lease then lasts as long as etcd granted, and is renewed every third of
 // it. A TTL of 100 ms therefore behaves as one of 1 or 2 s.
 //
+// # Safety: one lease per Client and TTL
+//
+// A Client's held locks and places in queues of one TTL share one etcd
+// lease, renewed by one keep-alive per third of the TTL for all of them.
+// An entry deleted behind a holder's back ends that lock alone. **The
+// shared lease lapsing — the process paused or cut off past the TTL, an
+// operator's revoke — ends every lock and place of that Client and TTL at
+// once**, as a ZooKeeper session's end does: each Lease's Done closes
+// before etcd can expire the lease and grant the key elsewhere, Unlock
+// returns dlock.ErrNotHeld, and waiters queue again. A Client whose
+// requests to free an entry get no answer within a few seconds gives the
+// lease up, with the same effect. Locks whose fates must stay apart belong
+// to different Clients (or TTLs). docs/etcd.md, "One lease per Client and
+// TTL", gives the argument.
+//
 // # Fencing
 //
 // For data kept in etcd, the fencing check can be etcd's own, in the Txn

@@ -292,8 +292,10 @@ func TestHandOff_unsyncedWatchControl(t *testing.T) {
 }
 
 // A Txn that creates the entry whose reply is lost is retried, and the
-// retry finds the entry instead of creating a second one: the owner id is
-// in its name.
+// retry finds the entry instead of creating a second one: the call's name
+// is the entry's. A late copy of the lost Txn, applied after the Unlock,
+// creates nothing: the Unlock fenced the shared lease first (else the copy
+// would create an orphan on a lease the client keeps renewing).
 func TestLock_lostCreateReply(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)
@@ -317,11 +319,11 @@ func TestLock_lostCreateReply(t *testing.T) {
 			if err := l.Unlock(ctx); err != nil {
 				t.Fatal(err)
 			}
-			// The lost request might be applied late: its lease is
-			// revoked, never reused.
-			if leaseAlive(t, ctx, admin, lease) {
-				t.Error("lease of a call with a lost reply still alive after Unlock")
+			if !leaseAlive(t, ctx, admin, lease) {
+				t.Error("shared lease revoked at Unlock: want it kept for the client's other calls")
 			}
+			c.replayDropped(t, ctx, admin)
+			checkNothingStored(t, ctx, admin, key)
 		})
 	}
 }
@@ -445,8 +447,9 @@ func TestUncontended_twoRequestsPerCycle(t *testing.T) {
 	}
 }
 
-// A waiter that gives up revokes its lease, which deletes its entry.
-func TestLock_cancelWhileWaiting_revokesLease(t *testing.T) {
+// A waiter that gives up deletes its entry, and leaves the lease, which
+// its client's other calls share.
+func TestLock_cancelWhileWaiting_deletesEntry(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)
 	admin := adminClient(t, srv.Addr())
@@ -475,17 +478,21 @@ func TestLock_cancelWhileWaiting_revokesLease(t *testing.T) {
 	if err := <-got; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Lock: %v, want context.Canceled", err)
 	}
-	if leaseAlive(t, ctx, admin, lease) {
-		t.Error("the cancelled waiter's lease is alive")
+	if !leaseAlive(t, ctx, admin, lease) {
+		t.Error("the cancelled waiter's shared lease was revoked")
+	}
+	if info, err := holder.Inspect(ctx, key); err != nil || len(info.Waiters) != 0 {
+		t.Errorf("Inspect = %+v, %v; want no waiter left", info, err)
 	}
 	if err := lh.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+	checkNothingStored(t, ctx, admin, key)
 }
 
-// Close revokes the leases kept for later calls; a Client built by New
+// Close revokes the lease kept for later calls; a Client built by New
 // leaves the etcd client open.
-func TestClose_revokesIdleLeases(t *testing.T) {
+func TestClose_revokesLease(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)
 	admin := adminClient(t, srv.Addr())
@@ -510,7 +517,7 @@ func TestClose_revokesIdleLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	if leaseAlive(t, ctx, admin, lease) {
-		t.Error("idle lease alive after Close")
+		t.Error("lease alive after Close")
 	}
 	if _, err := cli.Get(ctx, "x"); err != nil {
 		t.Errorf("the caller's etcd client after Close: %v", err)

@@ -71,9 +71,13 @@ type etcdDriver struct {
 	// it waits for. Nil outside tests.
 	beforeWatch func(ctx context.Context, pred string)
 
+	// leaseTurn is held by the call that renews or grants a lease
+	// (takeLease).
+	leaseTurn chan struct{}
+
 	mu     sync.Mutex
-	idle   map[int64][]*etcdLease // leases with no entry, by TTL in seconds; guarded by mu
-	closed bool                   // guarded by mu
+	leases map[int64]*etcdLease // the lease new calls use, by TTL in seconds; guarded by mu
+	closed bool                 // guarded by mu
 }
 
 // newDriver checks the server through cli, whose own KV, Lease and Watcher
@@ -83,7 +87,7 @@ func newDriver(ctx context.Context, cli *clientv3.Client, kv clientv3.KV, lc cli
 	dctx, cancel := context.WithCancel(context.Background())
 	d := &etcdDriver{
 		kv: kv, kvc: clientv3.RetryKVClient(cli), lc: lc, w: w, owned: owned, addr: addr, opts: o, prefix: o.Prefix,
-		ctx: dctx, cancel: cancel, idle: map[int64][]*etcdLease{},
+		ctx: dctx, cancel: cancel, leaseTurn: make(chan struct{}, 1), leases: map[int64]*etcdLease{},
 	}
 	// Range, one key of the prefix: proves that etcd answers, has a leader
 	// (the read is linearizable) and lets these credentials read there.
@@ -154,8 +158,9 @@ func (d *etcdDriver) enter() error {
 }
 
 // Close interrupts waiting Acquire calls and waits for them to remove their
-// entries, revokes the idle leases, and closes the etcd client if Open
-// created it. Held grants are not released: dlock releases them first.
+// entries, revokes the Client's leases, and closes the etcd client if Open
+// created it. Held grants are not released: dlock releases them first, but
+// for those in their minimum hold, whose lease is left to expire.
 func (d *etcdDriver) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -163,21 +168,27 @@ func (d *etcdDriver) Close() error {
 		return nil
 	}
 	d.closed = true
-	var idle []*etcdLease
-	for _, ls := range d.idle {
-		idle = append(idle, ls...)
-	}
-	clear(d.idle)
 	d.mu.Unlock()
 
 	d.cancel()
 	d.inflight.Wait()
 	<-d.anchorDone
+	// No call runs any more: the leases are those of the last ones.
+	d.mu.Lock()
+	var leases []*etcdLease
+	for _, l := range d.leases {
+		leases = append(leases, l)
+	}
+	clear(d.leases)
+	d.mu.Unlock()
 	// One deadline for all: an unreachable etcd drops the leases by itself.
 	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
 	defer cancel()
-	for _, l := range idle {
-		d.revokeWith(ctx, l)
+	for _, l := range leases {
+		l.kill(fmt.Errorf("%w: client closed", driver.ErrNotHeld))
+		if l.unused() {
+			d.revokeWith(ctx, l)
+		}
 	}
 	return d.closeClients()
 }
@@ -192,6 +203,7 @@ func (d *etcdDriver) closeClients() error {
 }
 
 var (
-	_ driver.Driver    = (*etcdDriver)(nil)
-	_ driver.Inspector = (*etcdDriver)(nil)
+	_ driver.Driver       = (*etcdDriver)(nil)
+	_ driver.Inspector    = (*etcdDriver)(nil)
+	_ driver.BatchRenewer = (*etcdDriver)(nil)
 )

@@ -17,10 +17,11 @@ import (
 // it is attached to. It implements driver.Grant.
 type grant struct {
 	d     *etcdDriver
-	l     *etcdLease
-	dir   string // the lock's queue directory
-	key   string // our entry
-	token int64  // its create revision
+	l     *etcdLease // shared with the Client's other calls of its TTL
+	slot  *slot      // the name l lent our entry
+	dir   string     // the lock's queue directory
+	key   string     // our entry
+	token int64      // its create revision
 	// markers are release markers that our release deletes: that of the
 	// entry we waited for last, written for us, which has served (or
 	// those strayMarkers found).
@@ -44,7 +45,7 @@ type grant struct {
 	strays    bool
 	seen      int64 // a revision at which it existed
 	validFrom time.Time
-	reusable  bool // the lease may serve another call after a clean release
+	reusable  bool // no create request had an unknown outcome: the release needs no fence
 	mode      driver.Mode
 	label     string // driver.KindLabel of the key: the entry's header (keys.go)
 
@@ -112,7 +113,8 @@ func (g *grant) lose(reason error) {
 	g.lost <- reason
 }
 
-// Renew renews the lease, which keeps our entry.
+// Renew renews the lease, which keeps our entry (and the others of the
+// lease: RenewBatch renews them all with one request).
 func (g *grant) Renew(ctx context.Context) error {
 	g.startWatch()
 	return g.l.keepAlive(ctx, g.d.lc)
@@ -195,9 +197,19 @@ func (g *grant) watchFrom(ctx context.Context, rev *int64) bool {
 }
 
 // Release deletes our entry, which hands the key to the next waiter, and
-// keeps the lease for a later call (or revokes it).
+// lends its name to a later call. It never revokes the lease, which other
+// entries of the Client share.
 func (g *grant) Release(ctx context.Context) error {
 	g.stopWatch()
+	if !g.reusable {
+		// A create request of this call had an unknown outcome: fence
+		// it off, so that a late copy cannot create our entry again
+		// once this release has deleted it.
+		if err := g.d.fence(ctx, g.l); err != nil {
+			g.d.giveUp(ctx, g.l, err)
+			return g.d.wrapErr("fence the lease", err)
+		}
+	}
 	tail, marker := tailKey(g.dir), markerKey(g.key)
 	then := []*pb.RequestOp{opDelete(g.key)}
 	if g.strays {
@@ -216,60 +228,78 @@ func (g *grant) Release(ctx context.Context) error {
 	var mark []*pb.RequestOp
 	if g.mode == driver.Exclusive {
 		mark = []*pb.RequestOp{opPut(marker, "", g.l.id)}
-		// The marker is attached to our lease; the lease's next
-		// entry-creating write deletes it if no waiter did. Recorded
+		// The marker is attached to our lease; the next entry-creating
+		// write of our name deletes it if no waiter did. Recorded
 		// before sending, as the write may be applied even if its
 		// reply is lost.
-		g.l.marker = marker
+		g.slot.marker = marker
 	}
 	then = append(then, opTxn([]*pb.Compare{cmpMod(tail, pb.Compare_GREATER, g.token)}, mark, []*pb.RequestOp{opDelete(tail)}))
 	ours := []*pb.Compare{cmpCreate(g.key, pb.Compare_EQUAL, g.token)}
 	var resp *pb.TxnResponse
 	uncertain := false // a try failed after etcd may have applied it
-	err := retry(ctx, func(ctx context.Context) (err error) {
-		// Txn: if our entry is still the one we created, delete it — the
-		// hand-off: the watch of the next waiter, and only that one,
-		// fires on it — and delete the marker that was written for us.
-		// Then, if the tail names a newer entry (somebody waits behind
-		// us), put our release marker, in this same revision, where the
-		// next waiter's watch sees it: it then knows that the entry
-		// ahead of it went because its holder released, and holds the
-		// key without reading the queue (Exclusive holders only). Else
-		// the tail names us (or nothing): delete it, as we were the
-		// newest entry.
-		resp, err = g.d.txn(ctx, ours, then, nil)
-		if err != nil && !rejected(err) {
-			uncertain = true
+	send := func(ctx context.Context) error {
+		return retry(ctx, func(ctx context.Context) (err error) {
+			// Txn: if our entry is still the one we created, delete it — the
+			// hand-off: the watch of the next waiter, and only that one,
+			// fires on it — and delete the marker that was written for us.
+			// Then, if the tail names a newer entry (somebody waits behind
+			// us), put our release marker, in this same revision, where the
+			// next waiter's watch sees it: it then knows that the entry
+			// ahead of it went because its holder released, and holds the
+			// key without reading the queue (Exclusive holders only). Else
+			// the tail names us (or nothing): delete it, as we were the
+			// newest entry.
+			resp, err = g.d.txn(ctx, ours, then, nil)
+			if err != nil && !rejected(err) {
+				uncertain = true
+			}
+			return err
+		})
+	}
+	err := send(ctx)
+	if err != nil && !isLeaseNotFound(err) {
+		// Our entry would stay, and hold the key, on a lease that the
+		// Client renews for its other entries: try on a while even if
+		// ctx has ended, as a cancelled Lock does (abandon).
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeTimeout)
+		err = send(bctx)
+		if err != nil && !isLeaseNotFound(err) {
+			// Then stop renewing the lease: etcd drops it, and our
+			// entry, within the TTL.
+			g.d.giveUp(bctx, g.l, err)
 		}
-		return err
-	})
-	if err != nil {
-		// Nobody renews the lease any more: etcd drops it and our entry
-		// within the TTL.
+		cancel()
+	}
+	switch {
+	case isLeaseNotFound(err):
+		// The marker's put found the lease gone: so is our entry.
+		g.d.retire(g.l, fmt.Errorf("%w: etcd lease %x expired or was revoked", driver.ErrNotHeld, int64(g.l.id)))
+		return fmt.Errorf("%w: its etcd lease expired or was revoked", driver.ErrNotHeld)
+	case err != nil:
 		return g.d.wrapErr("delete the entry", err)
 	}
 	if !resp.Succeeded {
+		if !uncertain {
+			g.slot.marker = "" // not written
+		}
 		if uncertain && g.leaseAlive(ctx) {
 			// An earlier try, whose reply was lost ("timed out",
 			// "leader changed", a broken connection), deleted our
 			// entry: the release happened. Had the entry gone with an
 			// expired lease, the lease would be gone too.
-			g.d.revoke(ctx, g.l)
+			g.l.putSlot(g.slot)
 			return nil
 		}
-		g.d.revoke(ctx, g.l)
+		if g.l.deadErr() == nil {
+			g.l.putSlot(g.slot) // deleted by hand: the name is free
+		}
 		return fmt.Errorf("%w: its etcd key was gone already (lease expired or key deleted)", driver.ErrNotHeld)
 	}
 	if !resp.Responses[len(resp.Responses)-1].GetResponseTxn().Succeeded {
-		g.l.marker = "" // nobody waited: no marker
+		g.slot.marker = "" // nobody waited: no marker
 	}
-	if g.reusable {
-		g.d.recycle(ctx, g.l)
-	} else {
-		// A lost reply may have been a request that attaches an entry
-		// to the lease yet to be applied: revoke, never reuse.
-		g.d.revoke(ctx, g.l)
-	}
+	g.l.putSlot(g.slot)
 	return nil
 }
 

@@ -214,12 +214,12 @@ func TestMarkers_doNotAccumulate(t *testing.T) {
 
 // A waiter that gives up just as the holder ahead of it releases may delete
 // the holder's release marker before the holder writes it: the cancelled
-// waiter revokes its lease and deletes the marker (nothing yet), and then
+// waiter deletes its entry and the marker (nothing yet), and then
 // the release, whose tail names the waiter behind, puts it. The waiter
 // behind woke on the revoked entry (no marker), and its read of the queue,
 // after the release, grants it the key: it never watched the holder's
 // entry, so it knew nothing of that marker. The marker is on the holder's
-// lease, which goes back to the holder's idle pool and lives on (the
+// lease, which lives on for the holder's client's other calls (the
 // conformance scenario Lock_cancelAtHandOff_nextWaiterServed leaves it
 // about 1 run in 80 under load, unless it is cleaned up). The read here is
 // held until the holder has released, which makes that interleaving

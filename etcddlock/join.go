@@ -2,6 +2,7 @@ package etcddlock
 
 import (
 	"context"
+	"fmt"
 	"slices"
 
 	"github.com/dlockdev/dlock/driver"
@@ -10,19 +11,23 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
-// absent: our entry does not exist (a retry after a lost reply finds it:
-// its name is our lease's id, and the lease is ours alone).
-func (a *attempt) absent() *pb.Compare {
-	return cmpCreate(a.key, pb.Compare_EQUAL, 0)
+// absent compares what every write that creates our entry requires, with
+// more: our entry does not exist (a retry after a lost reply finds it: its
+// name is lent to this call alone), and the lease's guard is as we last saw
+// it, so that a copy of the write that etcd applies after a fence creates
+// nothing (etcdDriver.fence). commit sends again when only the guard
+// differs.
+func (a *attempt) absent(more ...*pb.Compare) []*pb.Compare {
+	return append([]*pb.Compare{cmpCreate(a.key, pb.Compare_EQUAL, 0), a.l.guardUnchanged()}, more...)
 }
 
 // puts create our entry and the tail naming it, on our lease, and delete
-// the marker of our lease's last release.
+// the marker of our name's last release.
 func (a *attempt) puts() []*pb.RequestOp {
 	return append([]*pb.RequestOp{
 		opPut(a.key, entryValue(a.label, a.req.Mode, a.req.Metadata), a.l.id),
 		opPut(tailKey(a.dir), tailValue(a.label, a.req.Mode, a.key), a.l.id),
-	}, a.l.dropMarker()...)
+	}, a.slot.dropMarker()...)
 }
 
 // enqueue sends the Txn of a join (behindTail) or a try, which compares a
@@ -52,7 +57,7 @@ func (a *attempt) enqueue(ctx context.Context, behindTail bool) (txnReply, error
 		ours := []*pb.Compare{cmpValue(tail, pb.Compare_GREATER, lo), cmpValue(tail, pb.Compare_LESS, hi)}
 		then = []*pb.RequestOp{opTxn(ours, append([]*pb.RequestOp{readTail}, puts...), then)}
 	}
-	return a.commit(ctx, []*pb.Compare{a.absent()}, then...)
+	return a.commit(ctx, a.absent(), then...)
 }
 
 // txnReply is the reply of a Txn on our entry, decoded once.
@@ -64,18 +69,50 @@ type txnReply struct {
 	newest []*mvccpb.KeyValue // the newest keys of the queue, if it read them
 }
 
-// commit sends If(cmps) Then(then) Else(read our entry) and decodes the
-// reply. An unknown outcome before our entry exists marks the attempt dirty.
+// guardMoves bounds the rounds of a commit whose comparison of the guard
+// failed: each round follows a fence by another call of the lease.
+const guardMoves = 16
+
+// commit sends If(cmps) Then(then) Else(read our entry, and the guard) and
+// decodes the reply. An unknown outcome before our entry exists marks the
+// attempt dirty. When cmps compare the guard (absent) and only that failed,
+// it sends again with the guard as read.
 func (a *attempt) commit(ctx context.Context, cmps []*pb.Compare, then ...*pb.RequestOp) (txnReply, error) {
 	var resp *pb.TxnResponse
+	guard := slices.IndexFunc(cmps, func(c *pb.Compare) bool { return string(c.Key) == a.l.guard })
 	els := []*pb.RequestOp{opGet(a.key)}
-	err := retry(ctx, func(ctx context.Context) (err error) {
-		resp, err = a.d.txn(ctx, cmps, then, els)
-		if err != nil && !rejected(err) && a.rev == 0 {
-			a.dirty = true
+	if guard >= 0 {
+		els = append(els, a.l.readGuard)
+	}
+	var err error
+	for round := 0; ; round++ {
+		err = retry(ctx, func(ctx context.Context) (err error) {
+			resp, err = a.d.txn(ctx, cmps, then, els)
+			if err != nil && !rejected(err) && a.rev == 0 {
+				a.dirty = true
+			}
+			return err
+		})
+		if err != nil || resp.Succeeded || guard < 0 || len(resp.Responses[0].GetResponseRange().Kvs) != 0 {
+			break
 		}
-		return err
-	})
+		var rev int64
+		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 1 {
+			rev = kvs[0].ModRevision
+		}
+		if rev == cmps[guard].GetModRevision() {
+			break // the guard as compared: another comparison failed
+		}
+		// Fenced by another call of the lease: nothing was created.
+		a.l.sawGuard(rev)
+		if round == guardMoves {
+			err = fmt.Errorf("%w: its etcd lease was fenced %d times during one request", driver.ErrUnavailable, round)
+			break
+		}
+		// As read, not as last seen: a guard gone (0) went with the
+		// lease, and the puts then find the lease gone (loseLease).
+		cmps[guard] = cmpMod(a.l.guard, pb.Compare_EQUAL, rev)
+	}
 	if isLeaseNotFound(err) {
 		return txnReply{}, a.loseLease() // it expired between taking and using it
 	}
@@ -96,7 +133,7 @@ func (a *attempt) commit(ctx context.Context, cmps []*pb.Compare, then ...*pb.Re
 	case a.rev != 0:
 	case r.put:
 		a.rev, a.seen = r.rev, r.rev
-		a.l.marker = "" // the puts deleted it
+		a.slot.marker = "" // the puts deleted it
 	case r.ours != nil: // made by an earlier Txn whose reply was lost
 		a.rev, a.seen, a.lostCreate = r.ours.CreateRevision, r.rev, true
 	}
@@ -182,7 +219,7 @@ func (a *attempt) behind(ctx context.Context) error {
 	if label, _, _ := parseEntry(w.Value); label != a.label {
 		return driver.KindMismatch(label, a.req.Kind, a.req.Limit)
 	}
-	r, err := a.commit(ctx, []*pb.Compare{a.absent(), cmpCreate(string(w.Key), pb.Compare_EQUAL, w.CreateRevision)}, a.puts()...)
+	r, err := a.commit(ctx, a.absent(cmpCreate(string(w.Key), pb.Compare_EQUAL, w.CreateRevision)), a.puts()...)
 	switch {
 	case err != nil:
 		return err

@@ -13,21 +13,22 @@ import (
 //
 //	<prefix><escape(K)>/
 //
-// holding one etcd key per holder or waiter, named after the id of the
-// lease it is attached to, in 16 hex digits:
+// holding one etcd key per holder or waiter, attached to the lease its
+// Client shares among its calls of one TTL (lease.go) and named after that
+// lease's id and a number the lease lends to one call at a time:
 //
-//	<prefix><escape(K)>/<lease id>    value: metadata (JSON)
+//	<prefix><escape(K)>/<lease id>-<n>    value: metadata (JSON)
 //
-// A lease serves one Lock or TryLock call at a time, so the name identifies
-// the call: a request retried after a lost reply finds the entry it created.
-// The driver reuses leases, and with them names: etcd keeps every deleted
-// key's name in its index until the next compaction, and range reads walk
-// them, so fresh names for each call (the owner id) would slow every read
-// of a busy queue down until then.
+// The name identifies the call while it runs: a request retried after a
+// lost reply finds the entry it created. Numbers are lent again after a
+// release, so names are reused: etcd keeps every deleted key's name in its
+// index until the next compaction, and range reads walk them, so fresh
+// names for each call (the owner id) would slow every read of a busy queue
+// down until then.
 //
 // Two more kinds of keys serve the hand-off (docs/etcd.md, "Hand-off"):
 //
-//	<prefix><escape(K)>/<lease id>/released  value: empty   lease: the releaser's
+//	<prefix><escape(K)>/<lease id>-<n>/released  value: empty   lease: the releaser's
 //	<prefix><escape(K)>\x00tail               value: the newest entry's key   lease: that entry's
 //
 // A release marker is written by a holder's release, in the same write as
@@ -97,8 +98,19 @@ func unescapeKey(s string) (string, bool) {
 // queueDir returns the etcd key prefix of key's holder and waiters.
 func (d *etcdDriver) queueDir(key string) string { return d.prefix + escapeKey(key) + "/" }
 
-// entryKey returns the etcd key of the entry attached to a lease.
-func entryKey(dir string, id clientv3.LeaseID) string { return fmt.Sprintf("%s%016x", dir, int64(id)) }
+// entryKey returns the etcd key of the entry of name n of a lease. Names
+// have a fixed length, so that no entry's key is a prefix of another's: a
+// watch of one entry's prefix sees that entry and its marker only.
+func entryKey(dir string, id clientv3.LeaseID, n uint32) string {
+	return fmt.Sprintf("%s%016x-%08x", dir, int64(id), n)
+}
+
+// guardKey returns the key of a lease's guard (lease.go, fence): outside
+// every directory (no lock key starts with NUL) and without a '/', so that
+// no read of a queue, and no List, sees it.
+func (d *etcdDriver) guardKey(id clientv3.LeaseID) string {
+	return fmt.Sprintf("%s\x00guard-%016x", d.prefix, int64(id))
+}
 
 // markerKey returns the release marker of an entry. It starts with the
 // entry's key, so one watch of that prefix sees both the entry's delete and

@@ -18,14 +18,15 @@ const (
 	txnMethod       = "/etcdserverpb.KV/Txn"
 	keepAliveMethod = "/etcdserverpb.Lease/LeaseKeepAlive"
 	grantMethod     = "/etcdserverpb.Lease/LeaseGrant"
+	putMethod       = "/etcdserverpb.KV/Put"
 )
 
 // A busy etcd refuses writes with "too many requests" (its apply lags its
 // commit). Lock, TryLock and Unlock retry until etcd takes the write: the
 // call succeeds, having sent each refused Txn once more. etcd refuses before
-// proposing, so the refused writes certainly did nothing, and the lease goes
-// back to the idle pool after Unlock instead of being revoked as after a
-// write of unknown outcome.
+// proposing, so the refused writes certainly did nothing: Unlock needs no
+// fence (a Put of the lease's guard, as after a write of unknown outcome),
+// and the lease lives on.
 func TestLock_tooManyRequests_retried(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)
@@ -53,12 +54,12 @@ func TestLock_tooManyRequests_retried(t *testing.T) {
 				t.Fatalf("unlock with %d refusals: %v", refusals, err)
 			}
 			sent, _ = c.take()
-			if sent[txnMethod] != refusals+1 || sent["refused "+txnMethod] != refusals {
-				t.Errorf("unlock sent %v, want %d Txn of which %d refused", sent, refusals+1, refusals)
+			if sent[txnMethod] != refusals+1 || sent["refused "+txnMethod] != refusals || sent[putMethod] != 0 {
+				t.Errorf("unlock sent %v, want %d Txn of which %d refused, and no Put (a fence)", sent, refusals+1, refusals)
 			}
 			checkNoEntriesAfterUnlock(t, ctx, admin, key)
 			if !leaseAlive(t, ctx, admin, lease) {
-				t.Error("lease revoked after refusals: a refused write did nothing, the lease should be kept for reuse")
+				t.Error("lease revoked after refusals: a refused write did nothing, the lease should be kept")
 			}
 		})
 	}

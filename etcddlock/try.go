@@ -48,7 +48,7 @@ func (a *attempt) try(ctx context.Context) error {
 			return driver.ErrLocked
 		}
 		// Txn: if no key was created in the queue since the read, the puts.
-		r, err = a.commit(ctx, []*pb.Compare{a.absent(), prefixed(cmpCreate(a.dir, pb.Compare_LESS, a.seen+1))}, a.puts()...)
+		r, err = a.commit(ctx, a.absent(prefixed(cmpCreate(a.dir, pb.Compare_LESS, a.seen+1))), a.puts()...)
 		if err != nil || a.took(r) {
 			return err
 		}

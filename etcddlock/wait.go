@@ -137,7 +137,9 @@ var errGone = errors.New("etcddlock: entry waited for gone")
 func (a *attempt) renewals() (w *leng.Waiter, gone *int64) {
 	gone, n := new(int64), 0
 	return leng.StartWaiter(a.l.since(), a.l.ttl, func(ctx context.Context) error {
-		if err := a.renew(ctx); err != nil {
+		// LeaseKeepAlive, unless another call of the lease just sent one.
+		err := retry(ctx, func(ctx context.Context) error { return a.l.keepAliveShared(ctx, a.d.lc) })
+		if err = a.d.wrapErr("renew the lease", err); err != nil {
 			return err
 		}
 		if n++; n%3 != 1 {
