@@ -144,6 +144,9 @@ type zkDriver struct {
 	root      string
 	acl       []zk.ACL
 	timeout   func() time.Duration // the session timeout, which is the lease length
+	// conns counts the connections of conn that got a session, when the
+	// driver dialed them (see connGen); nil with a conn given to New.
+	conns *atomic.Uint64
 
 	// ctx is cancelled by Close, which stops the janitors.
 	ctx    context.Context
