@@ -36,12 +36,11 @@ type grant struct {
 	// ours set it, 0 when it was not so set (the attempt's watch, or an
 	// unknown connection); taken, an event of wch that RenewBatch
 	// received before the goroutine (which then finds wch closed and
-	// empty). rewatch tells the goroutine that RenewBatch replaced wch.
-	wmu     sync.Mutex
-	wch     <-chan zk.Event
-	wconn   uint64
-	taken   zk.Event
-	rewatch chan struct{}
+	// empty).
+	wmu   sync.Mutex
+	wch   <-chan zk.Event
+	wconn uint64
+	taken zk.Event
 
 	// lifeMu guards what decides whether the lease may have ended locally
 	// while its node lives on (see forfeit.go): provedAt, when the last
@@ -95,7 +94,6 @@ func newGrant(d *zkDriver, key, path string, sid, czxid int64, publishes, notify
 		validity:  d.timeout(),
 		lost:      make(chan error, 1),
 		wch:       watch,
-		rewatch:   make(chan struct{}, 1),
 		ctx:       ctx,
 		cancel:    cancel,
 	}
@@ -192,14 +190,15 @@ func (g *grant) watch() {
 		select {
 		case <-g.ctx.Done():
 			return
-		case <-g.rewatch:
-			continue
 		case e, ok := <-ch:
 			g.wmu.Lock()
 			if g.wch != ch {
-				// RenewBatch replaced the watch with one set by a read
-				// after this one was set, which fires for whatever
-				// happens after that read; the read saw what came before.
+				// RenewBatch replaced this watch with a data watch on
+				// the node, set by a read that saw what came before: it
+				// has fired too if what fired this one matters (a data
+				// watch on the same node fires with it; a child watch on
+				// the key node for our node's deletion, or the
+				// session's end).
 				g.wmu.Unlock()
 				continue
 			}

@@ -328,11 +328,14 @@ func (g *grant) readNode(ctx context.Context) error {
 	if rewatch {
 		g.wmu.Lock()
 		if g.wch == old && !g.fired() {
+			// The watching goroutine goes on waiting on old, and takes
+			// the new watch when old fires. go-zookeeper fires every
+			// channel of a node's data watches together, so an old data
+			// watch fires with the new one; an old child watch on the
+			// key node fires for our node's deletion and the session's
+			// end, but not for a write of our node, which only the next
+			// batch sees then (as with a child watch before).
 			g.wch, g.wconn = r.ch, d.sameConn(conn)
-			select {
-			case g.rewatch <- struct{}{}:
-			default:
-			}
 		}
 		g.wmu.Unlock()
 	}
