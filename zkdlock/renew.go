@@ -71,9 +71,13 @@ const renewReads = 64
 // no request per grant whose watch proves its node (see above). Grants of an
 // earlier session are not held.
 func (d *zkDriver) RenewBatch(ctx context.Context, grants []driver.Grant) []error {
-	errs := make([]error, len(grants))
-	failed := false
-	fail := func(i int, err error) { errs[i], failed = err, true }
+	var errs []error // made at the first failure: nil means all renewed
+	fail := func(i int, err error) {
+		if errs == nil {
+			errs = make([]error, len(grants))
+		}
+		errs[i] = err
+	}
 	sid := d.conn.SessionID()
 	gs := make([]*grant, 0, len(grants))
 	at := make([]int, 0, len(grants))
@@ -92,9 +96,6 @@ func (d *zkDriver) RenewBatch(ctx context.Context, grants []driver.Grant) []erro
 		if err != nil {
 			fail(at[k], err)
 		}
-	}
-	if !failed {
-		return nil
 	}
 	return errs
 }

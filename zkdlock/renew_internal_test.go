@@ -340,3 +340,41 @@ func TestRenewBatch_sessionExpired_endsAll(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRenewBatch_thousandGrants: one RenewBatch of 1,000 grants of
+// one session, each proved by its watch (a standalone check and no read):
+// the client's cost of a renewal interval of a Client holding that many.
+func BenchmarkRenewBatch_thousandGrants(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	srv := testserver.SharedZooKeeper(b)
+	u, err := url.Parse(fmt.Sprintf("zk://%s/test/renew-bench-%d?session_timeout=30s", srv.Addr(), internalSeq.Add(1)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	dd, err := openURL(ctx, u)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := dd.(*zkDriver)
+	defer func() { _ = d.Close() }()
+	const n = 1000
+	gs := make([]driver.Grant, n)
+	for i := range gs {
+		g, err := d.Acquire(ctx, &driver.AcquireRequest{Key: fmt.Sprintf("k%d", i), Owner: fmt.Sprintf("%032x", internalSeq.Add(1)), TTL: d.timeout(), Wait: true, Kind: driver.KindLock, Limit: 1, Mode: driver.Exclusive})
+		if err != nil {
+			b.Fatal(err)
+		}
+		gs[i] = g
+		defer func() { _ = g.Release(context.Background()) }()
+	}
+	if errs := d.RenewBatch(ctx, gs); errs != nil { // the first reads every node
+		b.Fatal(errs)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if errs := d.RenewBatch(ctx, gs); errs != nil {
+			b.Fatal(errs)
+		}
+	}
+}
