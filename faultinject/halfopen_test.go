@@ -2,6 +2,7 @@ package faultinject_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,8 +84,12 @@ func runHalfOpen(t *testing.T, c pauseCase, weak bool, trials int) halfOpenStats
 		isRenew := r.isRenew
 		if c.kind == "zk" {
 			pa.DiscardRequests(isPing)
-			// A renewal is sync then exists; the exists reply ends it.
-			isRenew = func(f *faultproxy.Frame) bool { return f.Op == faultproxy.ZKOpExists }
+			// A renewal is a sync, then a read of the lock node (exists,
+			// or getData with a watch) unless the node's watch proves it:
+			// the last reply ends it.
+			isRenew = func(f *faultproxy.Frame) bool {
+				return (f.Op == faultproxy.ZKOpSync || f.Op == faultproxy.ZKOpExists || f.Op == faultproxy.ZKOpGetData) && strings.Contains(f.Path, "/lock-")
+			}
 		}
 		a := r.holder("A", weak, pa)
 		key := r.key("s7")

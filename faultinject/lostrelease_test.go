@@ -71,7 +71,7 @@ type wrongStats struct{ trials, wrongful int }
 
 // noRenewCase says why a backend has no lost-renew case.
 var noRenewCase = map[string]string{
-	"zk":   "renew is read-only (sync, exists): it cannot act on another grant",
+	"zk":   "renew is read-only (a sync, and reads of lock nodes): it cannot act on another grant",
 	"etcd": "renew is a keep-alive of the caller's own etcd lease: it cannot act on another grant",
 }
 

@@ -123,12 +123,14 @@ func TestScenario9_FollowerCutFromLeader(t *testing.T) {
 }
 
 // cutAfterRenewal watches the holder's traffic through pa for a renewal —
-// a sync, then an exists on a lock node — and blackholes link as soon as
-// the exists is answered, returning the Mono time of the cut.
+// a sync, then a read of a lock node (an exists, or on the lease's first
+// renewal a getData with a watch; later ones need none when the holder
+// made its connection with Open) — and blackholes link as soon as the read
+// is answered, returning the Mono time of the cut.
 func cutAfterRenewal(t *testing.T, pa, link *faultproxy.Proxy) int64 {
 	t.Helper()
 	obs := pa.Observe(func(f *faultproxy.Frame) bool {
-		return !f.Up || f.Op == faultproxy.ZKOpSync || f.Op == faultproxy.ZKOpExists
+		return !f.Up || f.Op == faultproxy.ZKOpSync || f.Op == faultproxy.ZKOpExists || f.Op == faultproxy.ZKOpGetData
 	})
 	defer obs.Stop()
 	var syncXID, existsXID int32
@@ -143,7 +145,7 @@ func cutAfterRenewal(t *testing.T, pa, link *faultproxy.Proxy) int64 {
 				syncXID, synced, asked = f.XID, false, false
 			case !f.Up && f.XID == syncXID && syncXID != 0 && f.Err == 0:
 				synced = true
-			case f.Up && synced && f.Op == faultproxy.ZKOpExists && strings.Contains(f.Path, "/lock-"):
+			case f.Up && synced && (f.Op == faultproxy.ZKOpExists || f.Op == faultproxy.ZKOpGetData) && strings.Contains(f.Path, "/lock-"):
 				existsXID, asked = f.XID, true
 			case !f.Up && asked && f.XID == existsXID && f.Err == 0:
 				link.Blackhole()

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
-	ibackoff "github.com/dlockdev/dlock/internal/backoff"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -29,6 +28,19 @@ type grant struct {
 	proofSent, proofAnswered time.Time
 
 	lost chan error // receives the reason once, when the watch says the node is gone
+
+	// wmu guards the lost-lease watch that the watching goroutine
+	// follows, which RenewBatch reads too (see renew.go): wch, its
+	// channel, nil while the goroutine handles an event of it; wconn, the
+	// connection (zkDriver.connGen) on which a read that found the node
+	// ours set it, 0 when it was not so set (the attempt's watch, or an
+	// unknown connection); taken, an event of wch that RenewBatch
+	// received before the goroutine (which then finds wch closed and
+	// empty).
+	wmu   sync.Mutex
+	wch   <-chan zk.Event
+	wconn uint64
+	taken zk.Event
 
 	// lifeMu guards what decides whether the lease may have ended locally
 	// while its node lives on (see forfeit.go): provedAt, when the last
@@ -81,6 +93,7 @@ func newGrant(d *zkDriver, key, path string, sid, czxid int64, publishes, notify
 		validFrom: validFrom,
 		validity:  d.timeout(),
 		lost:      make(chan error, 1),
+		wch:       watch,
 		ctx:       ctx,
 		cancel:    cancel,
 	}
@@ -98,7 +111,7 @@ func newGrant(d *zkDriver, key, path string, sid, czxid int64, publishes, notify
 		g.inDoubt(data)
 		go g.writeNotice(data)
 	}
-	go g.watch(watch)
+	go g.watch()
 	return g
 }
 
@@ -154,8 +167,9 @@ func (g *grant) send(err error) {
 	}
 }
 
-// watch follows the watch on the lock node (an exists watch on it, or a
-// child watch on the key node): it fires when the node is deleted (by an
+// watch follows the lost-lease watch, wch (at first the attempt's: an
+// exists watch on the lock node, or a child watch on the key node; then a
+// getData watch on the node, set by rearm or by RenewBatch): it fires when the node is deleted (by an
 // operator or a bug: we never delete it while held), and go-zookeeper ends
 // it with ErrSessionExpired when the session expires and with ErrClosing
 // when the Conn is closed. A key node deleted (the child watch) had no
@@ -167,70 +181,96 @@ func (g *grant) send(err error) {
 // the node has then tell whose write it was (see ours). Other events
 // (another child of the key node came or went) only need a watch on the
 // lock node set again.
-func (g *grant) watch(ch <-chan zk.Event) {
+func (g *grant) watch() {
 	for {
+		g.wmu.Lock()
+		ch := g.wch
+		g.wmu.Unlock()
+		var ev zk.Event
 		select {
 		case <-g.ctx.Done():
 			return
-		case ev := <-ch:
-			switch {
-			case ev.Type == zk.EventNodeDeleted:
-				g.report(fmt.Errorf("lock node %s was deleted by somebody else", g.nodeName()))
-				return
-			case ev.Type == zk.EventNodeDataChanged && !g.publishes && g.noticed == nil:
-				g.report(g.overwritten())
-				return
-			case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrSessionExpired):
-				g.report(g.sessionGone())
-				return
-			case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrClosing):
-				g.report(fmt.Errorf("the ZooKeeper connection was closed: %w", zk.ErrClosing))
+		case e, ok := <-ch:
+			g.wmu.Lock()
+			if g.wch != ch {
+				// RenewBatch replaced this watch with a data watch on
+				// the node, set by a read that saw what came before: it
+				// has fired too if what fired this one matters (a data
+				// watch on the same node fires with it; a child watch on
+				// the key node for our node's deletion, or the
+				// session's end).
+				g.wmu.Unlock()
+				continue
+			}
+			if !ok {
+				e = g.taken // RenewBatch received it first
+			}
+			g.wch, g.wconn, g.taken = nil, 0, zk.Event{}
+			g.wmu.Unlock()
+			ev = e
+		}
+		switch {
+		case ev.Type == zk.EventNodeDeleted:
+			g.report(fmt.Errorf("lock node %s was deleted by somebody else", g.nodeName()))
+			return
+		case ev.Type == zk.EventNodeDataChanged && !g.publishes && g.noticed == nil:
+			g.report(g.overwritten())
+			return
+		case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrSessionExpired):
+			g.report(g.sessionGone())
+			return
+		case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrClosing):
+			g.report(fmt.Errorf("the ZooKeeper connection was closed: %w", zk.ErrClosing))
+			return
+		}
+		if g.noticed != nil {
+			// Set the watch once the notice has landed, or it
+			// fires for the notice too: a request more.
+			select {
+			case <-g.noticed:
+			case <-g.ctx.Done():
 				return
 			}
-			if g.noticed != nil {
-				// Set the watch once the notice has landed, or it
-				// fires for the notice too: a request more.
-				select {
-				case <-g.noticed:
-				case <-g.ctx.Done():
-					return
-				}
-			}
-			if ch = g.rearm(); ch == nil {
-				return
-			}
+		}
+		if !g.rearm() {
+			return
 		}
 	}
 }
 
-// rearm sets the watch again, reporting the loss if the node has gone.
-func (g *grant) rearm() <-chan zk.Event {
+// rearm sets the watch again, reporting the loss if the node has gone. It
+// reports whether the watch is set.
+func (g *grant) rearm() bool {
 	for i := 0; ; i++ {
+		conn := g.d.connGen()
 		r, err := call(g.ctx, nil, g.validity, func() (getW, error) {
 			data, stat, ch, err := g.d.conn.GetW(g.path)
 			return getW{stat, ch, data}, err
 		})
 		switch {
 		case err == nil && r.stat.EphemeralOwner == g.sid && g.ours(r.stat.Version, r.data, true):
-			return r.ch
+			g.wmu.Lock()
+			g.wch, g.wconn = r.ch, g.d.sameConn(conn)
+			g.wmu.Unlock()
+			return true
 		case err == nil && r.stat.EphemeralOwner == g.sid:
 			g.report(g.overwritten())
-			return nil
+			return false
 		case err == nil:
 			g.report(g.sessionGone())
-			return nil
+			return false
 		case errors.Is(err, zk.ErrNoNode):
 			g.report(fmt.Errorf("lock node %s was deleted", g.nodeName()))
-			return nil
+			return false
 		case errors.Is(err, zk.ErrSessionExpired):
 			g.report(g.sessionGone())
-			return nil
+			return false
 		case errors.Is(err, zk.ErrClosing):
 			g.report(fmt.Errorf("the ZooKeeper connection was closed: %w", zk.ErrClosing))
-			return nil
+			return false
 		}
 		if backoff(g.ctx, i, g.validity/10) != nil {
-			return nil
+			return false
 		}
 	}
 }
@@ -250,100 +290,19 @@ func (g *grant) sessionGone() error {
 
 // Renew proves that the grant still holds: the session is the one that owns
 // the node, and the node exists, unwritten by anybody else (a write is a
-// release to the waiter behind, see Release; see ours for Publish's). It extends nothing on the server (the
-// session's pings do that). On a server stated standalone a successful
-// round trip started at time t proves that the session was alive after t,
-// so the server keeps it, and the node, until at least t plus the session
-// timeout; on one found standalone (Detect) the renewal's first request is
-// the standalone check in place of the sync, which proves the same of its
-// own send time while it is answered empty (see checkStandalone). In an
-// ensemble the leader may not have heard of that round trip yet: its
-// sync, which goes through the leader, proves instead that the leader heard
-// of the requests answered lag or more before it (see heard) — the previous
-// renewal, when renewals are that far apart. So Renew waits, if need be,
-// until its sync can prove the report of the previous renewal (or, the
-// first time, of the last request before the grant) before it sends it:
-// the engine then counts the lease from that renewal (HeardFrom), a third
-// of the session timeout earlier than from this one.
+// release to the waiter behind, see Release; see ours for Publish's). It
+// extends nothing on the server (the session's pings do that). It is a
+// RenewBatch of one grant: see renew.go for the proof (a sync, or the
+// standalone check, and the grant's watch or a read of its node) and for
+// what it proves of the lease's validity.
 func (g *grant) Renew(ctx context.Context) error {
-	d := g.d
-	if d.conn.SessionID() != g.sid {
+	if g.d.conn.SessionID() != g.sid {
 		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.sessionGone())
 	}
-	// The standalone check, while the server answers it empty (Detect): it
-	// proves its own send time, so the lease counts from this renewal, and
-	// the server that answered it expires sessions itself, so there is no
-	// leader to sync with.
-	sent, proved, err := d.checkStandalone(ctx, g.validity)
-	if err != nil {
-		return g.renewErr(err)
-	}
-	if !proved {
-		if err := g.awaitProvable(ctx); err != nil {
-			return d.wrapErr("renew "+g.path, err)
-		}
-		sent = time.Now()
-		// sync: a round trip through the leader, which checks the session.
-		// A follower cut off from the leader answers reads from its stale
-		// copy for a while, but cannot answer this.
-		if err := call0(ctx, nil, g.validity, func() error {
-			_, err := d.conn.Sync(g.path)
-			return err
-		}); err != nil {
-			return g.renewErr(err)
-		}
-		d.noteViaLeader(g.sid, sent)
-	}
-	answered := time.Now()
-	g.proofMu.Lock()
-	g.proofSent, g.proofAnswered = sent, answered
-	g.proofMu.Unlock()
-	// exists: the node is still there and still ours.
-	var stat *zk.Stat
-	ok, err := call(ctx, nil, g.validity, func() (bool, error) {
-		ok, s, err := d.conn.Exists(g.path)
-		stat = s
-		return ok, err
-	})
-	if err != nil {
-		return g.renewErr(err)
-	}
-	if !ok {
-		return fmt.Errorf("%w: lock node %s is gone", driver.ErrNotHeld, g.nodeName())
-	}
-	if stat.EphemeralOwner != g.sid || d.conn.SessionID() != g.sid {
-		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.sessionGone())
-	}
-	if !g.ours(stat.Version, nil, false) {
-		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.overwritten())
-	}
-	d.noteAlive(g.sid, sent)
-	// Last: a renewal that ends after the grant gave its node up must
-	// not extend the lease (see onForfeit).
-	if !g.proved() {
-		return fmt.Errorf("%w: %w", driver.ErrNotHeld, g.forfeitErr())
+	if errs := g.d.renew(ctx, g.sid, []*grant{g}); errs != nil {
+		return errs[0]
 	}
 	return nil
-}
-
-// awaitProvable waits until a request through the leader sent now proves
-// that the leader heard of the grant's last proof request (see Renew), or
-// until ctx ends. It does not wait when that is known already.
-func (g *grant) awaitProvable(ctx context.Context) error {
-	g.proofMu.Lock()
-	sent, answered := g.proofSent, g.proofAnswered
-	g.proofMu.Unlock()
-	if answered.IsZero() {
-		return nil
-	}
-	if from, ok := g.d.heard.since(g.sid); ok && !from.Before(sent) {
-		return nil
-	}
-	wait := time.Until(g.d.heard.provableAt(answered))
-	if wait <= 0 {
-		return nil
-	}
-	return ibackoff.Sleep(ctx, wait)
 }
 
 func (g *grant) renewErr(err error) error {

@@ -24,6 +24,10 @@ import (
 type sessionInfo struct {
 	timeoutMs atomic.Int64 // negotiated session timeout; 0 until a session exists
 	heard     *heard       // nil: nothing to report to
+	// conns counts the connections that got a session: it goes up before
+	// go-zookeeper sends any request on a new connection (see
+	// zkDriver.connGen).
+	conns atomic.Uint64
 
 	mu      sync.Mutex
 	lastErr error // last dial error; guarded by mu
@@ -137,6 +141,7 @@ func (c *sniffConn) handshake(b []byte) {
 		sid := int64(binary.BigEndian.Uint64(body[8:16]))
 		if sid != 0 && timeout > 0 {
 			c.info.timeoutMs.Store(int64(timeout))
+			c.info.conns.Add(1)
 			c.sid = sid
 			if c.info.heard != nil {
 				c.info.heard.leaderTouched(sid, c.dialed)

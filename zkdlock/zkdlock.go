@@ -36,8 +36,10 @@
 // with Options.SessionTimeout) instead: dlock.WithTTL of any other length is
 // refused with dlock.ErrInvalidOption, by Open, New, Lock, TryLock and Do,
 // rather than ignored; WithTTL of the session timeout itself is accepted. Each renewal (about every third of
-// the session timeout) is a round trip through the leader that checks that
-// the holder's node still exists and belongs to the Client's current session.
+// the session timeout) is a round trip through the leader, one for all the
+// leases of the Client, that checks that each holder's node still exists,
+// unwritten, and belongs to the Client's current session: through the
+// node's watch, or a read of the node where the watch cannot prove it.
 //
 // # Connection loss
 //
@@ -144,6 +146,9 @@ type zkDriver struct {
 	root      string
 	acl       []zk.ACL
 	timeout   func() time.Duration // the session timeout, which is the lease length
+	// conns counts the connections of conn that got a session, when the
+	// driver dialed them (see connGen); nil with a conn given to New.
+	conns *atomic.Uint64
 
 	// ctx is cancelled by Close, which stops the janitors.
 	ctx    context.Context
