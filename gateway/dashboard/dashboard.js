@@ -97,12 +97,14 @@
 
   function entry(e, cls, at, showMode) {
     const li = el('li', cls);
-    li.dataset.token = e.token_str;
-    li.append(el('span', 'token', '#' + e.token_str));
-    if (showMode) li.append(' ', el('span', 'mode', e.mode === 'shared' ? 'read' : 'write'));
-    if (e.value) li.append(' ', el('span', 'value', e.value));
+    if (e.token_str !== '0') { // a waiter has no token yet
+      li.dataset.token = e.token_str;
+      li.append(el('span', 'token', '#' + e.token_str), ' ');
+    }
+    if (showMode) li.append(el('span', 'mode', e.mode === 'shared' ? 'read' : 'write'), ' ');
+    if (e.value) li.append(el('span', 'value', e.value), ' ');
     const w = who(e);
-    if (w) li.append(' ', el('span', 'meta', w));
+    if (w) li.append(el('span', 'meta', w));
     if (cls === 'holder' && e.ttl_ms !== undefined) {
       const t = el('span', 'ttl');
       t.dataset.deadline = String(at + e.ttl_ms);
