@@ -123,6 +123,24 @@ func (s *scene) handOff() {
 	}
 }
 
+// releaseWaiters ends the waiting calls and releases what they were
+// granted: the lock's and the election's keys are left with nobody.
+func (s *scene) releaseWaiters() {
+	t := s.e.t
+	t.Helper()
+	s.cancel()
+	for name, ch := range s.waiting {
+		r := <-ch
+		if r.lease != nil {
+			if err := r.lease.Unlock(context.Background()); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
+		s.waiting[name] = make(chan waitResult, 1)
+		s.waiting[name] <- waitResult{} // for the cleanup
+	}
+}
+
 // watcher is an open GET /v1/watch stream.
 type watcher struct {
 	resp  *http.Response
@@ -284,17 +302,7 @@ func TestWatch_snapshotThenChanges(t *testing.T) {
 			len(sc.Holders) == 1 && sc.Holders[0].Value == "10.0.0.8:8080" && len(sc.Waiters) == 0
 	})
 	// A key released by all leaves the view.
-	s.cancel()
-	for _, name := range []string{"worker-b", "worker-c", "sched-b"} {
-		r := <-s.waiting[name]
-		if r.lease != nil {
-			if err := r.lease.Unlock(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-		}
-		s.waiting[name] = make(chan waitResult, 1)
-		s.waiting[name] <- waitResult{}
-	}
+	s.releaseWaiters()
 	w.until(t, view, "orders and scheduler gone", func() bool {
 		_, o := view[s.orders]
 		_, sc := view[s.scheduler]
