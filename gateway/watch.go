@@ -99,6 +99,7 @@ func (g *Gateway) handleWatch(w http.ResponseWriter, r *http.Request) {
 	prefix := r.URL.Query().Get("prefix")
 	// The current state first, before the headers: a bad prefix or a
 	// backend that cannot list is an error reply, not a broken stream.
+	listed := time.Now()
 	infos, lerr := g.client.List(ctx, prefix)
 	if lerr != nil {
 		writeError(w, fromLibrary(lerr))
@@ -125,7 +126,7 @@ func (g *Gateway) handleWatch(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
-	if !s.snapshot(infos, time.Now(), last) {
+	if !s.snapshot(infos, listed, last) {
 		return
 	}
 	s.follow(ctx)
@@ -234,11 +235,11 @@ func (s *watchStream) put(key string, st keyState) {
 // changes no backend watch told of. A failed List is skipped: the next
 // one, or a watch, brings the state.
 func (s *watchStream) relist(ctx context.Context) {
+	now := time.Now()
 	infos, err := s.g.client.List(ctx, s.prefix)
 	if err != nil {
 		return
 	}
-	now := time.Now()
 	listed := make(map[string]bool, len(infos))
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -329,7 +330,9 @@ func stateHash(in *dlock.LockInfo) uint64 {
 func viewID(view uint64) string { return fmt.Sprintf("%016x", view) }
 
 // ttlAt makes r's TTLs, read at readAt, count from now, when the event is
-// written: the client counts them down from when it receives it.
+// written: the client counts them down from when it receives it. A List's
+// states are stamped with the time before it was sent, so that a TTL is
+// never shown longer than it is.
 func ttlAt(r infoReply, readAt, now time.Time) infoReply {
 	gone := now.Sub(readAt).Milliseconds()
 	for _, es := range [][]entryReply{r.Holders, r.Waiters} {
