@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/gateway"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 )
 
 // scene is the state the watch and dashboard tests look at, taken through
@@ -368,4 +369,49 @@ func TestWatch_refusals(t *testing.T) {
 	e2 := newEnv(t)
 	e2.want(e2.do(context.Background(), http.MethodGet, "/v1/watch?prefix=%01", nil), http.StatusBadRequest, gateway.CodeInvalidKey)
 	e2.want(e2.do(context.Background(), http.MethodPost, "/v1/watch", nil), http.StatusMethodNotAllowed, gateway.CodeMethod)
+}
+
+// The watch on etcd and ZooKeeper (the other tests run on Redis): the
+// snapshot shows a holder and a waiter, and the stream the hand-off.
+func TestWatch_backends(t *testing.T) {
+	for _, b := range []struct {
+		name string
+		url  func(t *testing.T) string
+	}{
+		{"etcd", func(t *testing.T) string { return testserver.SharedEtcd(t).URL() }},
+		{"zk", func(t *testing.T) string { return "zk://" + testserver.SharedZooKeeper(t).Addr() }},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			e := newEnvOn(t, b.url(t))
+			ctx := context.Background()
+			key := e.key("k")
+			first, err := e.direct.Lock(ctx, key, note("first"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			granted := make(chan waitResult, 1)
+			go func() {
+				l, err := e.direct.Lock(ctx, key, note("second"))
+				granted <- waitResult{l, err}
+			}()
+			e.eventually("second waits", func() bool { return len(e.info(key).Waiters) == 1 })
+			w := e.watch("prefix="+escapeQuery(e.prefix), nil)
+			view := map[string]keyView{}
+			w.until(t, view, "first holding, second waiting", func() bool {
+				return notes(view[key].Holders) == "first" && notes(view[key].Waiters) == "second"
+			})
+			if err := first.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			w.until(t, view, "second holding", func() bool {
+				return notes(view[key].Holders) == "second" && len(view[key].Waiters) == 0
+			})
+			if r := <-granted; r.err != nil {
+				t.Fatal(r.err)
+			} else if err := r.lease.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			w.until(t, view, "the key gone", func() bool { _, ok := view[key]; return !ok })
+		})
+	}
 }
