@@ -158,10 +158,13 @@ func TestDashboard_showsAndFollowsTheKeys(t *testing.T) {
 			sc.Leader == "10.0.0.8:8080" && len(sc.Waiters) == 0
 	})
 
-	// Keys released by all leave the page.
+	// The stream cut, the page reconnects with a new stream ticket (the
+	// one it opened the stream with is spent) and follows on: keys released
+	// by all leave the page.
+	e.srv.CloseClientConnections()
 	s.releaseWaiters()
 	waitPage(t, b, "orders and scheduler gone, reports left", func(v pageView) bool {
-		return len(v.Keys) == 1 && v.Keys[0].Key == s.reports
+		return v.State == "live" && len(v.Keys) == 1 && v.Keys[0].Key == s.reports
 	})
 }
 
