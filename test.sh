@@ -28,6 +28,7 @@ command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
 command -v zsh >/dev/null 2>&1 || need+=(zsh) # cmd/dlock: zsh -n on the completion script
 command -v curl >/dev/null 2>&1 || need+=(curl) # the gateway's tests drive it with curl
+command -v chromium >/dev/null 2>&1 || need+=(chromium) # the gateway's dashboard is tested in a headless Chromium
 # sqlfence's tests run a PostgreSQL server (internal/testing/testserver/postgres.go
 # finds Debian's binaries in /usr/lib/postgresql/<version>/bin).
 compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || need+=(postgresql)

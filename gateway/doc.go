@@ -23,6 +23,14 @@
 // Safety. If the gateway process dies, its leases expire on the backend
 // within their TTL, and their tokens are never granted again.
 //
+// # Watching and the dashboard
+//
+// GET /v1/watch streams the state of the keys under a prefix, and GET /
+// serves a web page that shows them live from that stream. A browser's
+// EventSource cannot send an Authorization header: the page opens its
+// stream with a single-use stream ticket (POST /v1/stream-tickets)
+// rather than a secret in the URL.
+//
 // # Limits
 //
 // Request bodies, leases held, waits in progress and the length of a long

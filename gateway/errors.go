@@ -35,6 +35,7 @@ const (
 	CodeKindMismatch   = "kind_mismatch"       // 409: the key is in use as another kind or limit
 	CodeTooManyLeases  = "too_many_leases"     // 429: the gateway holds its maximum of leases
 	CodeTooManyWaiters = "too_many_waiters"    // 429: the gateway has its maximum of waits and tickets
+	CodeTooManyWatches = "too_many_watches"    // 429: the gateway has its maximum of watch streams or stream tickets
 	CodeUnsupported    = "unsupported"         // 501: the backend cannot do this (inspect, list)
 	CodeUnavailable    = "backend_unavailable" // 503: the backend cannot be reached
 	CodeClosing        = "gateway_closing"     // 503: the gateway is shutting down

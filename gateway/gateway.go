@@ -47,7 +47,12 @@ type Gateway struct {
 	// observers counts the election streams, bounded with the waiters;
 	// guarded by mu.
 	observers int
-	closed    bool // guarded by mu
+	// watches counts the watch streams, bounded by MaxWatches; guarded by mu.
+	watches int
+	// streamTickets maps the unused stream tickets to their expiry;
+	// guarded by mu.
+	streamTickets map[string]time.Time
+	closed        bool // guarded by mu
 }
 
 // maxEnded bounds the ended lease ids remembered, to tell a replayed
@@ -78,6 +83,8 @@ func New(client *dlock.Client, opts ...Option) (*Gateway, error) {
 		leases:   make(map[string]*held),
 		ended:    make(map[string]string),
 		waiters:  make(map[string]*waiter),
+
+		streamTickets: make(map[string]time.Time),
 	}
 	g.routes()
 	return g, nil
@@ -107,7 +114,11 @@ func (g *Gateway) routes() {
 	route("/v1/observe/{key...}", map[string]func(http.ResponseWriter, *http.Request){http.MethodGet: g.handleObserve})
 	route("/v1/keys", map[string]func(http.ResponseWriter, *http.Request){http.MethodGet: g.handleList})
 	route("/v1/keys/{key...}", map[string]func(http.ResponseWriter, *http.Request){http.MethodGet: g.handleInspect})
+	route("/v1/watch", map[string]func(http.ResponseWriter, *http.Request){http.MethodGet: g.handleWatch})
+	route("/v1/stream-tickets", map[string]func(http.ResponseWriter, *http.Request){http.MethodPost: g.handleStreamTicket})
 	route("/openapi.yaml", map[string]func(http.ResponseWriter, *http.Request){http.MethodGet: serveOpenAPI})
+	route("/{$}", map[string]func(http.ResponseWriter, *http.Request){http.MethodGet: serveDashboard})
+	route("/dashboard/", map[string]func(http.ResponseWriter, *http.Request){http.MethodGet: serveDashboardFile})
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusNotFound, CodeNotFound, "no route %s", r.URL.Path))
 	})

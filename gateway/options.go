@@ -40,6 +40,19 @@ const (
 	// shorter), so that a client notices a dead stream, and proxies do
 	// not close an idle one.
 	DefaultKeepAlive = 5 * time.Second
+
+	// DefaultMaxWatches bounds the watch streams (GET /v1/watch) served at
+	// once. Each lists its prefix every WatchListInterval and watches up
+	// to 256 keys on the backend: a few dashboards and tools, not one per
+	// client of a fleet.
+	DefaultMaxWatches = 64
+
+	// DefaultWatchListInterval is how often a watch stream lists its
+	// prefix, to find the keys that appear under it and the changes the
+	// backend sends no notice of (on Redis, a lock's release): a second
+	// keeps a dashboard current for people at one List a second per
+	// stream.
+	DefaultWatchListInterval = time.Second
 )
 
 // Option configures a Gateway in New.
@@ -52,6 +65,8 @@ type config struct {
 	maxWait    time.Duration
 	ticketTTL  time.Duration
 	keepAlive  time.Duration
+	maxWatches int
+	watchList  time.Duration
 	log        *slog.Logger
 }
 
@@ -63,6 +78,8 @@ func defaultConfig() config {
 		maxWait:    DefaultMaxWait,
 		ticketTTL:  DefaultTicketTTL,
 		keepAlive:  DefaultKeepAlive,
+		maxWatches: DefaultMaxWatches,
+		watchList:  DefaultWatchListInterval,
 		log:        slog.New(slog.DiscardHandler),
 	}
 }
@@ -138,6 +155,31 @@ func KeepAlive(d time.Duration) Option {
 			return fmt.Errorf("%w: KeepAlive %v is below 10ms", ErrInvalidOption, d)
 		}
 		c.keepAlive = d
+		return nil
+	}
+}
+
+// MaxWatches sets how many watch streams the gateway serves at once,
+// default DefaultMaxWatches. One beyond it is refused with 429
+// too_many_watches.
+func MaxWatches(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: MaxWatches %d is below 1", ErrInvalidOption, n)
+		}
+		c.maxWatches = n
+		return nil
+	}
+}
+
+// WatchListInterval sets how often a watch stream lists its prefix,
+// default DefaultWatchListInterval.
+func WatchListInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 10*time.Millisecond {
+			return fmt.Errorf("%w: WatchListInterval %v is below 10ms", ErrInvalidOption, d)
+		}
+		c.watchList = d
 		return nil
 	}
 }

@@ -73,6 +73,7 @@ func (c *cli) cmdGateway(ctx context.Context, args []string) int {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(c.stderr, "dlock: gateway for %s at http://%s (API: /openapi.yaml); stop with Ctrl-C\n", redactURL(*b.url), ln.Addr())
+	fmt.Fprintf(c.stderr, "dlock: dashboard: http://%s/\n", ln.Addr())
 	// The URL alone on stdout, for scripts that start it on port 0.
 	fmt.Fprintf(c.stdout, "http://%s\n", ln.Addr())
 

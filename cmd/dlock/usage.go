@@ -205,7 +205,9 @@ long polls that keep their place in the queue, and streaming holds that
 last as long as their response stays open. The API is described in
 docs/gateway.md and served at /openapi.yaml. It listens on loopback only:
 it has no TLS and no authentication yet. It stops on SIGINT or SIGTERM,
-releasing its leases, and prints its URL on stdout.
+releasing its leases, and prints its URL on stdout. Its dashboard, at
+that URL (printed on stderr too), shows the keys live: holders with their
+time left, waiters in order, semaphore usage, election leaders.
 
 Flags:
     --backend URL           lock server (DLOCK_BACKEND; default etcd://127.0.0.1:2379)
