@@ -263,4 +263,3 @@ func TestClient_lockRenewsUntilPaused(t *testing.T) {
 		e.release(g)
 	})
 }
-

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -49,7 +50,9 @@ func clientCommand(t *testing.T, lang string, args ...string) *exec.Cmd {
 	t.Helper()
 	switch lang {
 	case "python":
-		return exec.Command(tool(t, "python3", "python3"), args...)
+		cmd := exec.Command(tool(t, "python3", "python3"), args...)
+		cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1") // no __pycache__ in the tree
+		return cmd
 	case "java":
 		return exec.Command(tool(t, "java", "default-jdk-headless"), append([]string{"-cp", javaClasses(t)}, args...)...)
 	}
