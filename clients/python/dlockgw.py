@@ -27,6 +27,7 @@ Leases and tickets live in the gateway instance that granted them: a client
 behind a load balancer must reach the same instance (``Lease.instance``).
 """
 
+import collections
 import http.client
 import json
 import socket
@@ -42,6 +43,9 @@ __all__ = [
 #: The longest wait one long poll asks for; the gateway caps it too (30 s by
 #: default), and the client polls again with its ticket until its own wait ends.
 MAX_POLL = 30.0
+
+#: How many unread events a Hold keeps (a keep-alive comes every few seconds).
+MAX_EVENTS = 1000
 
 #: How much longer than the poll's wait a request may take before its socket
 #: times out: the gateway's answer and the network's delays.
@@ -287,7 +291,8 @@ class Hold:
     def __init__(self, conn, resp, lease, granted):
         self._conn, self._resp = conn, resp
         self.lease = lease
-        self._events = [granted]
+        # Keep-alives nobody reads must not pile up: the oldest events go first.
+        self._events = collections.deque([granted], maxlen=MAX_EVENTS)
         self._cond = threading.Condition()
         self._done = False
         self._closed = False
@@ -334,16 +339,16 @@ class Hold:
 
     def events(self, timeout=None):
         """Yield the stream's events as dicts, the granted event first, until
-        it ends or is closed, or no event arrives within ``timeout`` seconds."""
-        i = 0
+        it ends or is closed, or no event arrives within ``timeout`` seconds.
+        Each event is yielded once, to whichever caller takes it; of the
+        events nobody takes, the newest MAX_EVENTS are kept."""
         while True:
             with self._cond:
-                if not self._cond.wait_for(lambda: i < len(self._events) or self._done, timeout):
+                if not self._cond.wait_for(lambda: self._events or self._done, timeout):
                     return
-                if i >= len(self._events):
+                if not self._events:
                     return
-                ev = self._events[i]
-            i += 1
+                ev = self._events.popleft()
             yield ev
 
     def close(self):
@@ -430,7 +435,8 @@ class Client:
         while True:
             left = MAX_POLL if end is None else max(0.0, end - time.monotonic())
             req = dict(body)
-            req["wait_ms"] = int(min(left, MAX_POLL) * 1000)
+            # At least 1 ms: a wait_ms of 0 is one attempt, answered 409 rather than 202.
+            req["wait_ms"] = max(1, int(min(left, MAX_POLL) * 1000))
             if ticket is not None:
                 req["ticket"] = ticket
             sent = time.monotonic()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -207,6 +208,16 @@ func TestClient_holdClosedAndLost(t *testing.T) {
 		r := d.next("g")
 		if len(r) != 3 || r[0] != "lost" || r[1] != "lease_lost" || r[2] != d.errorClass("lease_lost") {
 			t.Fatalf("%q, want lost lease_lost", r)
+		}
+		// The events, in order, to the end of the stream.
+		kinds := strings.Split(d.ok(d.do("events g"))[0], ",")
+		if kinds[0] != "granted" || kinds[len(kinds)-1] != "lost" {
+			t.Fatalf("events %q, want granted, keep-alives, lost", kinds)
+		}
+		for _, k := range kinds[1 : len(kinds)-1] {
+			if k != "keepalive" {
+				t.Fatalf("events %q, want granted, keep-alives, lost", kinds)
+			}
 		}
 	})
 }

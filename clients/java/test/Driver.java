@@ -86,6 +86,14 @@ public final class Driver {
                     holds.remove(name).close();
                     say(name + " ok");
                     break;
+                case "events": {
+                    StringBuilder kinds = new StringBuilder();
+                    for (Map<String, Object> ev; (ev = holds.get(name).nextEvent(Duration.ofSeconds(30))) != null; ) {
+                        kinds.append(kinds.length() > 0 ? "," : "").append(ev.get("event"));
+                    }
+                    say(name + " ok " + kinds);
+                    break;
+                }
                 case "fence":
                     try {
                         String answer = CloseExpiredOrders.closeExpiredOrders(http, URI.create(w[2]), leases.get(name).token());

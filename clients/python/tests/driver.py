@@ -10,6 +10,7 @@ which speak to it in lines on stdin and read its replies on stdout:
     unlock NAME                       NAME ok
     hold NAME KEY TTL_MS              NAME ok TOKEN; NAME lost CODE CLASS when it ends
     unhold NAME                       NAME ok
+    events NAME                       NAME ok KIND,KIND,...: the hold's events, until it has ended
     fence NAME DB                     NAME ok CLOSED, or NAME stale: the example's fenced write
 
 A failed command answers NAME error CODE CLASS. Each command runs in a
@@ -79,6 +80,8 @@ def run(words):
         elif cmd == "unhold":
             holds.pop(name).close()
             say(name, "ok")
+        elif cmd == "events":
+            say(name, "ok", ",".join(ev["event"] for ev in holds[name].events(timeout=30)))
         elif cmd == "fence":
             try:
                 n = job.close_expired_orders(job.open_db(args[0]), job.KEY, leases[name].token)

@@ -171,7 +171,8 @@ public final class Client {
             long left = wait == null ? MAX_POLL.toNanos() : Math.max(0, end - System.nanoTime());
             Duration pollWait = Duration.ofNanos(Math.min(left, MAX_POLL.toNanos()));
             Map<String, Object> body = opts.body(key);
-            body.put("wait_ms", pollWait.toMillis());
+            // At least 1 ms: a wait_ms of 0 is one attempt, answered 409 rather than 202.
+            body.put("wait_ms", Math.max(1, pollWait.toMillis()));
             if (ticket != null) {
                 body.put("ticket", ticket);
             }

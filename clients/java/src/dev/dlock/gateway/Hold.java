@@ -25,7 +25,11 @@ public final class Hold implements AutoCloseable {
 
     private final Stream<String> lines;
     private final Lease lease;
-    private final LinkedBlockingQueue<Map<String, Object>> events = new LinkedBlockingQueue<>();
+    /** How many unread events a hold keeps (a keep-alive comes every few seconds). */
+    public static final int MAX_EVENTS = 1000;
+
+    // Keep-alives nobody reads must not pile up: the oldest events go first.
+    private final LinkedBlockingQueue<Map<String, Object>> events = new LinkedBlockingQueue<>(MAX_EVENTS);
     private final Thread reader;
     private volatile boolean closed;
     private volatile boolean ended;
@@ -34,7 +38,7 @@ public final class Hold implements AutoCloseable {
         this.lines = lines;
         this.lease = lease;
         lease.heldBy(this);
-        events.add(granted);
+        put(granted);
         reader = new Thread(() -> read(it), "dlockgw-hold-" + lease.key());
         reader.setDaemon(true);
         reader.start();
@@ -64,7 +68,7 @@ public final class Hold implements AutoCloseable {
                 } else if ("released".equals(kind)) {
                     end = (GatewayException.LeaseEndedException) GatewayException.of(0, "lease_released", "released by id");
                 }
-                events.add(ev);
+                put(ev);
             }
             if (end == null && !closed) {
                 end = lostBecause("the stream ended without an end event");
@@ -78,7 +82,13 @@ public final class Hold implements AutoCloseable {
             lease.end(end);
         }
         ended = true;
-        events.add(END);
+        put(END);
+    }
+
+    private void put(Map<String, Object> ev) {
+        while (!events.offer(ev)) {
+            events.poll();
+        }
     }
 
     private static GatewayException.LeaseEndedException lostBecause(String why) {
@@ -92,7 +102,7 @@ public final class Hold implements AutoCloseable {
     public Map<String, Object> nextEvent(Duration timeout) throws InterruptedException {
         Map<String, Object> ev = events.poll(timeout.toNanos(), TimeUnit.NANOSECONDS);
         if (ev == END) {
-            events.add(END); // later calls see the end too
+            put(END); // later calls see the end too
             return null;
         }
         return ev;
