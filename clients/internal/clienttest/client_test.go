@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/gateway"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 )
 
 // grant is a Go acquire's reply through the gateway.
@@ -101,38 +102,38 @@ func (e *env) holderToken(key string) uint64 {
 // Acquire, renew and release, a second client refused while the key is
 // held, tokens that go up, a replayed release: each through the client
 // library, each checked on the backend.
-func TestClient_acquireRenewRelease(t *testing.T) {
-	eachClient(t, func(t *testing.T, e *env, d *driver) {
-		key := e.key("k")
-		a := d.ok(d.do("acquire a %s 5000 0", key))
-		tokA := num(t, a[0])
-		if rem := num(t, a[1]); rem == 0 || rem > 5000 {
-			t.Fatalf("remaining %d ms, want within the TTL (5000 ms)", rem)
-		}
-		if got := e.holderToken(key); got != tokA {
-			t.Fatalf("backend holder's token %d, want the client's %d", got, tokA)
-		}
-		d.wantError(d.do("acquire b %s 5000 0", key), "locked")
+func TestClient_acquireRenewRelease(t *testing.T) { eachClient(t, acquireRenewRelease) }
 
-		r := d.ok(d.do("renew a"))
-		if num(t, r[0]) != tokA || num(t, r[1]) == 0 {
-			t.Fatalf("renew: %q", r)
-		}
-		d.ok(d.do("release a"))
-		if got := e.holderToken(key); got != 0 {
-			t.Fatalf("backend holder %d after the release", got)
-		}
-		d.wantError(d.do("release a"), "lease_released")
-		if v := d.ok(d.do("valid a")); v[0] != "false" {
-			t.Fatalf("valid after release: %q", v)
-		}
+func acquireRenewRelease(t *testing.T, e *env, d *driver) {
+	key := e.key("k")
+	a := d.ok(d.do("acquire a %s 5000 0", key))
+	tokA := num(t, a[0])
+	if rem := num(t, a[1]); rem == 0 || rem > 5000 {
+		t.Fatalf("remaining %d ms, want within the TTL (5000 ms)", rem)
+	}
+	if got := e.holderToken(key); got != tokA {
+		t.Fatalf("backend holder's token %d, want the client's %d", got, tokA)
+	}
+	d.wantError(d.do("acquire b %s 5000 0", key), "locked")
 
-		b := d.ok(d.do("acquire b %s 5000 0", key))
-		if tokB := num(t, b[0]); tokB <= tokA {
-			t.Fatalf("second grant's token %d, want above %d", tokB, tokA)
-		}
-		d.ok(d.do("release b"))
-	})
+	r := d.ok(d.do("renew a"))
+	if num(t, r[0]) != tokA || num(t, r[1]) == 0 {
+		t.Fatalf("renew: %q", r)
+	}
+	d.ok(d.do("release a"))
+	if got := e.holderToken(key); got != 0 {
+		t.Fatalf("backend holder %d after the release", got)
+	}
+	d.wantError(d.do("release a"), "lease_released")
+	if v := d.ok(d.do("valid a")); v[0] != "false" {
+		t.Fatalf("valid after release: %q", v)
+	}
+
+	b := d.ok(d.do("acquire b %s 5000 0", key))
+	if tokB := num(t, b[0]); tokB <= tokA {
+		t.Fatalf("second grant's token %d, want above %d", tokB, tokA)
+	}
+	d.ok(d.do("release b"))
 }
 
 // A wait polls again with its ticket until granted, keeping its FIFO place
@@ -175,22 +176,22 @@ func TestClient_waitKeepsPlace(t *testing.T) {
 // A streaming hold keeps the lease while the client's process lives: a
 // client killed with SIGKILL releases it, and the next waiter is granted
 // long before the TTL (60 s) would have.
-func TestClient_holdReleasedWhenKilled(t *testing.T) {
-	eachClient(t, func(t *testing.T, e *env, d *driver) {
-		key := e.key("k")
-		tok := num(t, d.ok(d.do("hold h %s 60000", key))[0])
-		if got := e.holderToken(key); got != tok {
-			t.Fatalf("backend holder %d, want the hold's %d", got, tok)
-		}
-		next := e.acquireAsync(map[string]any{"key": key, "wait_ms": 30000})
-		e.eventually("the next client waits on the backend", func() bool { return len(e.info(key).Waiters) == 1 })
-		d.signal(syscall.SIGKILL)
-		g := e.await(next, "the next waiter after the SIGKILL")
-		if g.status != http.StatusOK || g.token <= tok {
-			t.Fatalf("next waiter: %d %v, want granted with a token above %d", g.status, g.body, tok)
-		}
-		e.release(g)
-	})
+func TestClient_holdReleasedWhenKilled(t *testing.T) { eachClient(t, holdReleasedWhenKilled) }
+
+func holdReleasedWhenKilled(t *testing.T, e *env, d *driver) {
+	key := e.key("k")
+	tok := num(t, d.ok(d.do("hold h %s 60000", key))[0])
+	if got := e.holderToken(key); got != tok {
+		t.Fatalf("backend holder %d, want the hold's %d", got, tok)
+	}
+	next := e.acquireAsync(map[string]any{"key": key, "wait_ms": 30000})
+	e.eventually("the next client waits on the backend", func() bool { return len(e.info(key).Waiters) == 1 })
+	d.signal(syscall.SIGKILL)
+	g := e.await(next, "the next waiter after the SIGKILL")
+	if g.status != http.StatusOK || g.token <= tok {
+		t.Fatalf("next waiter: %d %v, want granted with a token above %d", g.status, g.body, tok)
+	}
+	e.release(g)
 }
 
 // Closing a hold releases the lease; a hold whose lease the backend ends
@@ -273,4 +274,17 @@ func TestClient_lockRenewsUntilPaused(t *testing.T) {
 		}
 		e.release(g)
 	})
+}
+
+// The same clients in front of etcd: grants and tokens, and a hold
+// released when its process is killed.
+func TestClient_etcd(t *testing.T) {
+	for _, lang := range langs {
+		t.Run(lang, func(t *testing.T) {
+			e := newEnvOn(t, testserver.SharedEtcd(t).URL())
+			d := startDriver(t, lang, e.srv.URL)
+			acquireRenewRelease(t, e, d)
+			holdReleasedWhenKilled(t, e, d)
+		})
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock"
+	_ "github.com/dlockdev/dlock/etcddlock"
 	"github.com/dlockdev/dlock/gateway"
 	"github.com/dlockdev/dlock/internal/testing/leakcheck"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
@@ -33,6 +34,7 @@ func TestMain(m *testing.M) {
 	redisAddr = addr
 	code := m.Run()
 	stop()
+	testserver.StopSharedEtcd()
 	if javaOut != "" {
 		os.RemoveAll(javaOut)
 	}
@@ -72,8 +74,13 @@ var keySeq atomic.Int64
 
 func newEnv(t *testing.T, opts ...gateway.Option) *env {
 	t.Helper()
+	return newEnvOn(t, "redis://"+redisAddr+"/0", opts...)
+}
+
+// newEnvOn is newEnv in front of the backend at url.
+func newEnvOn(t *testing.T, url string, opts ...gateway.Option) *env {
+	t.Helper()
 	ctx := context.Background()
-	url := "redis://" + redisAddr + "/0"
 	c, err := dlock.Open(ctx, url)
 	if err != nil {
 		t.Fatal(err)
