@@ -249,11 +249,11 @@ func TestClient_notRenewedExpires(t *testing.T) {
 func TestClient_lockRenewsUntilPaused(t *testing.T) {
 	eachClient(t, func(t *testing.T, e *env, d *driver) {
 		key := e.key("k")
-		tok := num(t, d.ok(d.do("lock l %s 1000", key))[0])
-		// Three TTLs: renewals keep the lease.
-		w := e.await(e.acquireAsync(map[string]any{"key": key, "wait_ms": 3000}), "a wait of three TTLs")
+		tok := num(t, d.ok(d.do("lock l %s 2000", key))[0])
+		// Two TTLs: renewals (every TTL/3) keep the lease.
+		w := e.await(e.acquireAsync(map[string]any{"key": key, "wait_ms": 4000}), "a wait of two TTLs")
 		if w.status != http.StatusAccepted {
-			t.Fatalf("a wait of three TTLs: %d %v, want 202 (the lock is renewed)", w.status, w.body)
+			t.Fatalf("a wait of two TTLs: %d %v, want 202 (the lock is renewed)", w.status, w.body)
 		}
 		if got := e.holderToken(key); got != tok {
 			t.Fatalf("backend holder %d, want the lock's %d", got, tok)
@@ -286,5 +286,14 @@ func TestClient_etcd(t *testing.T) {
 			acquireRenewRelease(t, e, d)
 			holdReleasedWhenKilled(t, e, d)
 		})
+	}
+}
+
+// The Java client's JSON reader is strict: what RFC 8259 refuses, it
+// refuses (clients/java/test/dev/dlock/gateway/JsonTest.java).
+func TestJava_json(t *testing.T) {
+	out, err := clientCommand(t, "java", "dev.dlock.gateway.JsonTest").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("JsonTest: %v\n%s", err, out)
 	}
 }
