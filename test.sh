@@ -23,6 +23,10 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 [ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+# The gateway's clients (clients/internal/clienttest) are compiled with javac
+# and run with python3: without them those tests fail.
+command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
 # A C compiler builds the library that steps one redis-server's clock
 # (internal/testing/testserver/clock.go; libfaketime cannot run redis-server).
 command -v cc >/dev/null 2>&1 || need+=(gcc)
