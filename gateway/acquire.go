@@ -402,15 +402,15 @@ func (g *Gateway) handleHold(w http.ResponseWriter, r *http.Request) {
 	send := func(v any) bool {
 		return enc.Encode(v) == nil && rc.Flush() == nil
 	}
+	every := min(g.cfg.keepAlive, l.TTL()/3)
 	event := func(name string, at time.Time) leaseReply {
 		rep := g.reply(h, at, l.Deadline())
-		rep.Event = name
+		rep.Event, rep.KeepAliveMs = name, every.Milliseconds()
 		return rep
 	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
-	every := min(g.cfg.keepAlive, l.TTL()/3)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	ok := r.Context().Err() == nil && send(event("granted", recv))

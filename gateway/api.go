@@ -162,6 +162,9 @@ type leaseReply struct {
 	ValidForMs int64  `json:"valid_for_ms"`
 	ReceivedAt string `json:"received_at"`
 	Streamed   bool   `json:"streamed,omitempty"`
+	// KeepAliveMs is a stream's longest interval between two events: a
+	// client that hears nothing for longer treats the lease as lost.
+	KeepAliveMs int64 `json:"keepalive_ms,omitempty"`
 }
 
 // waitReply is the 202 of a wait that ended ungranted.

@@ -59,8 +59,8 @@ func TestHold_releasedOnDisconnect(t *testing.T) {
 	key := e.key("k")
 	s := e.hold(`{"key":"` + key + `","ttl_ms":60000}`)
 	ev := s.next(t)
-	if ev["event"] != "granted" || ev["token_str"] == "" || ev["streamed"] != true {
-		t.Fatalf("first event %v, want granted", ev)
+	if ev["event"] != "granted" || ev["token_str"] == "" || ev["streamed"] != true || ev["keepalive_ms"] != float64(20) {
+		t.Fatalf("first event %v, want granted, with keepalive_ms 20", ev)
 	}
 	if ev := s.next(t); ev["event"] != "keepalive" || ev["valid_for_ms"].(float64) <= 0 {
 		t.Fatalf("second event %v, want a keepalive", ev)
