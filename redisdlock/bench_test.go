@@ -152,3 +152,29 @@ func BenchmarkLockUnlock_distinctKeysParallel(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkLockUnlock_contended32 is 32 goroutines on one Client taking
+// turns on one key: every grant is a hand-off (release_lock.lua) and a join
+// (acquire_join.lua). server-ns/op is the scripts' time per grant.
+func BenchmarkLockUnlock_contended32(b *testing.B) {
+	ctx := context.Background()
+	rdb, c := cycleClientPool(ctx, b, 64)
+	b.ReportAllocs()
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	b.SetParallelism((32 + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			l, err := c.Lock(ctx, "bench-contended")
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(scriptMicros(b, ctx, rdb))*1000/float64(b.N), "server-ns/op")
+}
