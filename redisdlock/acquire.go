@@ -174,9 +174,8 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 			notBefore = sent
 			staleUpTo = max(staleUpTo, r.holder)
 			if w == nil {
-				owner := g.owner.String() // as notices name it
-				w = d.notify.register(owner, resubs)
-				defer d.notify.unregister(owner)
+				w = d.notify.register(g.owner, resubs)
+				defer d.notify.unregister(g.owner)
 			}
 		}
 
