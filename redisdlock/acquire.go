@@ -32,7 +32,7 @@ type acquireReply struct {
 // with every poll. Its arguments point to g's fields or are boxed once per
 // process, so that neither allocates.
 func (d *redisDriver) newGrant(req *driver.AcquireRequest) *grant {
-	g := &grant{d: d, keys: d.lockKeys(req.Key), owner: req.Owner, ttl: req.TTL, ttlMs: ms(req.TTL), meta: req.Metadata}
+	g := &grant{d: d, keys: d.lockKeys(req.Key), owner: newOwnerArg(req.Owner), ttl: req.TTL, ttlMs: ms(req.TTL), meta: req.Metadata}
 	wait := noArg
 	if req.Wait {
 		wait = oneArg
@@ -174,8 +174,8 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 			notBefore = sent
 			staleUpTo = max(staleUpTo, r.holder)
 			if w == nil {
-				w = d.notify.register(req.Owner, resubs)
-				defer d.notify.unregister(req.Owner)
+				w = d.notify.register(g.owner, resubs)
+				defer d.notify.unregister(g.owner)
 			}
 		}
 

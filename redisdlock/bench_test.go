@@ -2,8 +2,10 @@ package redisdlock_test
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/dlockdev/dlock"
@@ -111,7 +113,13 @@ func BenchmarkLockUnlock_distinctKeys(b *testing.B) {
 // own, as the uncontended cycle's benchmarks and allocation test use it;
 // both are closed at the end of tb.
 func cycleClient(ctx context.Context, tb testing.TB) (*redis.Client, *dlock.Client) {
-	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true})
+	return cycleClientPool(ctx, tb, 0)
+}
+
+// cycleClientPool is cycleClient with a pool of size connections (0:
+// go-redis's default), as bench's clients have 32.
+func cycleClientPool(ctx context.Context, tb testing.TB, size int) (*redis.Client, *dlock.Client) {
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr, ContextTimeoutEnabled: true, PoolSize: size})
 	tb.Cleanup(func() { _ = rdb.Close() })
 	c, err := redisdlock.New(ctx, rdb, nil)
 	if err != nil {
@@ -119,4 +127,54 @@ func cycleClient(ctx context.Context, tb testing.TB) (*redis.Client, *dlock.Clie
 	}
 	tb.Cleanup(func() { _ = c.Close() })
 	return rdb, c
+}
+
+// BenchmarkLockUnlock_distinctKeysParallel is bench's keys section in
+// small: 16 goroutines on one Client, each locking and releasing a new key
+// every cycle. Profile it for serialization with -cpuprofile, -mutexprofile
+// and -blockprofile.
+func BenchmarkLockUnlock_distinctKeysParallel(b *testing.B) {
+	ctx := context.Background()
+	_, c := cycleClientPool(ctx, b, 32)
+	b.ReportAllocs()
+	b.SetParallelism((16 + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	var next atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			l, err := c.Lock(ctx, "kp"+strconv.FormatInt(next.Add(1), 10))
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkLockUnlock_contended32 is 32 goroutines on one Client taking
+// turns on one key: every grant is a hand-off (release_lock.lua) and a join
+// (acquire_join.lua). server-ns/op is the scripts' time per grant.
+func BenchmarkLockUnlock_contended32(b *testing.B) {
+	ctx := context.Background()
+	rdb, c := cycleClientPool(ctx, b, 64)
+	b.ReportAllocs()
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	b.SetParallelism((32 + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			l, err := c.Lock(ctx, "bench-contended")
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(scriptMicros(b, ctx, rdb))*1000/float64(b.N), "server-ns/op")
 }

@@ -44,7 +44,7 @@ func EarlyNoticeForTest(d driver.Driver, owner string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, e := range n.early {
-		if e.owner == owner {
+		if e.owner == newOwnerArg(owner) {
 			return true
 		}
 	}

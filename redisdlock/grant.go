@@ -9,8 +9,8 @@ import (
 // grant is a lock held on Redis. It implements driver.Grant.
 type grant struct {
 	d         *redisDriver
-	keys      []any  // lockKeys
-	owner     string // the owner id
+	keys      []any    // lockKeys
+	owner     ownerArg // the owner id, as the scripts store it
 	ttl       time.Duration
 	ttlMs     int64   // ttl as the scripts take it
 	meta      metaArg // the request's metadata

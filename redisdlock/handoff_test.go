@@ -3,6 +3,7 @@ package redisdlock_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -163,4 +164,92 @@ func TestUnlock_lostReplyOfHandOff(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the waiter was never granted (watchdog)")
 	}
+}
+
+// A lock's release reads its queue only when its hash says somebody may
+// have queued (the 'q' field): a key taken on the free-key path has none
+// until a waiter joins, and a hash that the general path re-creates for a
+// waiter served after its holder vanished has it from the start. Either
+// way, the release itself grants the next waiter: right after Unlock
+// returns, Inspect shows it holding, with nobody left waiting. Polls are
+// an hour apart, so only the release can have granted it.
+func TestUnlock_grantsWaiterBehindFreeKeyGrant(t *testing.T) {
+	srv, ctx, admin, opts := costRig(t)
+	const key = "flag"
+	lockIn := func(c *dlock.Client) <-chan *dlock.Lease {
+		got := make(chan *dlock.Lease, 1)
+		go func() {
+			l, err := c.Lock(ctx, key, dlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		return got
+	}
+	leaseOf := func(ch <-chan *dlock.Lease) *dlock.Lease {
+		t.Helper()
+		select {
+		case l := <-ch:
+			if l == nil {
+				t.FailNow()
+			}
+			return l
+		case <-ctx.Done():
+			t.Fatal("Lock never returned (watchdog)")
+			return nil
+		}
+	}
+	heldByNextWaiter := func(after string) {
+		t.Helper()
+		info, err := admin.Exists(ctx, redisdlock.RedisKeyForTest(redisdlock.DefaultPrefix, key)+":q").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		li, err := newTestClient(t, ctx, srv.Addr(), opts).Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(li.Holders) != 1 || len(li.Waiters) != 0 || info != 0 {
+			t.Fatalf("after %s: %d holders, %d waiters, queue key exists %v; want the next waiter holding, nobody waiting",
+				after, len(li.Holders), len(li.Waiters), info == 1)
+		}
+	}
+
+	holder := newTestClient(t, ctx, srv.Addr(), opts)
+	lh, err := holder.Lock(ctx, key, dlock.WithTTL(time.Minute)) // the free-key path: no 'q'
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := newTestClient(t, ctx, srv.Addr(), opts), newTestClient(t, ctx, srv.Addr(), opts)
+	gotA := lockIn(a)
+	waitWaiters(t, ctx, holder, key, 1)
+	if err := lh.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	heldByNextWaiter("the free-key holder's release")
+	la := leaseOf(gotA)
+
+	// a's hash vanishes behind its back with b queued; c's TryLock then
+	// serves b on the general path, which re-creates the hash.
+	gotB := lockIn(b)
+	waitWaiters(t, ctx, holder, key, 1)
+	c := newTestClient(t, ctx, srv.Addr(), opts)
+	gotC := lockIn(c)
+	waitWaiters(t, ctx, holder, key, 2)
+	if err := admin.Del(ctx, redisdlock.RedisKeyForTest(redisdlock.DefaultPrefix, key)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryLock(ctx, key); !errors.Is(err, dlock.ErrLocked) {
+		t.Fatalf("TryLock with b served in its place: %v, want ErrLocked", err)
+	}
+	lb := leaseOf(gotB)
+	if err := lb.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	heldByNextWaiter("the release of a waiter served on the general path")
+	if err := leaseOf(gotC).Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = la.Unlock(ctx) // lost with its hash
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/driver"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/dlockdev/dlock/redisdlock"
 	"github.com/redis/go-redis/v9"
@@ -390,5 +391,95 @@ func TestToken_slotRecordNeverLowered(t *testing.T) {
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A held lock's hash keeps Redis's compact encoding (listpack; ziplist
+// before Redis 7) with dlock's default metadata (host and pid) and a TTL
+// under 1,000 s: granted on a free key, handed off to a waiter, renewed,
+// and granted on the general path. A value over hash-max-listpack-value (64
+// bytes) would convert it to a hashtable for good: MEMORY USAGE 352 bytes
+// against 200 for the same lock.
+func TestMemory_heldLockHashIsCompact(t *testing.T) {
+	srv, ctx, admin, opts := costRig(t)
+	const key = "compact"
+	hash := redisdlock.RedisKeyForTest(redisdlock.DefaultPrefix, key)
+	compact := func(after string) {
+		t.Helper()
+		enc, err := admin.ObjectEncoding(ctx, hash).Result()
+		if err != nil {
+			t.Fatalf("after %s: %v", after, err)
+		}
+		if enc != "listpack" && enc != "ziplist" {
+			h := admin.HGetAll(ctx, hash).Val()
+			t.Errorf("after %s: the holders hash is a %s, want listpack: %q", after, enc, h)
+		}
+	}
+	ttl := dlock.WithTTL(999 * time.Second) // the longest with 6 digits of ms
+	a, b := newTestClient(t, ctx, srv.Addr(), opts), newTestClient(t, ctx, srv.Addr(), opts)
+	la, err := a.Lock(ctx, key, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compact("a grant on a free key")
+	got := make(chan *dlock.Lease, 1)
+	go func() {
+		lb, err := b.Lock(ctx, key, ttl)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lb
+	}()
+	waitWaiters(t, ctx, a, key, 1)
+	compact("a waiter joined")
+	if err := la.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	compact("a hand-off")
+	var lb *dlock.Lease
+	select {
+	case lb = <-got:
+	case <-ctx.Done():
+		t.Fatal("the waiter never got the key (watchdog)")
+	}
+	if lb == nil {
+		t.FailNow()
+	}
+	if err := lb.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A renewal, and a grant on the general path (the key's queue exists,
+	// if only of a dead waiter), through the driver.
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	d, err := redisdlock.NewDriverForTest(ctx, rdb, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	meta := []byte(`{"host":"a-host-name-of-twenty-chars","pid":4194304}`)
+	g, err := d.Acquire(ctx, &driver.AcquireRequest{Key: key, Owner: ownerID(), TTL: 999 * time.Second, Metadata: meta, Kind: driver.KindLock, Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	compact("a renewal")
+	if err := g.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	q := hash + ":q"
+	if err := admin.RPush(ctx, q, "gone").Err(); err != nil { // a waiter with no record: dead
+		t.Fatal(err)
+	}
+	g, err = d.Acquire(ctx, &driver.AcquireRequest{Key: key, Owner: ownerID(), TTL: 999 * time.Second, Metadata: meta, Kind: driver.KindLock, Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	compact("a grant on the general path")
+	if err := g.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -36,7 +36,7 @@ type notifier struct {
 	once    sync.Once
 
 	mu      sync.Mutex
-	waiters map[string]waiter // by owner id; guarded by mu
+	waiters map[ownerArg]waiter // by owner id; guarded by mu
 	// early keeps the latest notices whose waiter had not registered yet,
 	// oldest overwritten first (see register); guarded by mu.
 	early     [earlyNotices]notice
@@ -67,7 +67,7 @@ const pollNow = 0
 
 // notice is a hand-off notice: the owner granted and its token.
 type notice struct {
-	owner string
+	owner ownerArg
 	token uint64
 }
 
@@ -86,7 +86,7 @@ func newNotifier(ctx context.Context, rdb redis.UniversalClient, channel string,
 		_ = ps.Close()
 		return nil, err
 	}
-	n := &notifier{ps: ps, channel: channel, stop: make(chan struct{}), done: make(chan struct{}), waiters: map[string]waiter{}, log: log}
+	n := &notifier{ps: ps, channel: channel, stop: make(chan struct{}), done: make(chan struct{}), waiters: map[ownerArg]waiter{}, log: log}
 	_, cluster := rdb.(*redis.ClusterClient)
 	n.gate = !cluster
 	n.watches = map[string]*watchChan{}
@@ -209,11 +209,13 @@ func (n *notifier) deliver(msg any) {
 			n.notice(m.Channel)
 			return
 		}
-		owner, tok, ok := strings.Cut(m.Payload, ":")
+		id, tok, ok := strings.Cut(m.Payload, ":")
 		token, err := strconv.ParseUint(tok, 10, 64)
-		if !ok || err != nil || token == pollNow {
+		if !ok || err != nil || token == pollNow || len(id) > len(ownerArg{}.b) {
 			return
 		}
+		var owner ownerArg
+		owner.n = uint8(copy(owner.b[:], id))
 		n.mu.Lock()
 		if w := n.waiters[owner]; w != nil {
 			w.set(token)
@@ -261,7 +263,7 @@ func (n *notifier) resubscriptions() uint64 { return n.resubs.Load() }
 // among the early ones, and handed over now. resubs is resubscriptions()
 // read before that request: if the subscription was made again since,
 // notices may have been lost, and the waiter is told to poll.
-func (n *notifier) register(owner string, resubs uint64) waiter {
+func (n *notifier) register(owner ownerArg, resubs uint64) waiter {
 	w := make(waiter, 1)
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -282,7 +284,7 @@ func (n *notifier) register(owner string, resubs uint64) waiter {
 	return w
 }
 
-func (n *notifier) unregister(owner string) {
+func (n *notifier) unregister(owner ownerArg) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	delete(n.waiters, owner)

@@ -9,13 +9,16 @@ import (
 )
 
 // The scripts are the whole algorithm; docs/redis.md explains it. Each is
-// common.lua followed by its own body (acquire's has a free key's fast path
-// in front, release's a lock holder's), and runs atomically on the server.
+// common.lua followed by its own body (acquire's has a free key's and a
+// lock's join's fast paths in front, release's a lock holder's), and runs
+// atomically on the server.
 var (
 	//go:embed scripts/common.lua
 	commonLua string
 	//go:embed scripts/acquire_free.lua
 	acquireFreeLua string
+	//go:embed scripts/acquire_join.lua
+	acquireJoinLua string
 	//go:embed scripts/acquire.lua
 	acquireLua string
 	//go:embed scripts/release_lock.lua
@@ -31,9 +34,9 @@ var (
 	//go:embed scripts/fence.lua
 	fenceLua string
 
-	acquireScript = newScript(acquireFreeLua + commonLua + acquireLua) // a free key's path first
-	releaseScript = newScript(releaseLockLua + commonLua + releaseLua) // a lock's holder's path first
-	renewScript   = newScript(renewLua)                                // alone: it needs nothing of common.lua
+	acquireScript = newScript(acquireFreeLua + acquireJoinLua + commonLua + acquireLua) // a free key's path first, then a lock's join
+	releaseScript = newScript(releaseLockLua + commonLua + releaseLua)                  // a lock's holder's path first
+	renewScript   = newScript(renewLua)                                                 // alone: it needs nothing of common.lua
 	inspectScript = newScript(commonLua + inspectLua)
 	publishScript = newScript(publishLua) // alone, as renew.lua
 	// Fence's, run by redis.Script.Run: it takes any redis.Scripter.

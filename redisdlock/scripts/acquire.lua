@@ -27,12 +27,12 @@ if S.mine then
     -- Ours already: a retried request whose first reply was lost, or a
     -- waiter that missed its notice. Extend from now, which is later than
     -- when this request was sent, so the caller's deadline stays safe.
-    local o, rest = string.match(rec, '^(%x+)|%d+|%d+|(.*)$')
+    local o, rest = string.match(rec, '^([^|]+)|%d+|%d+|(.*)$')
     redis.call('HSET', lock, S.slots[S.mine], o .. '|' .. now_ms_s .. '|' .. ttl .. '|' .. rest)
     if redis.call('PTTL', lock) < tonumber(ttl) then
       redis.call('PEXPIRE', lock, ttl)
     end
-    return {1, string.match(rec, '^%x+|%d+|%d+|(%d+)|'), now_us_s}
+    return {1, string.match(rec, '^[^|]+|%d+|%d+|(%d+)|'), now_us_s}
   end
   -- Ours, but expired: as good as gone (tally drops it).
   S.mine = nil
@@ -111,10 +111,18 @@ local rest = '|' .. mode .. '|' .. label .. '|' .. channel .. '|' .. meta
 -- Joining is once per grant, a poll once per PollInterval: try the join's
 -- write first, which also tells whether the caller is queued already.
 local first = 0
+local new_queue = false
 if redis.call('HSETNX', waiters, owner, deadline .. '|' .. ttl .. '|' .. now_ms_s .. rest) == 1 then
-  -- Last in line, and so first only in an empty queue.
+  -- Last in line, and so first only in an empty queue: a new one, whose
+  -- waiters hash is new too (it holds the same ids), both without expiry.
   if redis.call('RPUSH', queue, owner) == 1 then
-    first = 1
+    first, new_queue = 1, true
+  end
+  if not S.q then
+    -- The release must read the queue from now on (common.lua, 'q'). The
+    -- hash exists: somebody live holds the key, or was granted it by this
+    -- run (which wrote 'q').
+    redis.call('HSET', lock, 'q', '1')
   end
 else
   -- A poll (or a join resent after a lost reply): keep the place in line
@@ -134,7 +142,7 @@ end
 -- given twice the waiter timeout and extended only when less than one is
 -- left, so that most calls need no PEXPIRE; and only ever extended, since
 -- waiters may use different timeouts. Both keys always get the same expiry.
-if redis.call('PTTL', queue) < waiter_timeout then
+if new_queue or redis.call('PTTL', queue) < waiter_timeout then
   redis.call('PEXPIRE', queue, 2 * waiter_timeout)
   redis.call('PEXPIRE', waiters, 2 * waiter_timeout)
 end

@@ -4,7 +4,7 @@
 -- A key whose holders hash, queue and old fence are all absent is free and
 -- nobody waits for it: whatever the request's kind and mode, the grant rule
 -- admits it at once. The grant is what common.lua's grant and flush would
--- write: the first holder's record in 'o', the token in 't', the kind
+-- write: the first holder's record in 'o' and its metadata in 'm', the token in 't', the kind
 -- label in 'k' (none for a lock), the hash's expiry, the slot's record, and
 -- for an election the observers' notice. Its token is the server clock's µs,
 -- or one above the slot's record when the record is not below the clock
@@ -25,11 +25,17 @@ if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[4]) == 0 then
     redis.call('SET', KEYS[5], token)
   end
   local ttl, label = ARGV[2], ARGV[7]
-  local rec = ARGV[1] .. '|' .. ms_s .. '|' .. ttl .. '|' .. token .. '|' .. ARGV[9] .. '|' .. ms_s .. '|' .. ARGV[3]
+  -- since is left empty when it is the token's ms (common.lua, Records).
+  local since = ''
+  if token ~= us_s then
+    since = ms_s
+  end
+  -- 'o''s metadata goes in 'm' (common.lua, Records).
+  local rec = ARGV[1] .. '|' .. ms_s .. '|' .. ttl .. '|' .. token .. '|' .. ARGV[9] .. '|' .. since .. '|'
   if label == 'lock' then
-    redis.call('HSET', KEYS[1], 'o', rec, 't', token)
+    redis.call('HSET', KEYS[1], 'o', rec, 'm', ARGV[3], 't', token)
   else
-    redis.call('HSET', KEYS[1], 'o', rec, 't', token, 'k', label)
+    redis.call('HSET', KEYS[1], 'o', rec, 'm', ARGV[3], 't', token, 'k', label)
   end
   redis.call('PEXPIRE', KEYS[1], ttl)
   if label == 'election' then

@@ -7,9 +7,22 @@
 --                       the first holder granted while 'o' is unused takes
 --                       'o', so that a lock's hand-off overwrites one field
 --                       instead of deleting one and writing another;
+--                       since_ms is empty when it is the token's ms (the
+--                       token is the grant's µs, as it usually is);
+--                     'm' the metadata of 'o''s holder, whose record has
+--                       none: so a lock's hash holds no value over Redis's
+--                       hash-max-listpack-value (64 bytes) with dlock's
+--                       default metadata and a TTL under 1,000 s, and
+--                       keeps the compact listpack encoding (owner ids
+--                       are 22 characters, owner.go's ownerArg);
 --                     'k' the kind label (driver.KindLabel), absent for a lock;
 --                     't' the token of the latest grant;
---                     'p' the owner of the latest release (lost replies).
+--                     'p' the owner of the latest release (lost replies);
+--                     'q' present when the queue may hold somebody: set
+--                       by every join and by every grant of this file, so
+--                       that a lock's release whose hash lacks it (a key
+--                       taken by acquire_free.lua, nobody ever queued)
+--                       renames it without reading the queue.
 --                   Its expiry is at least the latest deadline of its live
 --                   holders: every grant and renewal that would pass it
 --                   moves it.
@@ -75,8 +88,8 @@ end
 -- The state of one script run, in one table: locals captured by the
 -- functions below would cost more (every function is created anew at each
 -- run, and each captured local is looked up then).
---   exists: the holders hash exists; label_s, last, prev: its 'k', 't',
---   'p'; slots, recs: its holders' fields and records (nil when none),
+--   exists: the holders hash exists; label_s, last, prev, q, meta_o: its
+--   'k', 't', 'p', 'q' (present), 'm'; slots, recs: its holders' fields and records (nil when none),
 --   nrec: their number; mine: the index of
 --   the caller's record, if any (read_state).
 --   shared, excl, live: the live holders and the grants of this run;
@@ -93,7 +106,7 @@ local S = {exists = false, label_s = false, last = false, prev = false, slots = 
   recs = false, nrec = 0, mine = false, shared = 0, excl = 0, live = 0, mindl = false,
   maxdl = 0, o_free = true, o_taken = false, o_dead = false, dead = false, drop = false,
   fresh = false, hset = false, pubs = false, granted = 0, pexp = false, fenced = false,
-  legacy = false}
+  legacy = false, q = false, meta_o = false}
 
 -- parse_waiter splits a waiter record: deadline (a number), ttl, since,
 -- mode, label, channel, meta. A record that does not parse (written by
@@ -117,7 +130,7 @@ end
 
 -- holder_deadline returns a holder record's deadline (ms) and mode.
 local function holder_deadline(rec)
-  local renewed, ttl, mode = string.match(rec, '^%x+|(%d+)|(%d+)|%d+|(%a)|')
+  local renewed, ttl, mode = string.match(rec, '^[^|]+|(%d+)|(%d+)|%d+|(%a)|')
   if not renewed then
     return 0, 'x'
   end
@@ -138,6 +151,10 @@ local function read_state(owner)
       S.last = v
     elseif f == 'p' then
       S.prev = v
+    elseif f == 'q' then
+      S.q = true
+    elseif f == 'm' then
+      S.meta_o = v
     else
       if n == 0 then
         S.slots, S.recs = {}, {}
@@ -222,13 +239,19 @@ local function grant(owner, ttl, mode, meta)
     S.mindl = dl
   end
   local slot = owner
-  if S.o_free then
-    slot, S.o_free, S.o_taken = 'o', false, true
-  end
   S.hset = S.hset or {}
   local n = #S.hset
+  if S.o_free then
+    slot, S.o_free, S.o_taken = 'o', false, true
+    S.hset[n + 1], S.hset[n + 2], n = 'm', meta, n + 2
+    meta = ''
+  end
   S.hset[n + 1] = slot
-  S.hset[n + 2] = owner .. '|' .. now_ms_s .. '|' .. ttl .. '|' .. token .. '|' .. mode .. '|' .. now_ms_s .. '|' .. meta
+  local since = ''
+  if token ~= now_us_s then
+    since = now_ms_s
+  end
+  S.hset[n + 2] = owner .. '|' .. now_ms_s .. '|' .. ttl .. '|' .. token .. '|' .. mode .. '|' .. since .. '|' .. meta
   if mode == 'x' then
     S.excl = S.excl + 1
   else
@@ -336,6 +359,7 @@ local function flush(label, releaser)
     if (S.o_dead or S.drop == 'o') and not S.o_taken then
       S.dead = S.dead or {}
       S.dead[#S.dead + 1] = 'o'
+      S.dead[#S.dead + 1] = 'm'
     end
     if S.drop and S.drop ~= 'o' then
       S.dead = S.dead or {}
@@ -353,6 +377,12 @@ local function flush(label, releaser)
   if S.granted > 0 then
     h[#h + 1] = 't'
     h[#h + 1] = S.last
+    if S.fresh or not S.q then
+      -- Written on every hash this path creates: a queue may be left behind.
+      h[#h + 1] = 'q'
+      h[#h + 1] = '1'
+      S.q = true
+    end
     if (S.fresh or not S.exists) and label ~= 'lock' then
       h[#h + 1] = 'k'
       h[#h + 1] = label

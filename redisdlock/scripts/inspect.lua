@@ -10,8 +10,14 @@ local out = {now_ms_s, '', 0}
 local known = false
 for i = 1, S.nrec do
   local renewed, ttl, token, mode, since, meta =
-    string.match(S.recs[i], '^%x+|(%d+)|(%d+)|(%d+)|(%a)|(%d+)|(.*)$')
+    string.match(S.recs[i], '^[^|]+|(%d+)|(%d+)|(%d+)|(%a)|(%d*)|(.*)$')
   if renewed and tonumber(renewed) + tonumber(ttl) >= ms then
+    if since == '' then
+      since = string.sub(token, 1, -4) -- the token is the grant's µs
+    end
+    if S.slots[i] == 'o' then
+      meta = S.meta_o or ''
+    end
     table.insert(out, token)
     table.insert(out, mode)
     table.insert(out, meta)

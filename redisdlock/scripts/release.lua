@@ -76,6 +76,7 @@ if S.live == 0 then
   local dead = S.dead or {}
   if S.o_dead and S.drop ~= 'o' then
     dead[#dead + 1] = 'o'
+    dead[#dead + 1] = 'm'
   end
   if #dead > 0 then
     redis.call('HDEL', lock, unpack(dead))

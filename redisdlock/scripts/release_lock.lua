@@ -6,16 +6,17 @@
 -- first live waiter is granted in its place, or with nobody live waiting
 -- the hash becomes the slot's trace. It runs the same commands and writes
 -- the same as common.lua's serve and flush would for this case (HSET of the
--- new record, 'p' and 't' with no HDEL, since the record takes 'o'; the
+-- new record, its metadata 'm', 'p' and 't' with no HDEL, since the record takes 'o'; the
 -- hash's expiry; the slot's record, raised by GETSET and put back when it
 -- was higher; the waiter's notice). Anything else (another kind, another
 -- owner, no token in the hash) goes on to release.lua. Returns 1.
-local held = redis.call('HMGET', KEYS[1], 'o', 'k', 't')
+local held = redis.call('HMGET', KEYS[1], 'o', 'k', 't', 'q')
 local owner = ARGV[1]
 if held[1] and not held[2] and held[3] and string.sub(held[1], 1, #owner + 1) == owner .. '|' then
   local us, us_s, ms, ms_s
   while true do
-    local id = redis.call('LPOP', KEYS[2])
+    -- Without 'q' nobody ever queued for this hash (common.lua): no LPOP.
+    local id = held[4] and redis.call('LPOP', KEYS[2])
     if not id then
       -- Nobody waits: the trace of this release, for a resend (release.lua).
       redis.call('RENAME', KEYS[1], KEYS[6])
@@ -33,12 +34,12 @@ if held[1] and not held[2] and held[3] and string.sub(held[1], 1, #owner + 1) ==
       local deadline, ttl, _, mode, _, channel, meta =
         string.match(rec, '^(%d+)|(%d+)|(%d+)|(%a)|([^|]*)|([^|]*)|(.*)$')
       if deadline and tonumber(deadline) >= ms then
-        local token = us_s
+        local token, since = us_s, ''
         if tonumber(held[3]) >= us then
-          token = string.format('%.0f', tonumber(held[3]) + 1)
+          token, since = string.format('%.0f', tonumber(held[3]) + 1), ms_s
         end
-        redis.call('HSET', KEYS[1], 'o', id .. '|' .. ms_s .. '|' .. ttl .. '|' .. token .. '|' .. mode .. '|' .. ms_s .. '|' .. meta,
-          'p', owner, 't', token)
+        redis.call('HSET', KEYS[1], 'o', id .. '|' .. ms_s .. '|' .. ttl .. '|' .. token .. '|' .. mode .. '|' .. since .. '|',
+          'm', meta, 'p', owner, 't', token)
         redis.call('PEXPIRE', KEYS[1], ttl)
         local was = redis.call('GETSET', KEYS[5], token)
         if was and tonumber(was) > tonumber(token) then

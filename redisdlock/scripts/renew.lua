@@ -28,7 +28,7 @@ for i = 1, #KEYS do
   end
   local o, renewed, old_ttl, rest
   if rec then
-    o, renewed, old_ttl, rest = string.match(rec, '^(%x+)|(%d+)|(%d+)|(.*)$')
+    o, renewed, old_ttl, rest = string.match(rec, '^([^|]+)|(%d+)|(%d+)|(.*)$')
   end
   -- A record whose deadline has passed is gone, as an expired key would be:
   -- others may have been granted its place.
