@@ -48,7 +48,10 @@ while read -r line; do
   (cd "$work/readme" && eval "$line") >"$log" 2>&1 || fail "README.md's \"$line\" failed"
 done <<<"$install"
 : >"$log"
-got=$("$GOBIN/dlock" version 2>&1 | head -n 1) || fail "dlock version: $got"
+# The whole output, then its first line: head would close the pipe early,
+# and pipefail would count dlock's SIGPIPE as a failure.
+out=$("$GOBIN/dlock" version 2>&1) || fail "dlock version: $out"
+got=${out%%$'\n'*}
 [ "$got" = "dlock $version" ] || fail "go install ...@$version gave a dlock whose version says \"$got\", want \"dlock $version\""
 
 # Every released library module, in one program.
