@@ -30,13 +30,16 @@
 // # The backends
 //
 // ZooKeeper (zkdlock) lists the key's children whole: its Listing is
-// Complete with every entry ahead, labelled from the node names, and
-// OtherKind Refuse. WaitFor is a getData with a watch on Ahead[Target],
-// WaitAny a child watch on the key node. A data change of the target
-// grants when Release && !Publishes (with Publishes it is told apart from
-// a release by a read), its deletion when Delete; Notice and NoticeFirst
-// make the next listing set the child watch. A granted entry whose Plan
-// says Notify writes its node when its listing shows a node behind it.
+// Complete with every entry ahead, labelled from the node names, OtherKind
+// Refuse, and Parallel. WaitFor is a getData with a watch on
+// Ahead[Target]; WaitAny a getData with a watch on each of the first Any
+// entries ahead, which it crosses out as they go (and watches the next),
+// granted when fewer than Limit are left, Need departures after the
+// listing. A data change of the target grants when Release && !Publishes
+// (with Publishes it is told apart from a release by a read), its deletion
+// when Delete; Notice makes it list again. A granted entry whose Plan says
+// Notify writes its node when its listing shows a node behind it, or when
+// it was granted without a listing.
 //
 // etcd (etcddlock) reads the queue in pages by create revision, at its
 // attempt's stepEvaluate. An Exclusive entry reads keys only, newest first: its
