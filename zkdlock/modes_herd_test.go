@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/dlockdev/dlock"
@@ -308,4 +310,55 @@ func TestRWMutex_release_wakesOnlyTheGrantable(t *testing.T) {
 	release("the second writer's release", 3, []int{4, 5}, []int{4, 5}, true)
 	mustUnlock(t, ctx, ps[4].l)
 	mustUnlock(t, ctx, ps[5].l)
+}
+
+// TestSemaphore_firstWaiterNodeDeleted_queuesAgain: a semaphore of 2
+// permits, held; one waiter, watching the holders. An operator deletes the
+// waiter's node: its own watch fires, it lists, finds its node gone and
+// queues again (one node), still waiting; a release then grants it.
+func TestSemaphore_firstWaiterNodeDeleted_queuesAgain(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	root := testRoot(t)
+	opts := zkdlock.Options{Root: root, SessionTimeout: longSession}
+	const key, limit = "sem-deleted", 2
+	admin := dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession})
+	insp := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
+	var held []*dlock.Lease
+	for range limit {
+		l, err := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts).Semaphore(key, limit).Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	w := newWatcher(t, ctx, srv.Addr(), "w", opts)
+	p := startAcquire(ctx, w.c.Semaphore(key, limit).Acquire)
+	waitWaiters(t, ctx, insp, key, 1)
+	never := make(chan struct{})
+	awaitOrFail(t, ctx, "w watches the holders", func() bool { return w.watches() == limit },
+		func() { waitWaiters(t, ctx, insp, key, 1) }, never)
+	keyPath := root + "/" + key
+	names := children(t, admin, keyPath)
+	if len(names) != limit+1 {
+		t.Fatalf("children %v, want %d", names, limit+1)
+	}
+	slices.SortFunc(names, func(a, b string) int { return strings.Compare(a[len(a)-10:], b[len(b)-10:]) })
+	creates := w.hook.creates.Load()
+	if err := admin.Delete(keyPath+"/"+names[limit], -1); err != nil {
+		t.Fatal(err)
+	}
+	awaitOrFail(t, ctx, "w queues again", func() bool { return w.hook.creates.Load() > creates },
+		func() { waitWaiters(t, ctx, insp, key, 1) }, p.done)
+	waitWaiters(t, ctx, insp, key, 1)
+	if p.returned() {
+		t.Fatalf("w returned while both permits were held: %v", p.err)
+	}
+	mustUnlock(t, ctx, held[0])
+	l := p.lease(t, ctx, "w")
+	if info := waitWaiters(t, ctx, insp, key, 0); len(info.Holders) != limit {
+		t.Errorf("holders %d, want %d", len(info.Holders), limit)
+	}
+	mustUnlock(t, ctx, l)
+	mustUnlock(t, ctx, held[1])
 }

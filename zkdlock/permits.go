@@ -165,10 +165,21 @@ func (a *attempt) watchHolders(ctx context.Context, limit int) error {
 				res[i] <- got{r, err}
 			}()
 		}
+		gots := make([]got, len(todo))
+		for i := range todo {
+			gots[i] = <-res[i]
+		}
+		// watchOwn changes the attempt (forget): only after it is done.
 		var firstErr error
+		if watched != nil {
+			firstErr = <-watched
+		}
+		if firstErr == nil && a.own == nil {
+			return nil // our node is gone
+		}
 		gone := map[string]bool{}
 		for i, n := range todo {
-			g := <-res[i]
+			g := gots[i]
 			switch {
 			case errors.Is(g.err, zk.ErrNoNode):
 				gone[n.name] = true
@@ -181,16 +192,8 @@ func (a *attempt) watchHolders(ctx context.Context, limit int) error {
 				a.held[n.name] = holderWatch{ch: g.r.ch, noticed: g.r.stat.Version > 0}
 			}
 		}
-		if watched != nil {
-			if err := <-watched; err != nil {
-				firstErr = cmpErr(firstErr, err)
-			}
-		}
 		if firstErr != nil {
 			return firstErr
-		}
-		if a.own == nil {
-			return nil // our node is gone
 		}
 		d.noteAlive(sid, sent)
 		if len(gone) == 0 {
