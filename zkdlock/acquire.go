@@ -3,6 +3,7 @@ package zkdlock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -44,7 +45,7 @@ func (d *zkDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (dri
 //	stepList   --our node is gone (its watch said so)--------> stepQueue
 //	stepPlace  --granted--------------------------------------> grant
 //	stepPlace  --must wait: plan chosen, watch in hand---------> stepWait
-//	stepPlace  --needs a child watch, or a node adopted------> stepList
+//	stepPlace  --a node adopted--------------------------------> stepList
 //	stepPlace  --our node not in the listing-----------------> stepQueue
 //	stepPlace  --kind mismatch / TryLock----------------------> error, node deleted
 //	stepWait   --the event proves the grant-------------------> grant
@@ -139,9 +140,10 @@ type attempt struct {
 	listSent time.Time
 	// plan is what stepWait waits for.
 	plan plan
-	// wantChild: the next listing sets a child watch: we are (or are
-	// about to be) a semaphore's first waiter.
-	wantChild bool
+	// ahead and held: a semaphore waiter's entries ahead of it, and its
+	// watches on the first limit of them (planner.WaitAny: see waitAny).
+	ahead []lockNode
+	held  map[string]holderWatch
 	// syncFirst is set after a request failed on a broken connection, or
 	// a watch said our node went: the next listing is preceded by a sync,
 	// so that it reflects whatever happened on the server.
@@ -252,19 +254,21 @@ func (a *attempt) place(ctx context.Context) (*grant, error) {
 	}
 	// A whole listing gives WaitFor or WaitAny (never NeedMore).
 	a.plan = plan{Plan: p, target: q[p.Target]}
-	switch waitAny := p.Verdict == planner.WaitAny; {
-	case waitAny && !a.ownChild:
-		// The first waiter of a semaphore: list again, with the child
-		// watch it waits on.
-		a.wantChild = true
-		a.step = stepList
-		return nil, nil
-	case !waitAny && a.ownChild:
-		// A child watch fires on every join: not for this waiter. It
-		// fires once more and is gone.
+	if a.ownChild {
+		// A child watch fires on every join: not for a waiter. It fires
+		// once more and is gone.
 		a.own, a.ownChild = nil, false
 	}
-	a.wantChild = false
+	if p.Verdict == planner.WaitAny {
+		// One of a semaphore's first limit waiters: it waits for the
+		// entries ahead to go (see waitAny), starting from this listing.
+		a.ahead = append(a.ahead[:0], q[:mine]...)
+		for name := range a.held {
+			if !slices.ContainsFunc(a.ahead[:p.Any], func(n lockNode) bool { return n.name == name }) {
+				delete(a.held, name) // gone: its watch fired or will
+			}
+		}
+	}
 	a.step = stepWait
 	return nil, nil
 }
@@ -273,9 +277,12 @@ func (a *attempt) place(ctx context.Context) (*grant, error) {
 // (stepPlace). An entry that must notify (a semaphore's: planner.Plan's
 // Notify) writes its node once granted when the listing shows a node
 // behind it: that node may be a waiter watching ours for this notice (see
-// plan), and is then the first waiter. No node that joins after the
-// listing needs it: its own listing shows ours granted, so it is granted
-// or the first waiter itself. The grant writes the notice after it
+// plan), and is then one of the first limit waiters. No node that joins
+// after the listing needs it: its own listing shows ours granted, so it is
+// granted or one of the first limit waiters itself; and a waiter that
+// watches ours listed before our listing (had it listed after, ours would
+// have been granted in its listing), so after its create. (A permit
+// granted without a listing always writes it: see grantHeld.) The grant writes the notice after it
 // returns (grant.writeNotice), off the hand-off path: see there why that
 // is safe.
 func (a *attempt) take(ctx context.Context, q []lockNode, mine int, notify bool) (*grant, error) {
@@ -322,7 +329,7 @@ func (a *attempt) locked(q []lockNode, mine int) error {
 // forget drops what the attempt knew of its node: run queues again.
 func (a *attempt) forget() {
 	a.node, a.own, a.ownChild, a.sid, a.czxid = nodeNone, nil, false, 0, 0
-	a.notify, a.wantChild = false, false
+	a.notify, a.ahead, a.held = false, a.ahead[:0], nil
 	a.step = stepQueue
 }
 

@@ -1,7 +1,11 @@
 package zkdlock_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/dlockdev/dlock"
@@ -9,13 +13,14 @@ import (
 	"github.com/dlockdev/dlock/zkdlock"
 )
 
-// TestSemaphore_release_wakesTheFirstWaiterAndTheNext: a semaphore of 2
-// permits, held, with 6 waiters each on its own session. Each release
-// wakes the first waiter (its child watch), which is granted, and, through
-// the notice the granted waiter writes to its node, the waiter behind it,
-// which becomes the first waiter: two notifications, whatever the length
-// of the queue. No other waiter is notified or lists the queue.
-func TestSemaphore_release_wakesTheFirstWaiterAndTheNext(t *testing.T) {
+// TestSemaphore_release_wakesOnlyTheFirstWaiters: a semaphore of 2
+// permits, held, with 6 waiters each on its own session. Each of the first
+// 2 waiters watches both holders; each later one the entry 2 places ahead.
+// A release notifies the first 2 waiters (one is granted, without listing
+// the queue; its notice fires the watch on its own node) and, through the notice the granted waiter writes to its node,
+// the waiter 2 places behind it, which joins the first 2. No other waiter
+// is notified or lists the queue, whatever the length of the queue.
+func TestSemaphore_release_wakesOnlyTheFirstWaiters(t *testing.T) {
 	ctx := testCtx(t)
 	srv := testserver.SharedZooKeeper(t)
 	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
@@ -35,14 +40,22 @@ func TestSemaphore_release_wakesTheFirstWaiterAndTheNext(t *testing.T) {
 		ws[i] = newWatcher(t, ctx, srv.Addr(), fmt.Sprintf("w%d", i), opts)
 		ps[i] = startAcquire(ctx, ws[i].c.Semaphore(key, limit).Acquire)
 		waitWaiters(t, ctx, insp, key, i+1)
+		want := int64(1) // the entry limit places ahead
+		if i < limit {
+			want = limit // every holder
+		}
 		never := make(chan struct{})
-		awaitOrFail(t, ctx, ws[i].name+" watches", func() bool { return ws[i].watches() == 1 },
+		awaitOrFail(t, ctx, fmt.Sprintf("%s watches %d nodes", ws[i].name, want), func() bool { return ws[i].watches() == want },
 			func() { waitWaiters(t, ctx, insp, key, i+1) }, never)
 	}
 	for i := range ws {
 		before := make([]counts, n)
 		for j, w := range ws {
 			before[j] = w.counts()
+		}
+		var watchesBefore int64
+		if i+limit < n {
+			watchesBefore = ws[i+limit].watches()
 		}
 		mustUnlock(t, ctx, held[0])
 		held = append(held[1:], ps[i].lease(t, ctx, ws[i].name))
@@ -51,36 +64,168 @@ func TestSemaphore_release_wakesTheFirstWaiterAndTheNext(t *testing.T) {
 		if _, err := zkdlock.CheckHeld(held[len(held)-1]); err != nil {
 			t.Fatal(err)
 		}
+		if i+limit < n {
+			// The waiter limit places behind lists once, on the notice,
+			// and watches the holders.
+			never := make(chan struct{})
+			w := ws[i+limit]
+			awaitOrFail(t, ctx, w.name+" watches the holders", func() bool {
+				return w.hook.lists.Load() > before[i+limit].lists && w.watches() >= watchesBefore+limit
+			}, func() { waitWaiters(t, ctx, insp, key, n-i-1) }, never)
+		}
 		for _, w := range ws[i+1:] {
 			w.settle(t)
 		}
-		if d := ws[i].events.Load() - before[i].events; d != 1 {
-			t.Errorf("release %d: the first waiter %s got %d notifications, want 1", i, ws[i].name, d)
+		if d := ws[i].events.Load() - before[i].events; d != 2 {
+			// The release, and its own notice, which its lease's watch
+			// on its node sees (and sets again).
+			t.Errorf("release %d: the first waiter %s got %d notifications, want 2", i, ws[i].name, d)
+		}
+		if d := ws[i].hook.lists.Load() - before[i].lists; d != 0 {
+			t.Errorf("release %d: the first waiter %s listed the queue %d times to take the permit, want 0", i, ws[i].name, d)
 		}
 		for j := i + 1; j < n; j++ {
 			d := ws[j].events.Load() - before[j].events
 			switch {
-			case j == i+1 && d != 1:
-				t.Errorf("release %d: the next waiter %s got %d notifications, want 1 (the notice)", i, ws[j].name, d)
-			case j > i+1 && d != 0:
+			case j < i+limit && (d < 1 || d > 2):
+				// The release, and the new holder's notice if it
+				// watched that node before the notice.
+				t.Errorf("release %d: the waiter %s got %d notifications, want 1 or 2", i, ws[j].name, d)
+			case j < i+limit && ws[j].hook.lists.Load() != before[j].lists:
+				t.Errorf("release %d: %s listed the queue; it needs only a watch on the new holder", i, ws[j].name)
+			case j == i+limit && d != 1:
+				t.Errorf("release %d: the waiter %s got %d notifications, want 1 (the notice)", i, ws[j].name, d)
+			case j > i+limit && d != 0:
 				t.Errorf("release %d woke %s too: %d notifications", i, ws[j].name, d)
-			case j > i+1 && ws[j].hook.lists.Load() != before[j].lists:
+			case j > i+limit && ws[j].hook.lists.Load() != before[j].lists:
 				t.Errorf("release %d: %s listed the queue (herd)", i, ws[j].name)
 			}
 		}
 		if t.Failed() {
 			t.FailNow()
 		}
-		if i+1 < n {
-			// The next waiter is the first now, once its child watch is set.
-			never := make(chan struct{})
-			awaitOrFail(t, ctx, ws[i+1].name+" watches the children", func() bool { return ws[i+1].hook.childWs.Load() == 1 },
-				func() { waitWaiters(t, ctx, insp, key, n-i-1) }, never)
-		}
 	}
 	for _, l := range held {
 		mustUnlock(t, ctx, l)
 	}
+}
+
+// TestSemaphore_releasesTogether_takenTogether: a semaphore of 3 permits,
+// held, and 4 waiters, each on its own session. Two holders release one
+// after the other, before anybody is granted: the first two waiters are
+// granted, each on the events of its own watches, without listing the
+// queue (neither waits for the other's grant or notice), and the other two
+// still wait.
+func TestSemaphore_releasesTogether_takenTogether(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
+	const key, limit, n = "sem-together", 3, 4
+	insp := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
+	var held []*dlock.Lease
+	for range limit {
+		l, err := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts).Semaphore(key, limit).Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	ws := make([]*watcher, n)
+	ps := make([]*pendingAcquire, n)
+	for i := range ws {
+		ws[i] = newWatcher(t, ctx, srv.Addr(), fmt.Sprintf("w%d", i), opts)
+		ps[i] = startAcquire(ctx, ws[i].c.Semaphore(key, limit).Acquire)
+		waitWaiters(t, ctx, insp, key, i+1)
+	}
+	for i, w := range ws {
+		// Each has set its watches (or, the later ones, its listing
+		// shows it is not one of the first limit waiters).
+		never := make(chan struct{})
+		awaitOrFail(t, ctx, w.name+" watches", func() bool { return w.watches() >= 1 },
+			func() { waitWaiters(t, ctx, insp, key, n) }, never)
+		_ = i
+	}
+	before := make([]counts, n)
+	for j, w := range ws {
+		before[j] = w.counts()
+	}
+	mustUnlock(t, ctx, held[0])
+	mustUnlock(t, ctx, held[1])
+	for i := range 2 {
+		held = append(held, ps[i].lease(t, ctx, ws[i].name))
+		if d := ws[i].hook.lists.Load() - before[i].lists; d != 0 {
+			t.Errorf("%s listed the queue %d times to take its permit, want 0", ws[i].name, d)
+		}
+	}
+	info := waitWaiters(t, ctx, insp, key, 2)
+	if len(info.Holders) != limit {
+		t.Errorf("holders %d, want %d", len(info.Holders), limit)
+	}
+	for _, p := range ps[2:] {
+		if p.returned() {
+			t.Errorf("a later waiter returned: %v", p.err)
+		}
+	}
+	for _, l := range held[2:] {
+		mustUnlock(t, ctx, l)
+	}
+	for i := 2; i < n; i++ {
+		mustUnlock(t, ctx, ps[i].lease(t, ctx, ws[i].name))
+	}
+}
+
+// TestSemaphore_waiterAheadLeaves_nextTakesTheFreedPermit: a semaphore of
+// 2 permits, held; three waiters. The first gives up; then a holder
+// releases: the second waiter, which counted the one that left among the
+// entries ahead of it, finds it gone and is granted, and the third still
+// waits (never more holders than permits, and no waiter passes another).
+func TestSemaphore_waiterAheadLeaves_nextTakesTheFreedPermit(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
+	const key, limit = "sem-leaves", 2
+	insp := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
+	var held []*dlock.Lease
+	for range limit {
+		l, err := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts).Semaphore(key, limit).Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	ws := make([]*watcher, 3)
+	ps := make([]*pendingAcquire, 3)
+	wctx, cancel := context.WithCancel(ctx)
+	for i := range ws {
+		ws[i] = newWatcher(t, ctx, srv.Addr(), fmt.Sprintf("w%d", i), opts)
+		c := ctx
+		if i == 0 {
+			c = wctx
+		}
+		ps[i] = startAcquire(c, ws[i].c.Semaphore(key, limit).Acquire)
+		waitWaiters(t, ctx, insp, key, i+1)
+	}
+	never := make(chan struct{})
+	awaitOrFail(t, ctx, "w1 watches the holders", func() bool { return ws[1].watches() == limit },
+		func() { waitWaiters(t, ctx, insp, key, 3) }, never)
+	cancel()
+	<-ps[0].done
+	if !errors.Is(ps[0].err, context.Canceled) {
+		t.Fatalf("w0: %v, want context.Canceled", ps[0].err)
+	}
+	waitWaiters(t, ctx, insp, key, 2)
+	mustUnlock(t, ctx, held[0])
+	l := ps[1].lease(t, ctx, "w1")
+	info := waitWaiters(t, ctx, insp, key, 1)
+	if len(info.Holders) != limit {
+		t.Errorf("holders %d, want %d", len(info.Holders), limit)
+	}
+	if ps[2].returned() {
+		t.Errorf("w2 returned while both permits were held: %v", ps[2].err)
+	}
+	mustUnlock(t, ctx, held[1])
+	mustUnlock(t, ctx, ps[2].lease(t, ctx, "w2"))
+	mustUnlock(t, ctx, l)
 }
 
 // TestRWMutex_release_wakesOnlyTheGrantable: a writer holds; three
@@ -165,4 +310,55 @@ func TestRWMutex_release_wakesOnlyTheGrantable(t *testing.T) {
 	release("the second writer's release", 3, []int{4, 5}, []int{4, 5}, true)
 	mustUnlock(t, ctx, ps[4].l)
 	mustUnlock(t, ctx, ps[5].l)
+}
+
+// TestSemaphore_firstWaiterNodeDeleted_queuesAgain: a semaphore of 2
+// permits, held; one waiter, watching the holders. An operator deletes the
+// waiter's node: its own watch fires, it lists, finds its node gone and
+// queues again (one node), still waiting; a release then grants it.
+func TestSemaphore_firstWaiterNodeDeleted_queuesAgain(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	root := testRoot(t)
+	opts := zkdlock.Options{Root: root, SessionTimeout: longSession}
+	const key, limit = "sem-deleted", 2
+	admin := dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession})
+	insp := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
+	var held []*dlock.Lease
+	for range limit {
+		l, err := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts).Semaphore(key, limit).Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	w := newWatcher(t, ctx, srv.Addr(), "w", opts)
+	p := startAcquire(ctx, w.c.Semaphore(key, limit).Acquire)
+	waitWaiters(t, ctx, insp, key, 1)
+	never := make(chan struct{})
+	awaitOrFail(t, ctx, "w watches the holders", func() bool { return w.watches() == limit },
+		func() { waitWaiters(t, ctx, insp, key, 1) }, never)
+	keyPath := root + "/" + key
+	names := children(t, admin, keyPath)
+	if len(names) != limit+1 {
+		t.Fatalf("children %v, want %d", names, limit+1)
+	}
+	slices.SortFunc(names, func(a, b string) int { return strings.Compare(a[len(a)-10:], b[len(b)-10:]) })
+	creates := w.hook.creates.Load()
+	if err := admin.Delete(keyPath+"/"+names[limit], -1); err != nil {
+		t.Fatal(err)
+	}
+	awaitOrFail(t, ctx, "w queues again", func() bool { return w.hook.creates.Load() > creates },
+		func() { waitWaiters(t, ctx, insp, key, 1) }, p.done)
+	waitWaiters(t, ctx, insp, key, 1)
+	if p.returned() {
+		t.Fatalf("w returned while both permits were held: %v", p.err)
+	}
+	mustUnlock(t, ctx, held[0])
+	l := p.lease(t, ctx, "w")
+	if info := waitWaiters(t, ctx, insp, key, 0); len(info.Holders) != limit {
+		t.Errorf("holders %d, want %d", len(info.Holders), limit)
+	}
+	mustUnlock(t, ctx, l)
+	mustUnlock(t, ctx, held[1])
 }

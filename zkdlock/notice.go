@@ -12,18 +12,21 @@ import (
 // writeNotice writes the grant notice of a semaphore's entry granted with
 // a node behind it (see attempt.take): data, the entry's metadata, again,
 // by a setData on its own node that expects data version 0, the create's.
-// The waiter behind watches the node for it: a data change, or a version
-// above 0 when it sets its watch, tells it that it is now the first
-// waiter at least, and it lists the queue with a child watch (rule.go's
-// plan, Notice).
+// The waiter limit places behind watches the node for it: a data change,
+// or a version above 0 when it sets its watch, tells it that it is now one
+// of the first limit waiters, and it lists the queue to watch the holders
+// (rule.go's plan, Notice). Those waiters watch this node too, once it
+// holds; one that set its watch before the notice takes the change for
+// "read again", never for a release (see waitAny): only a node written
+// before the watch was set has its release as its next write.
 //
 // It runs after the grant has returned, off the hand-off path. That is
 // safe because nobody takes the notice for a grant or a release: the
-// waiter behind only lists the queue again, and whether it is granted is
-// decided by that listing, which counts nodes, never data. A notice that
+// waiter limit places behind only lists the queue again, whose count of
+// nodes decides, and a first waiter reads the node again. A notice that
 // comes late, or never (the grant is released first, the session ends, the
-// server refuses the write), only delays the waiter behind: it still
-// learns of this node's deletion, and lists then. What must hold is that
+// server refuses the write), only delays the waiter limit places behind:
+// it still learns of this node's deletion, and lists then. What must hold is that
 // the grant takes its own write for its own: the notice is in doubt
 // (grant.inDoubt) before the grant's watch starts, so the watch, set
 // before the write, and the renewals accept version 1 with this data (see

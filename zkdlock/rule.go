@@ -76,25 +76,29 @@ func (a *attempt) decide(es []planner.Entry, i int) planner.Plan {
 		Label:     a.label,
 		Limit:     a.req.Limit,
 		OtherKind: planner.Refuse,
+		// Each of a semaphore's first limit waiters watches the
+		// holders: see waitAny.
+		Parallel: true,
 	})
 }
 
 // plan is how a waiting entry waits, as the planner decided, so that a
-// release wakes only the entries it makes grantable (plus, for a
-// semaphore, the one entry that becomes its first waiter):
+// release wakes only the entries it may make grantable (plus, for a
+// semaphore, the one entry that becomes one of its first limit waiters):
 //
-//   - planner.WaitAny (a semaphore's first waiter, behind exactly limit
-//     holders): a child watch on the key node, since any holder's
-//     departure grants it (the watch also fires when an entry joins
-//     behind it: one more listing per join).
+//   - planner.WaitAny (one of a semaphore's first limit waiters): getData
+//     with a watch on each holder, the first limit entries ahead, and the
+//     entries ahead counted down as they go, with no listing (see
+//     waitAny): a release wakes the waiters it may grant, not those that
+//     join behind.
 //   - planner.WaitFor: getData with a watch on target, Ahead[Target]: for a
 //     lock or a writer the node just before it, as in Curator's lock
 //     recipe; for a reader the nearest Exclusive node ahead, as in
 //     ZooKeeper's shared-lock recipe (its release grants every reader up
 //     to the next writer together); for a later semaphore waiter the node
-//     just before it, for its deletion and for the notice it writes once
-//     granted (see attempt.take), after which the watcher is the first
-//     waiter.
+//     limit places ahead, for its deletion and for the notice it writes
+//     once granted (see attempt.take), after which the watcher is one of
+//     the first limit waiters.
 //
 // The events of the watch on target that prove our grant without another
 // listing (see grants and attempt.waitFor):
@@ -114,9 +118,8 @@ func (a *attempt) decide(es []planner.Entry, i int) planner.Plan {
 //     it in the listing.
 //
 // Notice says a data change of target, or a data version above 0, is its
-// grant notice: we are then its first waiter at least; NoticeFirst, that
-// after target's deletion we are the first waiter at least. Both make the
-// next listing set the child watch.
+// grant notice: we are then one of the first limit waiters, and list again
+// to watch the holders.
 type plan struct {
 	planner.Plan
 	target lockNode // Ahead[Target], for planner.WaitFor

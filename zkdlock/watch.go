@@ -32,7 +32,8 @@ func (a *attempt) list(ctx context.Context) error {
 // ownWhileWaiting reports whether the attempt's node is watched while it
 // waits: by the modes whose waits can end without a listing (see
 // plan.shortcut), which must know then that their node still exists. A
-// semaphore's waiter lists the queue at every event, which tells.
+// semaphore's later waiter lists the queue at every event, which tells;
+// its first waiters watch their node with the holders (see waitAny).
 func (a *attempt) ownWhileWaiting() bool {
 	return a.req.Mode == driver.Exclusive || a.req.Limit == 0
 }
@@ -62,10 +63,9 @@ func (a *attempt) listAndWatch(ctx context.Context) ([]lockNode, []planner.Entry
 		}
 		a.syncFirst = false
 	}
-	// A child watch when we may be a semaphore's first waiter, which
-	// waits on it, or when the key was free last time: it is then the
+	// A child watch when the key was free last time: it is then the
 	// lease's watch, for one request less.
-	childWatch := a.node == nodeKnown && (a.wantChild || a.own == nil && d.wasFree(a.keyPath))
+	childWatch := a.node == nodeKnown && a.own == nil && d.wasFree(a.keyPath)
 	var watched chan error
 	if a.node == nodeKnown && a.own == nil && !childWatch && a.ownWhileWaiting() {
 		watched = make(chan error, 1)
@@ -225,20 +225,10 @@ func (a *attempt) ownEvent(ev zk.Event) {
 // wait is stepWait: wait as a.plan says. Any outcome but a grant lists
 // again.
 func (a *attempt) wait(ctx context.Context) (*grant, error) {
-	a.step = stepList
 	if a.plan.Verdict == planner.WaitAny {
-		// The first waiter of a semaphore: any change of the queue
-		// (a holder leaving, somebody joining, our node going) fires
-		// the child watch, and the listing tells.
-		select {
-		case ev := <-a.own:
-			a.ownEvent(ev)
-			a.wantChild = true
-			return nil, nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+		return a.waitAny(ctx)
 	}
+	a.step = stepList
 	g, err := a.waitFor(ctx, a.plan)
 	if err != nil {
 		return nil, a.retry(ctx, "watch "+a.plan.target.name, err)
@@ -290,7 +280,6 @@ func (a *attempt) waitFor(ctx context.Context, p plan) (*grant, error) {
 		return a.handOff(ctx)
 	}
 	if errors.Is(err, zk.ErrNoNode) {
-		a.wantChild = p.NoticeFirst
 		return nil, nil // it went between the listing and the watch: look again
 	}
 	if err != nil {
@@ -298,21 +287,14 @@ func (a *attempt) waitFor(ctx context.Context, p plan) (*grant, error) {
 	}
 	d.noteAlive(sid, sent)
 	if p.Notice && r.stat.Version > 0 {
-		// Granted between our listing and the watch: we are the first
-		// waiter now, at least.
-		a.wantChild = true
+		// Granted between our listing and the watch: we are one of the
+		// first limit waiters now.
 		return nil, nil
 	}
 	// own is nil here when our node is not watched while we wait (a
 	// semaphore's waiter): that case never fires.
 	select {
 	case ev := <-r.ch:
-		switch ev.Type {
-		case zk.EventNodeDataChanged:
-			a.wantChild = p.Notice
-		case zk.EventNodeDeleted:
-			a.wantChild = p.NoticeFirst
-		}
 		if p.Publishes && ev.Type == zk.EventNodeDataChanged {
 			// The leader ahead of us published, or released (a setData
 			// and the delete in one transaction): it holds or held the

@@ -19,7 +19,9 @@
 //     holders, waits for any of them to go ([WaitAny]); a later waiter waits
 //     for the entry just ahead, a waiter too, to go or to write the notice
 //     it writes once granted (see [Plan.Notify]): it is then the first
-//     waiter.
+//     waiter. With [Listing.Parallel], each of the first limit waiters waits
+//     for the holders to go, and a later waiter for the entry limit places
+//     ahead, whose grant notice makes it one of the first limit waiters.
 //
 // This is Curator's getsTheLock (the entry limit places ahead, or none) and
 // its read-write lock's reader predicate (the first writer ahead), with the
@@ -28,13 +30,16 @@
 // # The backends
 //
 // ZooKeeper (zkdlock) lists the key's children whole: its Listing is
-// Complete with every entry ahead, labelled from the node names, and
-// OtherKind Refuse. WaitFor is a getData with a watch on Ahead[Target],
-// WaitAny a child watch on the key node. A data change of the target
-// grants when Release && !Publishes (with Publishes it is told apart from
-// a release by a read), its deletion when Delete; Notice and NoticeFirst
-// make the next listing set the child watch. A granted entry whose Plan
-// says Notify writes its node when its listing shows a node behind it.
+// Complete with every entry ahead, labelled from the node names, OtherKind
+// Refuse, and Parallel. WaitFor is a getData with a watch on
+// Ahead[Target]; WaitAny a getData with a watch on each of the first Any
+// entries ahead, which it crosses out as they go (and watches the next),
+// granted when fewer than Limit are left, Need departures after the
+// listing. A data change of the target grants when Release && !Publishes
+// (with Publishes it is told apart from a release by a read), its deletion
+// when Delete; Notice makes it list again. A granted entry whose Plan says
+// Notify writes its node when its listing shows a node behind it, or when
+// it was granted without a listing.
 //
 // etcd (etcddlock) reads the queue in pages by create revision, at its
 // attempt's stepEvaluate. An Exclusive entry reads keys only, newest first: its
@@ -95,6 +100,15 @@ type Listing struct {
 	Limit int
 	// OtherKind says what an entry of another label means.
 	OtherKind OtherKind
+	// Parallel, for a permit on a Complete listing: each of the first
+	// Limit waiters waits for the holders to go ([WaitAny] with Need),
+	// so that permits freed together are taken together, each by its own
+	// waiter, and none waits for another waiter's grant; a later waiter
+	// waits for the entry Limit places ahead ([WaitFor], Notice). The
+	// backend must then watch up to Limit entries per waiter. Without
+	// it, only the first waiter waits for any holder, and each later one
+	// for the entry just ahead.
+	Parallel bool
 }
 
 // Verdict is what the planner decided.
@@ -140,8 +154,15 @@ type Plan struct {
 	// (WaitFor) or of another kind (Mismatch).
 	Target int
 	// Any is how many entries ahead the first waiter waits on (WaitAny):
-	// the departure of any of them grants it.
+	// the departure of any of them grants it. With Listing.Parallel, the
+	// first Any entries ahead are the holders, and Need departures of
+	// entries ahead (1 for the first waiter) grant the caller; a backend
+	// that learns which entries went may count them, and must watch the
+	// first Any entries left ahead, which are the holders then.
 	Any int
+	// Need is how many entries ahead must go before the caller is
+	// granted (WaitAny).
+	Need int
 	// Release: a notice that Target was released by a holder grants the
 	// caller (Target is Exclusive, or the head of a key whose holders
 	// write only at their release).
@@ -286,7 +307,15 @@ func decidePermit(l Listing) Plan {
 		return Plan{Verdict: Granted}
 	case l.Complete && n == l.Limit:
 		// Exactly limit ahead, all holders: any departure grants us.
-		return Plan{Verdict: WaitAny, Any: n}
+		return Plan{Verdict: WaitAny, Any: n, Need: 1}
+	case l.Parallel && l.Complete && n < 2*l.Limit:
+		// One of the first limit waiters: the holders are the first
+		// limit entries, and n-limit+1 departures grant us.
+		return Plan{Verdict: WaitAny, Any: l.Limit, Need: n - l.Limit + 1}
+	case l.Parallel && l.Complete && len(l.Ahead) >= l.Limit:
+		// A later waiter: when the entry limit places ahead is granted,
+		// fewer than limit waiters are ahead of us.
+		return Plan{Verdict: WaitFor, Target: len(l.Ahead) - l.Limit, Notice: true}
 	case n > l.Limit && len(l.Ahead) > 0:
 		// A later waiter: the entry just ahead waits too.
 		return Plan{Verdict: WaitFor, Target: len(l.Ahead) - 1, Notice: true, NoticeFirst: l.Complete && n == l.Limit+1}

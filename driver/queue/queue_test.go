@@ -60,7 +60,15 @@ func TestDecide(t *testing.T) {
 		{"permit granted", queue.Listing{Ahead: entries(sem2L, S), Complete: true, Mode: S, Label: sem2L, Limit: 2},
 			queue.Plan{Verdict: queue.Granted, Notify: true}},
 		{"permit, first waiter", queue.Listing{Ahead: entries(sem2L, S, S), Complete: true, Mode: S, Label: sem2L, Limit: 2},
-			queue.Plan{Verdict: queue.WaitAny, Any: 2, Notify: true}},
+			queue.Plan{Verdict: queue.WaitAny, Any: 2, Need: 1, Notify: true}},
+		{"permit, first waiter, parallel", queue.Listing{Ahead: entries(sem2L, S, S), Complete: true, Mode: S, Label: sem2L, Limit: 2, Parallel: true},
+			queue.Plan{Verdict: queue.WaitAny, Any: 2, Need: 1, Notify: true}},
+		{"permit, second waiter, parallel", queue.Listing{Ahead: entries(sem2L, S, S, S), Complete: true, Mode: S, Label: sem2L, Limit: 2, Parallel: true},
+			queue.Plan{Verdict: queue.WaitAny, Any: 2, Need: 2, Notify: true}},
+		{"permit, third waiter, parallel", queue.Listing{Ahead: entries(sem2L, S, S, S, S), Complete: true, Mode: S, Label: sem2L, Limit: 2, Parallel: true},
+			queue.Plan{Verdict: queue.WaitFor, Target: 2, Notice: true, Notify: true}},
+		{"permit, fourth waiter, parallel", queue.Listing{Ahead: entries(sem2L, S, S, S, S, S), Complete: true, Mode: S, Label: sem2L, Limit: 2, Parallel: true},
+			queue.Plan{Verdict: queue.WaitFor, Target: 3, Notice: true, Notify: true}},
 		{"permit, second waiter", queue.Listing{Ahead: entries(sem2L, S, S, S), Complete: true, Mode: S, Label: sem2L, Limit: 2},
 			queue.Plan{Verdict: queue.WaitFor, Target: 2, Notice: true, NoticeFirst: true, Notify: true}},
 		{"permit, third waiter", queue.Listing{Ahead: entries(sem2L, S, S, S, S), Complete: true, Mode: S, Label: sem2L, Limit: 2},
@@ -108,7 +116,7 @@ func without(q []queue.Entry, drop func(int) bool) []queue.Entry {
 
 // checkPlan checks p, made from a window of ahead starting at index from,
 // against the brute-force rule; ahead is the whole queue ahead of the caller.
-func checkPlan(ahead []queue.Entry, from int, m driver.Mode, limit int, p queue.Plan) error {
+func checkPlan(ahead []queue.Entry, from int, m driver.Mode, limit int, parallel bool, p queue.Plan) error {
 	g := granted(ahead, m, limit)
 	switch p.Verdict {
 	case queue.Granted:
@@ -122,10 +130,21 @@ func checkPlan(ahead []queue.Entry, from int, m driver.Mode, limit int, p queue.
 		if g {
 			return fmt.Errorf("waits, but the rule grants")
 		}
+		if p.Need < 1 || p.Need > p.Any {
+			return fmt.Errorf("WaitAny: Need %d of Any %d", p.Need, p.Any)
+		}
 		for i := range p.Any {
-			if !granted(without(ahead, func(j int) bool { return j == i }), m, limit) {
-				return fmt.Errorf("WaitAny: departure of %d does not grant", i)
+			if !granted(ahead[:i], S, limit) {
+				return fmt.Errorf("WaitAny: entry %d is no holder", i)
 			}
+		}
+		// Any Need departures grant, fewer never do (the first Need
+		// entries stand for any: all ahead are alike).
+		if !granted(ahead[p.Need:], m, limit) {
+			return fmt.Errorf("WaitAny: %d departures do not grant", p.Need)
+		}
+		if granted(ahead[p.Need-1:], m, limit) {
+			return fmt.Errorf("WaitAny: %d departures grant already", p.Need-1)
 		}
 		return nil
 	}
@@ -153,6 +172,9 @@ func checkPlan(ahead []queue.Entry, from int, m driver.Mode, limit int, p queue.
 		}
 		if p.NoticeFirst && len(rest)-1 > limit {
 			return fmt.Errorf("NoticeFirst: %d ahead after the target's grant", len(rest)-1)
+		}
+		if parallel && p.Notice && len(rest)-nt-1 >= limit {
+			return fmt.Errorf("Notice: %d waiters ahead after the target's grant, not one of the first %d", len(rest)-nt-1, limit)
 		}
 	}
 	return nil
@@ -197,16 +219,18 @@ func FuzzDecide(f *testing.F) {
 			label, limit, m = elecL, 1, X
 		}
 		ahead := entries(label, modes...)
-		full := queue.Listing{Ahead: ahead, Complete: true, Mode: m, Label: label, Limit: limit}
-		p := queue.Decide(full)
-		if p.Verdict == queue.NeedMore || p.Verdict == queue.Mismatch {
-			t.Fatalf("complete listing %v: %v", modes, p.Verdict)
-		}
-		if (p.Verdict == queue.Granted) != granted(ahead, m, limit) {
-			t.Fatalf("complete listing %v, caller %v: %v, rule says granted=%v", modes, m, p.Verdict, granted(ahead, m, limit))
-		}
-		if err := checkPlan(ahead, 0, m, limit, p); err != nil {
-			t.Fatalf("complete listing %v, caller %v, %+v: %v", modes, m, p, err)
+		for _, parallel := range []bool{false, true} {
+			full := queue.Listing{Ahead: ahead, Complete: true, Mode: m, Label: label, Limit: limit, Parallel: parallel}
+			p := queue.Decide(full)
+			if p.Verdict == queue.NeedMore || p.Verdict == queue.Mismatch {
+				t.Fatalf("complete listing %v: %v", modes, p.Verdict)
+			}
+			if (p.Verdict == queue.Granted) != granted(ahead, m, limit) {
+				t.Fatalf("complete listing %v, caller %v: %v, rule says granted=%v", modes, m, p.Verdict, granted(ahead, m, limit))
+			}
+			if err := checkPlan(ahead, 0, m, limit, parallel, p); err != nil {
+				t.Fatalf("complete listing %v, caller %v, parallel %v, %+v: %v", modes, m, parallel, p, err)
+			}
 		}
 		for from := 1; from <= len(ahead); from++ {
 			for _, keysOnly := range []bool{false, true} {
@@ -219,7 +243,7 @@ func FuzzDecide(f *testing.F) {
 				for _, before := range []int{from, from - 1} {
 					l := queue.Listing{Ahead: w, Before: before, Mode: m, Label: label, Limit: limit}
 					p := queue.Decide(l)
-					if err := checkPlan(ahead, from, m, limit, p); err != nil {
+					if err := checkPlan(ahead, from, m, limit, false, p); err != nil {
 						t.Fatalf("window %v from %d (keys only %v, before %d), caller %v, %+v: %v", modes, from, keysOnly, before, m, p, err)
 					}
 				}
