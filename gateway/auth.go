@@ -3,16 +3,10 @@ package gateway
 import (
 	"context"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 )
-
-// ErrUnauthenticated is what an Authenticator returns, wrapped with the
-// reason, for a request without valid credentials: the gateway answers it
-// with 401 unauthenticated.
-var ErrUnauthenticated = errors.New("gateway: unauthenticated")
 
 // An Authenticator names the principal that sent a request, from its
 // bearer token, its client certificate or anything else it carries. It

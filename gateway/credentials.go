@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"crypto/subtle"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,10 +11,6 @@ import (
 	"strings"
 	"sync"
 )
-
-// ErrCredentials is returned by LoadCredentials and Credentials.Reload,
-// wrapped with the file's name and line, for a file that cannot be used.
-var ErrCredentials = errors.New("gateway: bad credentials file")
 
 // MinTokenLen is the shortest bearer token a credentials file may hold:
 // 16 characters of a random token are beyond guessing, and a shorter one

@@ -9,6 +9,15 @@ import (
 	"github.com/dlockdev/dlock"
 )
 
+// ErrUnauthenticated is what an Authenticator returns, wrapped with the
+// reason, for a request without valid credentials: the gateway answers it
+// with 401 unauthenticated.
+var ErrUnauthenticated = errors.New("gateway: unauthenticated")
+
+// ErrCredentials is returned by LoadCredentials and Credentials.Reload,
+// wrapped with the file's name and line, for a file that cannot be used.
+var ErrCredentials = errors.New("gateway: bad credentials file")
+
 // ErrInvalidOption is returned by New for an option value out of range.
 var ErrInvalidOption = errors.New("gateway: invalid option")
 
