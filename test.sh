@@ -32,6 +32,7 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
 command -v zsh >/dev/null 2>&1 || need+=(zsh) # cmd/dlock: zsh -n on the completion script
 command -v curl >/dev/null 2>&1 || need+=(curl) # the gateway's tests drive it with curl
+command -v openssl >/dev/null 2>&1 || need+=(openssl) # dlock gateway's TLS script makes its certificate with it
 command -v chromium >/dev/null 2>&1 || need+=(chromium) # the gateway's dashboard is tested in a headless Chromium
 # sqlfence's tests run a PostgreSQL server (internal/testing/testserver/postgres.go
 # finds Debian's binaries in /usr/lib/postgresql/<version>/bin).

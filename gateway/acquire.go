@@ -270,6 +270,9 @@ func (g *Gateway) obtain(w http.ResponseWriter, r *http.Request, recv time.Time)
 	if err != nil {
 		return nil, outcome{err: err}
 	}
+	if err := allow(r, ActionLock, wnt.key); err != nil {
+		return nil, outcome{err: err}
+	}
 	if req.Ticket != "" {
 		wt, err := g.attach(req.Ticket, wnt)
 		if err != nil {
@@ -369,6 +372,10 @@ func (g *Gateway) handleCancelTicket(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusNotFound, CodeTicketNotFound, "no ticket %s on gateway instance %s", ticket, g.instance))
 		return
 	}
+	if err := allow(r, ActionLock, wt.want.key); err != nil {
+		writeError(w, err)
+		return
+	}
 	g.abandon(wt)
 	_ = writeJSON(w, http.StatusOK, struct {
 		Ticket    string `json:"ticket"`
@@ -381,6 +388,12 @@ func (g *Gateway) handleCancelTicket(w http.ResponseWriter, r *http.Request) {
 // as it stays open.
 func (g *Gateway) handleHold(w http.ResponseWriter, r *http.Request) {
 	recv := time.Now()
+	end, serr := g.openStream(r)
+	if serr != nil {
+		writeError(w, serr)
+		return
+	}
+	defer end()
 	wnt, out := g.obtain(w, r, recv)
 	switch {
 	case out.err != nil:

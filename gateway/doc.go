@@ -31,9 +31,20 @@
 // stream with a single-use stream ticket (POST /v1/stream-tickets)
 // rather than a secret in the URL.
 //
+// # Security
+//
+// By default every request may do everything: serve it on loopback only.
+// Beyond, serve it with TLS (the gateway is an http.Handler: give the
+// http.Server a tls.Config, with ClientAuth and ClientCAs for client
+// certificates) and authenticate with the Authenticate option: a
+// Credentials file of bearer tokens, ClientCertificates, or a function of
+// your own. Each Principal has Permissions per key prefix (lock:PREFIX,
+// read:PREFIX, admin); a lease id is the capability to renew and release
+// its lease only for a principal allowed on its key.
+//
 // # Limits
 //
 // Request bodies, leases held, waits in progress and the length of a long
-// poll are bounded (see the Default constants and the Options). There is
-// no TLS and no authentication yet: serve it on loopback only.
+// poll are bounded (see the Default constants and the Options); RateLimit
+// and MaxStreamsPerClient bound each client's requests and streams.
 package gateway

@@ -94,6 +94,10 @@ func (g *Gateway) handleProclaim(w http.ResponseWriter, r *http.Request) {
 
 // handleLeader: GET /v1/leader/{key...} says who leads the election.
 func (g *Gateway) handleLeader(w http.ResponseWriter, r *http.Request) {
+	if err := allow(r, ActionRead, r.PathValue("key")); err != nil {
+		writeError(w, err)
+		return
+	}
 	in, err := g.client.Election(r.PathValue("key")).Leader(r.Context())
 	if errors.Is(err, dlock.ErrNoLeader) {
 		writeError(w, errorf(http.StatusNotFound, CodeNoLeader, "%v", err))
@@ -117,8 +121,23 @@ func (g *Gateway) handleObserve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	r, err := g.streamCaller(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := allow(r, ActionRead, key); err != nil {
+		writeError(w, err)
+		return
+	}
+	end, err := g.openStream(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer end()
 	g.mu.Lock()
-	err := g.reserveObserverLocked()
+	err = g.reserveObserverLocked()
 	g.mu.Unlock()
 	if err != nil {
 		writeError(w, err)

@@ -60,3 +60,49 @@ func Example() {
 	// 200 OK token true valid true
 	// 200 OK
 }
+
+// A gateway that requires credentials: a request without a bearer token
+// of the principals' is refused with 401, and one whose principal may not
+// lock the key with 403. A program serves it with TLS (http.Server's
+// TLSConfig), and reads its principals from a file with LoadCredentials.
+func ExampleAuthenticate() {
+	ctx := context.Background()
+	client, err := dlock.Open(ctx, "mem://gateway-auth-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	orders, err := gateway.ParsePermission("lock:orders/")
+	if err != nil {
+		log.Fatal(err)
+	}
+	gw, err := gateway.New(client, gateway.Authenticate(func(r *http.Request) (gateway.Principal, error) {
+		if r.Header.Get("Authorization") != "Bearer example-token-0123456789" { // a Credentials file compares in constant time
+			return gateway.Principal{}, fmt.Errorf("%w: unknown bearer token", gateway.ErrUnauthenticated)
+		}
+		return gateway.Principal{Name: "orders-service", Permissions: gateway.Permissions{orders}}, nil
+	}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer gw.Close(ctx)
+	srv := httptest.NewServer(gw)
+	defer srv.Close()
+
+	for _, c := range []struct{ token, key string }{{"", "orders/1"}, {"example-token-0123456789", "billing/1"}, {"example-token-0123456789", "orders/1"}} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/acquire", strings.NewReader(`{"key":"`+c.key+`"}`))
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		resp.Body.Close()
+		fmt.Println(c.key, resp.Status)
+	}
+	// Output:
+	// orders/1 401 Unauthorized
+	// billing/1 403 Forbidden
+	// orders/1 200 OK
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,10 +50,15 @@ type Gateway struct {
 	observers int
 	// watches counts the watch streams, bounded by MaxWatches; guarded by mu.
 	watches int
-	// streamTickets maps the unused stream tickets to their expiry;
+	// streamTickets maps the unused stream tickets to their expiry and
+	// principal; guarded by mu.
+	streamTickets map[string]streamTicket
+	// streams counts each client's open streams, for MaxStreamsPerClient;
 	// guarded by mu.
-	streamTickets map[string]time.Time
-	closed        bool // guarded by mu
+	streams map[string]int
+	closed  bool // guarded by mu
+
+	limiter *limiter // nil: no RateLimit
 }
 
 // maxEnded bounds the ended lease ids remembered, to tell a replayed
@@ -84,7 +90,11 @@ func New(client *dlock.Client, opts ...Option) (*Gateway, error) {
 		ended:    make(map[string]string),
 		waiters:  make(map[string]*waiter),
 
-		streamTickets: make(map[string]time.Time),
+		streamTickets: make(map[string]streamTicket),
+		streams:       make(map[string]int),
+	}
+	if cfg.rate > 0 {
+		g.limiter = newLimiter(cfg.rate, cfg.burst)
 	}
 	g.routes()
 	return g, nil
@@ -125,11 +135,49 @@ func (g *Gateway) routes() {
 	g.mux = m
 }
 
-// ServeHTTP serves the gateway's API.
+// ServeHTTP serves the gateway's API. With Authenticate, every request
+// but for the dashboard's files and the OpenAPI document is authenticated
+// first (or, for an event stream, by its stream ticket); with RateLimit,
+// each is then counted against its client's rate.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(InstanceHeader, g.instance)
 	w.Header().Set("Cache-Control", "no-store")
+	if g.cfg.auth != nil && !public(r) {
+		p, err := g.cfg.auth(r)
+		if err != nil {
+			// Counted against the address: guesses are limited too.
+			if g.rateLimited(w, clientOf(r, nil)) {
+				return
+			}
+			if !errors.Is(err, ErrUnauthenticated) {
+				writeError(w, errorf(http.StatusInternalServerError, CodeInternal, "authentication failed: %v", err))
+				return
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="dlock gateway"`)
+			writeError(w, errorf(http.StatusUnauthorized, CodeUnauthenticated, "%v", err))
+			return
+		}
+		r = withCaller(r, &p)
+	}
+	if g.rateLimited(w, clientOf(r, caller(r))) {
+		return
+	}
 	g.mux.ServeHTTP(w, r)
+}
+
+// public reports whether r needs no credentials: the dashboard's files
+// (the page must load to ask for a token) and the OpenAPI document, which
+// tell nothing about the locks; and an event stream opened with a stream
+// ticket, which carries the principal that fetched it.
+func public(r *http.Request) bool {
+	p := r.URL.Path
+	switch {
+	case p == "/" || p == "/openapi.yaml" || strings.HasPrefix(p, "/dashboard/"):
+		return r.Method == http.MethodGet || r.Method == http.MethodHead
+	case p == "/v1/watch" || strings.HasPrefix(p, "/v1/observe/"):
+		return r.URL.Query().Get("stream_ticket") != ""
+	}
+	return false
 }
 
 // Instance returns the id this gateway sends in InstanceHeader.

@@ -9,6 +9,10 @@ import (
 // waits for it, in order.
 func (g *Gateway) handleInspect(w http.ResponseWriter, r *http.Request) {
 	recv := time.Now()
+	if err := allow(r, ActionRead, r.PathValue("key")); err != nil {
+		writeError(w, err)
+		return
+	}
 	info, err := g.client.Inspect(r.Context(), r.PathValue("key"))
 	if err != nil {
 		writeError(w, fromLibrary(err))
@@ -23,6 +27,10 @@ func (g *Gateway) handleInspect(w http.ResponseWriter, r *http.Request) {
 // handleList: GET /v1/keys?prefix=P lists the keys held or waited for.
 func (g *Gateway) handleList(w http.ResponseWriter, r *http.Request) {
 	recv := time.Now()
+	if err := allowPrefix(r, ActionRead, r.URL.Query().Get("prefix")); err != nil {
+		writeError(w, err)
+		return
+	}
 	infos, err := g.client.List(r.Context(), r.URL.Query().Get("prefix"))
 	if err != nil {
 		writeError(w, fromLibrary(err))

@@ -129,6 +129,11 @@ func (g *Gateway) lookupLocked(r *http.Request) (*held, *apiError) {
 		}
 		return nil, errorf(http.StatusNotFound, CodeLeaseNotFound, "no lease %s on gateway instance %s", id, g.instance)
 	}
+	// The id is the capability, but only for a principal allowed on the
+	// key: a leaked id is no use to another.
+	if err := allow(r, ActionLock, h.want.key); err != nil {
+		return nil, err
+	}
 	select {
 	case <-h.lease.Done():
 		g.endLocked(id, h, CodeLeaseLost)

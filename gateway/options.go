@@ -68,6 +68,10 @@ type config struct {
 	maxWatches int
 	watchList  time.Duration
 	log        *slog.Logger
+	auth       Authenticator // nil: no authentication
+	rate       float64       // requests a second per client; 0: no limit
+	burst      int
+	maxStreams int // per client; 0: no limit
 }
 
 func defaultConfig() config {
@@ -193,6 +197,35 @@ func Logger(l *slog.Logger) Option {
 			return fmt.Errorf("%w: nil Logger", ErrInvalidOption)
 		}
 		c.log = l
+		return nil
+	}
+}
+
+// RateLimit bounds each client's requests to perSecond on average, in
+// bursts of at most burst: a token bucket per principal, or per remote
+// address without Authenticate. A request beyond it is refused with 429
+// rate_limited and a Retry-After header. Default: no limit.
+func RateLimit(perSecond float64, burst int) Option {
+	return func(c *config) error {
+		if !(perSecond > 0) || burst < 1 {
+			return fmt.Errorf("%w: RateLimit %g a second, bursts of %d: want both above 0", ErrInvalidOption, perSecond, burst)
+		}
+		c.rate, c.burst = perSecond, burst
+		return nil
+	}
+}
+
+// MaxStreamsPerClient bounds the streams (holds, watches, observes) each
+// client has open at once: each principal, or each remote address without
+// Authenticate. One beyond it is refused with 429 too_many_streams.
+// Default: no bound but the gateway's own (MaxWaiters, MaxWatches,
+// MaxLeases).
+func MaxStreamsPerClient(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: MaxStreamsPerClient %d is below 1", ErrInvalidOption, n)
+		}
+		c.maxStreams = n
 		return nil
 	}
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http"
+	"slices"
 	"time"
 )
 
@@ -19,13 +20,26 @@ const StreamTicketTTL = 30 * time.Second
 // maxStreamTickets bounds the tickets issued and not yet used or expired.
 const maxStreamTickets = 1000
 
+// streamTicket is an unused stream ticket.
+type streamTicket struct {
+	expires   time.Time
+	principal *Principal // who fetched it; nil without Authenticate
+}
+
 // handleStreamTicket: POST /v1/stream-tickets issues a single-use ticket
-// that opens one event stream (GET /v1/watch?stream_ticket=…).
+// that opens one event stream (GET /v1/watch?stream_ticket=… or GET
+// /v1/observe/{key}?stream_ticket=…) with the permissions of the
+// principal that fetched it.
 func (g *Gateway) handleStreamTicket(w http.ResponseWriter, r *http.Request) {
 	recv := time.Now()
+	p := caller(r)
+	if p != nil && !slices.ContainsFunc(p.Permissions, func(pm Permission) bool { return pm.Action != ActionLock }) {
+		writeError(w, errorf(http.StatusForbidden, CodeForbidden, "%s may read no key: a stream ticket opens only event streams, which need a permission read:PREFIX", p.Name))
+		return
+	}
 	g.mu.Lock()
-	for t, exp := range g.streamTickets {
-		if recv.After(exp) {
+	for t, st := range g.streamTickets {
+		if recv.After(st.expires) {
 			delete(g.streamTickets, t)
 		}
 	}
@@ -35,7 +49,7 @@ func (g *Gateway) handleStreamTicket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t := randomID("s_")
-	g.streamTickets[t] = recv.Add(StreamTicketTTL)
+	g.streamTickets[t] = streamTicket{expires: recv.Add(StreamTicketTTL), principal: p}
 	g.mu.Unlock()
 	_ = writeJSON(w, http.StatusOK, struct {
 		Ticket     string `json:"stream_ticket"`
@@ -43,22 +57,29 @@ func (g *Gateway) handleStreamTicket(w http.ResponseWriter, r *http.Request) {
 	}{t, StreamTicketTTL.Milliseconds()})
 }
 
-// useStreamTicket checks and spends the ticket a stream was opened with.
-// Without auth, a stream needs no ticket; one it presents must be valid,
-// so that a page using them is tested as it will run with auth.
-func (g *Gateway) useStreamTicket(t string) *apiError {
+// streamCaller checks and spends the ticket a stream was opened with, and
+// returns the request with the ticket's principal as its caller. Without
+// a ticket, the request is returned as it is (the middleware
+// authenticated it). Without Authenticate, a stream needs no ticket; one
+// it presents must be valid, so that a page using them is tested as it
+// will run with auth.
+func (g *Gateway) streamCaller(r *http.Request) (*http.Request, *apiError) {
+	t := r.URL.Query().Get("stream_ticket")
 	if t == "" {
-		return nil
+		return r, nil
 	}
 	if !validID("s_", t) {
-		return errorf(http.StatusBadRequest, CodeInvalidRequest, "stream_ticket %q: want s_ and 32 hex digits", t)
+		return nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "stream_ticket %q: want s_ and 32 hex digits", t)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	exp, ok := g.streamTickets[t]
+	st, ok := g.streamTickets[t]
 	delete(g.streamTickets, t)
-	if !ok || time.Now().After(exp) {
-		return errorf(http.StatusNotFound, CodeTicketNotFound, "stream ticket %s is unknown, used or expired: fetch another", t)
+	if !ok || time.Now().After(st.expires) {
+		return nil, errorf(http.StatusNotFound, CodeTicketNotFound, "stream ticket %s is unknown, used or expired: fetch another", t)
 	}
-	return nil
+	if st.principal != nil {
+		r = withCaller(r, st.principal)
+	}
+	return r, nil
 }

@@ -75,12 +75,24 @@ type watchStream struct {
 // nothing until something changes, and one whose view is out of date gets
 // a new snapshot. No history is kept per client.
 func (g *Gateway) handleWatch(w http.ResponseWriter, r *http.Request) {
-	if err := g.useStreamTicket(r.URL.Query().Get("stream_ticket")); err != nil {
+	r, err := g.streamCaller(r)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
+	prefix := r.URL.Query().Get("prefix")
+	if err := allowPrefix(r, ActionRead, prefix); err != nil {
+		writeError(w, err)
+		return
+	}
+	end, err := g.openStream(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer end()
 	g.mu.Lock()
-	err := g.reserveWatchLocked()
+	err = g.reserveWatchLocked()
 	g.mu.Unlock()
 	if err != nil {
 		writeError(w, err)
@@ -96,7 +108,6 @@ func (g *Gateway) handleWatch(w http.ResponseWriter, r *http.Request) {
 	stop := context.AfterFunc(g.ctx, cancel)
 	defer stop()
 
-	prefix := r.URL.Query().Get("prefix")
 	// The current state first, before the headers: a bad prefix or a
 	// backend that cannot list is an error reply, not a broken stream.
 	listed := time.Now()

@@ -27,19 +27,18 @@ func (c *cli) cmdGateway(ctx context.Context, args []string) int {
 	listen := f.String("listen", defaultGatewayListen, "")
 	maxLeases := f.Int("max-leases", gateway.DefaultMaxLeases, "")
 	maxWaiters := f.Int("max-waiters", gateway.DefaultMaxWaiters, "")
+	sf := addGatewaySecurityFlags(f)
 	if _, code, ok := c.parse(f, args, 0); !ok {
 		return code
 	}
-	host, _, err := net.SplitHostPort(*listen)
-	if err != nil {
+	if _, _, err := net.SplitHostPort(*listen); err != nil {
 		return c.usageError("gateway", "%s %q: want HOST:PORT, such as %s", f.source("listen"), *listen, defaultGatewayListen)
 	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return c.fail(exitUsage, fmt.Errorf("%s %q is not a loopback address: the gateway serves only loopback until it has TLS and authentication", f.source("listen"), *listen),
-			"anybody who reaches the gateway can take and release every lock: it needs TLS and an auth method (not built yet) to listen beyond this machine",
-			"listen on 127.0.0.1 or [::1], and put it beside the services that use it")
+	sec, code, ok := c.gatewaySecurity(f, sf, *listen)
+	if !ok {
+		return code
 	}
-	opts := []gateway.Option{}
+	opts := sec.opts
 	for _, o := range []struct {
 		flag string
 		n    int
@@ -69,13 +68,20 @@ func (c *cli) cmdGateway(ctx context.Context, args []string) int {
 	if err != nil {
 		return c.fail(exitUnavailable, fmt.Errorf("cannot listen on %s: %w", *listen, err), "choose another address with --listen (or DLOCK_LISTEN)")
 	}
-	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second, TLSConfig: sec.tls}
+	scheme, serve := "http", func() error { return srv.Serve(ln) }
+	if sec.tls != nil {
+		// The certificate is in TLSConfig already.
+		scheme, serve = "https", func() error { return srv.ServeTLS(ln, "", "") }
+	}
+	stopHUP := c.reloadOnHUP(sec, *sf.tokens)
+	defer stopHUP()
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	fmt.Fprintf(c.stderr, "dlock: gateway for %s at http://%s (API: /openapi.yaml); stop with Ctrl-C\n", redactURL(*b.url), ln.Addr())
-	fmt.Fprintf(c.stderr, "dlock: dashboard: http://%s/\n", ln.Addr())
+	go func() { served <- serve() }()
+	fmt.Fprintf(c.stderr, "dlock: gateway for %s at %s://%s (API: /openapi.yaml); stop with Ctrl-C\n", redactURL(*b.url), scheme, ln.Addr())
+	fmt.Fprintf(c.stderr, "dlock: dashboard: %s://%s/\n", scheme, ln.Addr())
 	// The URL alone on stdout, for scripts that start it on port 0.
-	fmt.Fprintf(c.stdout, "http://%s\n", ln.Addr())
+	fmt.Fprintf(c.stdout, "%s://%s\n", scheme, ln.Addr())
 
 	select {
 	case <-ctx.Done():

@@ -203,8 +203,10 @@ over HTTP/JSON, so that programs in any language take them with dlock's
 guarantees: explicit leases that the client renews within their TTL,
 long polls that keep their place in the queue, and streaming holds that
 last as long as their response stays open. The API is described in
-docs/gateway.md and served at /openapi.yaml. It listens on loopback only:
-it has no TLS and no authentication yet. It stops on SIGINT or SIGTERM,
+docs/gateway.md and served at /openapi.yaml. Beyond loopback it needs
+TLS (--tls-cert, --tls-key) and an auth method: bearer tokens from a file
+(--auth-tokens, read again on SIGHUP), client certificates
+(--tls-client-ca), or both. It stops on SIGINT or SIGTERM,
 releasing its leases, and prints its URL on stdout. Its dashboard, at
 that URL (printed on stderr too), shows the keys live: holders with their
 time left, waiters in order, semaphore usage, election leaders.
@@ -212,8 +214,19 @@ time left, waiters in order, semaphore usage, election leaders.
 Flags:
     --backend URL           lock server (DLOCK_BACKEND; default etcd://127.0.0.1:2379)
     --connect-timeout D     time allowed to reach it (DLOCK_CONNECT_TIMEOUT; default 5s)
-    --listen HOST:PORT      loopback address to serve on (DLOCK_LISTEN; default
+    --listen HOST:PORT      address to serve on (DLOCK_LISTEN; default
                             127.0.0.1:8420; port 0 picks a free one)
+    --tls-cert FILE         serve HTTPS with this PEM certificate (DLOCK_TLS_CERT)
+    --tls-key FILE          and its PEM private key (DLOCK_TLS_KEY)
+    --tls-client-ca FILE    require client certificates of these PEM CAs
+                            (DLOCK_TLS_CLIENT_CA)
+    --auth-tokens FILE      require a bearer token of this file, lines
+                            TOKEN NAME PERMISSION... with lock:PREFIX,
+                            read:PREFIX or admin (DLOCK_AUTH_TOKENS; mode 600)
+    --rate-limit N          requests a second per principal (DLOCK_RATE_LIMIT;
+                            default 0: none)
+    --max-streams N         streams open at once per principal
+                            (DLOCK_MAX_STREAMS; default 0: none)
     --max-leases N          leases held at once, waits included (DLOCK_MAX_LEASES;
                             default 10000)
     --max-waiters N         long polls, waiting holds, tickets and election
@@ -225,6 +238,10 @@ Examples:
     $ curl -s -X POST http://127.0.0.1:8420/v1/leases/LEASE_ID/renew
     $ curl -s -X DELETE http://127.0.0.1:8420/v1/leases/LEASE_ID
     $ curl -sN -d '{"key":"orders","wait_ms":30000}' http://127.0.0.1:8420/v1/hold
+    $ dlock gateway --listen 0.0.0.0:8443 --tls-cert gw.pem --tls-key gw-key.pem \
+          --auth-tokens /etc/dlock/tokens
+    $ curl -s --cacert ca.pem -H "Authorization: Bearer $TOKEN" \
+          -d '{"key":"orders/42"}' https://gw.example.com:8443/v1/acquire
 `
 
 const usageDemo = `Usage:

@@ -24,8 +24,21 @@
   // credentials) and opens the stream with it. A ticket opens one stream,
   // so the page reconnects itself, with a new ticket, instead of letting
   // EventSource retry with a spent one.
+  // With authentication on, the ticket request carries the bearer token
+  // the user typed, kept in this tab's sessionStorage only: it never goes
+  // in a URL, and is gone when the tab closes.
+  const tokenKey = 'dlock-gateway-token';
+  class NeedToken extends Error {}
+
   async function streamURL() {
-    const r = await fetch('v1/stream-tickets', {method: 'POST'});
+    const headers = {};
+    const token = sessionStorage.getItem(tokenKey);
+    if (token) headers.Authorization = 'Bearer ' + token;
+    const r = await fetch('v1/stream-tickets', {method: 'POST', headers});
+    if (r.status === 401) {
+      sessionStorage.removeItem(tokenKey); // wrong, or no longer valid
+      throw new NeedToken();
+    }
     if (!r.ok) throw new Error('stream ticket: HTTP ' + r.status);
     const q = new URLSearchParams({prefix: prefixInput.value, stream_ticket: (await r.json()).stream_ticket});
     if (lastID) q.set('last_event_id', lastID); // resumed: no snapshot if the view is unchanged
@@ -38,7 +51,8 @@
     try {
       url = await streamURL();
     } catch (e) {
-      reconnect();
+      if (e instanceof NeedToken) askToken();
+      else reconnect();
       return;
     }
     const es = new EventSource(url);
@@ -67,6 +81,21 @@
     setState('reconnecting', 'reconnecting…');
     if (!retry) retry = setTimeout(connect, 1000);
   }
+
+  function askToken() {
+    setState('login', 'token needed');
+    $('login').hidden = false;
+    $('token').focus();
+  }
+
+  $('login').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    sessionStorage.setItem(tokenKey, $('token').value.trim());
+    $('token').value = '';
+    $('login').hidden = true;
+    setState('connecting', 'connecting…');
+    connect();
+  });
 
   $('filter').addEventListener('submit', (ev) => {
     ev.preventDefault();

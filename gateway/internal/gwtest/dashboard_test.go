@@ -197,3 +197,53 @@ func TestDashboard_screenshotInDocs(t *testing.T) {
 		t.Fatalf("docs/gateway-dashboard.png: %dx%d (%v), want %dx%d: render it again with scripts/gateway-dashboard.sh", cfg.Width, cfg.Height, err, shotWidth, shotHeight)
 	}
 }
+
+// TestDashboard_asksForAToken: with authentication on, the page asks for a
+// bearer token when its ticket request gets 401, keeps it in
+// sessionStorage (not in its URL), asks again after a wrong one, and then
+// shows what the token's principal may read.
+func TestDashboard_asksForAToken(t *testing.T) {
+	e := newAuthEnv(t, gateway.WatchListInterval(100*time.Millisecond))
+	key := e.key("orders/1")
+	e.want(e.as(tokOrders).acquire(map[string]any{"key": key, "ttl_ms": 30000}), http.StatusOK, "")
+	b := startBrowser(t, shotWidth, shotHeight)
+	b.navigate(e.srv.URL + "/?prefix=" + escapeQuery(e.key("orders/")))
+
+	submit := func(token string) {
+		t.Helper()
+		js := `(() => { document.getElementById('token').value = ` + strconv.Quote(token) + `; document.getElementById('login').requestSubmit(); return 'ok'; })()`
+		var out string
+		if err := b.eval(js, &out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loginShown := `document.body.dataset.state === 'login' && !document.getElementById('login').hidden ? 'login' : document.body.dataset.state`
+	waitLogin := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(waitFor)
+		for delay := 10 * time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
+			var state string
+			if err := b.eval(loginShown, &state); err == nil && state == "login" {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the page did not ask for a token %s within %v", what, waitFor)
+			}
+			time.Sleep(delay) // polling the page's DOM, which sends us no event
+		}
+	}
+	waitLogin("at first")
+	submit("wrong-token-0123456789abcdef")
+	waitLogin("again after a wrong one")
+	submit(tokOrders)
+	waitPage(t, b, "the key its token may read", func(v pageView) bool {
+		return v.State == "live" && len(v.Keys) == 1 && v.Keys[0].Key == key
+	})
+	var where string
+	if err := b.eval(`location.href + ' ' + sessionStorage.getItem('dlock-gateway-token')`, &where); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(strings.Fields(where)[0], tokOrders) || !strings.HasSuffix(where, " "+tokOrders) {
+		t.Fatalf("page URL and stored token: %q, want the token in sessionStorage only", where)
+	}
+}

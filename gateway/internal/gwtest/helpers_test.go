@@ -59,6 +59,10 @@ type env struct {
 	srv    *httptest.Server
 	direct *dlock.Client
 	prefix string
+	// client and header, when set, send the requests of do and try:
+	// another TLS configuration, credentials.
+	client *http.Client
+	header http.Header
 }
 
 var keySeq atomic.Int64
@@ -152,7 +156,14 @@ func (e *env) try(ctx context.Context, method, path string, body any) (reply, er
 	if err != nil {
 		return reply{}, err
 	}
-	resp, err := e.srv.Client().Do(req)
+	for k, v := range e.header {
+		req.Header[k] = v
+	}
+	client := e.srv.Client()
+	if e.client != nil {
+		client = e.client
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return reply{}, err
 	}
