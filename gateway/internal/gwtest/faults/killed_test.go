@@ -1,12 +1,7 @@
-package gwtest
+package faults
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -19,15 +14,7 @@ import (
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/gateway"
 	"github.com/dlockdev/dlock/internal/testing/testproc"
-	"github.com/dlockdev/dlock/internal/testing/testserver"
 )
-
-// The test binary is also the gateway process the kill tests SIGKILL:
-// started again by testproc with the role "gateway", it runs that instead
-// of the tests (before TestMain starts any server).
-func init() {
-	testproc.RunChild(map[string]testproc.Role{"gateway": gatewayProcess})
-}
 
 // gatewayProcess serves a gateway over the backend at $BACKEND on a
 // loopback port and says its URL and pid, then serves until it is killed
@@ -65,27 +52,21 @@ func gatewayProcess(ctx context.Context, p *testproc.Peer) error {
 // any more, and the next grant carries a higher token. On each backend.
 func TestGatewayKilled_leaseExpiresTokensGoUp(t *testing.T) {
 	const ttl = 2 * time.Second
-	for _, b := range []struct {
-		name string
-		url  func(t *testing.T) string
-	}{
-		{"redis", func(*testing.T) string { return "redis://" + redisAddr + "/0" }},
-		{"etcd", func(t *testing.T) string { return testserver.SharedEtcd(t).URL() }},
-		// The session timeout is every lease's TTL there; the killed
-		// process's session expires with it.
-		{"zk", func(t *testing.T) string {
-			return "zk://" + testserver.SharedZooKeeper(t).Addr() + "?session_timeout=" + ttl.String()
-		}},
-	} {
+	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			url := b.url(t)
+			if b.name == "zk" {
+				// The session timeout is every lease's TTL there; the
+				// killed process's session expires with it.
+				url += "?session_timeout=" + ttl.String()
+			}
 			ctx := context.Background()
 			direct, err := dlock.Open(ctx, url, dlock.WithTTL(ttl))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer direct.Close()
-			key := fmt.Sprintf("gw/%s/%d/killed", t.Name(), keySeq.Add(1))
+			key := key(t, "killed")
 
 			child := testproc.Start(t, "gateway", "BACKEND="+url)
 			base := child.Expect(t, "url")
@@ -94,7 +75,7 @@ func TestGatewayKilled_leaseExpiresTokensGoUp(t *testing.T) {
 				t.Fatal(err)
 			}
 			body := map[string]any{"key": key, "ttl_ms": ttl.Milliseconds()}
-			r, err := post(ctx, base, "/v1/acquire", body)
+			r, err := call(ctx, http.MethodPost, base, "/v1/acquire", body)
 			if err != nil || r.status != http.StatusOK {
 				t.Fatalf("acquire through the gateway: %v %d %s", err, r.status, r.raw)
 			}
@@ -112,7 +93,7 @@ func TestGatewayKilled_leaseExpiresTokensGoUp(t *testing.T) {
 			if in, err := direct.Inspect(ctx, key); err != nil || len(in.Holders) != 1 || in.Holders[0].Token != first {
 				t.Fatalf("right after the kill the backend shows %+v (%v), want the killed gateway's token %d", in, err, first)
 			}
-			if _, err := post(ctx, base, "/v1/acquire", body); err == nil {
+			if _, err := call(ctx, http.MethodPost, base, "/v1/acquire", body); err == nil {
 				t.Fatal("the killed gateway still answers")
 			}
 
@@ -133,36 +114,4 @@ func TestGatewayKilled_leaseExpiresTokensGoUp(t *testing.T) {
 			}
 		})
 	}
-}
-
-// post sends a JSON request to the gateway at base, on a connection of its
-// own, and decodes the reply.
-func post(ctx context.Context, base, path string, body any) (reply, error) {
-	j, err := json.Marshal(body)
-	if err != nil {
-		return reply{}, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, waitFor)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(j))
-	if err != nil {
-		return reply{}, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	tr := &http.Transport{DisableKeepAlives: true}
-	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr}).Do(req)
-	if err != nil {
-		return reply{}, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return reply{}, err
-	}
-	r := reply{status: resp.StatusCode, header: resp.Header, raw: string(raw)}
-	if err := json.Unmarshal(raw, &r.body); err != nil {
-		return r, errors.Join(fmt.Errorf("reply %q", raw), err)
-	}
-	return r, nil
 }
