@@ -6,6 +6,7 @@ require (
 	github.com/bsm/redislock v0.9.4
 	github.com/dlockdev/dlock v0.1.0
 	github.com/dlockdev/dlock/etcddlock v0.1.0
+	github.com/dlockdev/dlock/gateway v0.1.0
 	github.com/dlockdev/dlock/observability/dlockprom v0.1.0
 	github.com/dlockdev/dlock/redisdlock v0.1.0
 	github.com/dlockdev/dlock/zkdlock v0.1.0

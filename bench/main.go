@@ -95,6 +95,7 @@ type results struct {
 	Election     []electionResult
 	Permits      []modeResult
 	Renewal      []renewalResult
+	Gateway      []gatewayResult
 	Notes        []string
 }
 
@@ -342,6 +343,9 @@ func run(cfg config) error {
 	}
 	if cfg.sections["memory"] {
 		res.section("memory", func() { res.Memory = runMemorySection(libs, cfg.quick, cfg.variant) })
+	}
+	if cfg.sections["gateway"] {
+		res.section("gateway", func() { res.Gateway = runGatewaySection(s, libs, cfg) })
 	}
 	res.End = time.Now()
 	res.Machine.LoadAfter = loadavg()

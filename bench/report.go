@@ -354,6 +354,7 @@ func report(res *results) string {
 	keysReport(&m, res)
 	renewalReport(&m, res)
 	memoryReport(&m, res)
+	gatewayReport(&m, res)
 
 	m.p("## Notes on the method")
 	m.p("")

@@ -6,7 +6,8 @@
 # run), the round-trip floor, uncontended and contended locking, the
 # semaphore and RWMutex, the semaphore's permits in use, leader election,
 # client cost, renewals while 1,000 locks are held, 100,000 keys on one
-# client, 10,000 waiters on one key at load 3, and server memory per lock.
+# client, 10,000 waiters on one key at load 3, server memory per lock, and
+# grants/s and hand-off latency through the gateway against the library.
 #
 # The servers run in their default durable configuration (Redis with its
 # built-in RDB snapshots, ZooKeeper forceSync=yes, etcd with fsync); the

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -32,6 +33,7 @@ func (c *cli) cmdDemo(ctx context.Context, args []string) int {
 	keepTables := f.Bool("keep-tables", false, "")
 	timeout := f.Duration("timeout", 2*time.Minute, "")
 	asJSON := f.Bool("json", false, "")
+	viaGateway := f.Bool("gateway", false, "")
 	if _, code, ok := c.parse(f, args, 0); !ok {
 		return code
 	}
@@ -51,6 +53,8 @@ func (c *cli) cmdDemo(ctx context.Context, args []string) int {
 		return c.usageError("demo", "%s %v: must be positive and at most 1m", f.source("job-time"), *jobTime)
 	case *timeout <= 0:
 		return c.usageError("demo", "%s %v: must be positive", f.source("timeout"), *timeout)
+	case *viaGateway && kind != storeMemory:
+		return c.usageError("demo", "%s: only with --store memory: the Python and Java workers close the orders at the ledger", f.source("gateway"))
 	}
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
@@ -109,7 +113,18 @@ func (c *cli) cmdDemo(ctx context.Context, args []string) int {
 	if !ok {
 		return code
 	}
-	_ = client.Close()
+	var gw *demo.Gateway
+	if *viaGateway {
+		// The gateway keeps this client: its leases are the workers'.
+		defer client.Close()
+		fmt.Fprintf(progress, "dlock demo: compiling the Java client and worker (javac), starting the gateway…\n")
+		if gw, code, ok = c.startDemoGateway(ctx, client); !ok {
+			return code
+		}
+		defer gw.Close()
+	} else {
+		_ = client.Close()
+	}
 
 	exe, err := os.Executable()
 	if err != nil {
@@ -127,7 +142,14 @@ func (c *cli) cmdDemo(ctx context.Context, args []string) int {
 		KeepTables:  *keepTables,
 		Timeout:     *timeout,
 		Out:         progress,
+		Gateway:     gw,
 		Worker: func(w demo.WorkerSpec) *exec.Cmd {
+			if gw != nil {
+				cmd := gw.Command(w)
+				cmd.SysProcAttr = &syscall.SysProcAttr{}
+				setParentDeathSignal(cmd.SysProcAttr)
+				return cmd
+			}
 			// Every flag is given, so that none is read from the
 			// environment (DLOCK_DB, DLOCK_NO_FENCING). The database URL
 			// is on the workers' command lines, as the backend's is: a
@@ -160,6 +182,27 @@ func (c *cli) cmdDemo(ctx context.Context, args []string) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// startDemoGateway starts the gateway of `dlock demo --gateway` over
+// client, saying what to install if python3 or a JDK is missing.
+func (c *cli) startDemoGateway(ctx context.Context, client *dlock.Client) (*demo.Gateway, int, bool) {
+	gw, err := demo.StartGateway(ctx, client)
+	switch {
+	case errors.Is(err, demo.ErrMissingTool):
+		var pkgs []string
+		for _, t := range demo.Tools {
+			if !slices.Contains(pkgs, t.Package) {
+				pkgs = append(pkgs, t.Package)
+			}
+		}
+		return nil, c.fail(exitUnavailable, fmt.Errorf("demo --gateway: %w", err),
+			"its workers are Python and Java programs: it needs python3 (3.9 or later), and a JDK 17 or later for javac and java",
+			"on Debian or Ubuntu: apt-get install "+strings.Join(pkgs, " ")+"; or run the demo without --gateway"), false
+	case err != nil:
+		return nil, c.fail(exitFailure, fmt.Errorf("demo --gateway: %w", err)), false
+	}
+	return gw, 0, true
 }
 
 func (c *cli) cmdDemoWorker(ctx context.Context, args []string) int {

@@ -276,6 +276,9 @@ Flags:
                             the end)
     --keep-tables           with postgres://…: keep the demo's tables at the end, to look at
                             (DLOCK_KEEP_TABLES)
+    --gateway               workers in Python and Java, taking the lock through a gateway
+                            the demo serves over the backend (DLOCK_GATEWAY); needs
+                            python3 and a JDK (javac, java); with --store memory only
     --json                  print the verdict as JSON on stdout, progress on stderr (DLOCK_JSON)
     --timeout D             give up after D (DLOCK_TIMEOUT; default 2m)
 
@@ -283,6 +286,7 @@ Examples:
     $ dlock demo
     $ go -C cmd/dlock run . demo         # from a clone of dlock, without installing
     $ dlock demo --no-fencing
+    $ dlock demo --gateway                  # Python and Java workers through the gateway
     $ dlock demo --store sqlite:orders.db   # then: sqlite3 orders.db 'SELECT * FROM dlock_demo_refunds'
     $ PGPASSWORD=… dlock demo --store 'postgres://me@db.example:5432/scratch?search_path=demo'
     $ dlock demo --backend redis://localhost:6379 --workers 6 --jobs 12

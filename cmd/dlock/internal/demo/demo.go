@@ -6,7 +6,9 @@
 //
 // The parent process runs the Ledger, starts the workers, injects the
 // faults, prints what happens, and computes a Verdict from what the ledger
-// saw. Each worker is a separate process running RunWorker.
+// saw. Each worker is a separate process running RunWorker; or, with
+// Config.Gateway (`dlock demo --gateway`), a Python or Java program taking
+// its lock through a lock gateway with the clients of clients/.
 package demo
 
 import (
@@ -44,6 +46,7 @@ const (
 
 // WorkerSpec is what one worker process needs to know.
 type WorkerSpec struct {
+	Index   int // 1, 2, …
 	Name    string
 	Backend string // lock server URL
 	Ledger  string // base URL of the ledger
@@ -73,6 +76,10 @@ type Config struct {
 	KeepTables bool
 	// Worker returns the command that runs one worker process.
 	Worker func(WorkerSpec) *exec.Cmd
+	// Gateway, if set, is the gateway the workers take their lock
+	// through (Worker runs them with Gateway.Command): Run names it in
+	// its introduction and prints its log among the progress lines.
+	Gateway *Gateway
 }
 
 // demo is one run's state.
@@ -175,6 +182,16 @@ func Run(ctx context.Context, cfg Config) (v *Verdict, err error) {
 		fmt.Fprintf(cfg.Out, "  tables   %s\n", tables.Describe(cfg.KeepTables))
 		fmt.Fprintf(cfg.Out, "  ledger   %s records what the workers read and closed there\n", ledgerURL)
 	}
+	if cfg.Gateway != nil {
+		var langs []string
+		for i := 1; i <= cfg.Workers; i++ {
+			langs = append(langs, fmt.Sprintf("w%d %s", i, Language(i)))
+		}
+		fmt.Fprintf(cfg.Out, "  gateway  %s, in this process over the backend; the workers take the lock through it with the clients (clients/python, clients/java): %s\n",
+			cfg.Gateway.URL, strings.Join(langs, ", "))
+		cfg.Gateway.setLog(d.printf)
+		defer cfg.Gateway.setLog(nil)
+	}
 	fmt.Fprintf(cfg.Out, "  faults   SIGKILL the holder of job %d mid-job; SIGSTOP the holder of job %d mid-job for longer than the TTL, then SIGCONT\n\n", killJob, freezeJob)
 
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
@@ -187,7 +204,7 @@ func Run(ctx context.Context, cfg Config) (v *Verdict, err error) {
 	exits := make(chan exit, cfg.Workers)
 	for i := 1; i <= cfg.Workers; i++ {
 		name := fmt.Sprintf("w%d", i)
-		cmd := cfg.Worker(WorkerSpec{Name: name, Backend: cfg.Backend, Ledger: ledgerURL, TTL: cfg.TTL, JobTime: cfg.JobTime,
+		cmd := cfg.Worker(WorkerSpec{Index: i, Name: name, Backend: cfg.Backend, Ledger: ledgerURL, TTL: cfg.TTL, JobTime: cfg.JobTime,
 			DB: cfg.DB, Fencing: cfg.Fencing})
 		out, err := cmd.StderrPipe()
 		if err != nil {

@@ -1,0 +1,117 @@
+package faults
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/gateway"
+	"github.com/dlockdev/dlock/internal/testing/testproc"
+)
+
+// gatewayProcess serves a gateway over the backend at $BACKEND on a
+// loopback port and says its URL and pid, then serves until it is killed
+// or its stdin closes.
+func gatewayProcess(ctx context.Context, p *testproc.Peer) error {
+	client, err := dlock.Open(ctx, p.Env("BACKEND"))
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	gw, err := gateway.New(client)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	p.Say("url http://%s", ln.Addr())
+	p.Say("pid %d", os.Getpid())
+	err = p.Await("stop")
+	_ = gw.Close(context.Background())
+	_ = srv.Close()
+	if err != nil && !strings.Contains(err.Error(), "stdin closed") {
+		return err
+	}
+	return nil
+}
+
+// A gateway killed with SIGKILL loses no safety: the lease it held for a
+// client is not released by the kill (no process is left to release it),
+// it expires on the backend within about its TTL because nobody renews it
+// any more, and the next grant carries a higher token. On each backend.
+func TestGatewayKilled_leaseExpiresTokensGoUp(t *testing.T) {
+	const ttl = 2 * time.Second
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			url := b.url(t)
+			if b.name == "zk" {
+				// The session timeout is every lease's TTL there; the
+				// killed process's session expires with it.
+				url += "?session_timeout=" + ttl.String()
+			}
+			ctx := context.Background()
+			direct, err := dlock.Open(ctx, url, dlock.WithTTL(ttl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer direct.Close()
+			key := key(t, "killed")
+
+			child := testproc.Start(t, "gateway", "BACKEND="+url)
+			base := child.Expect(t, "url")
+			pid, err := strconv.Atoi(child.Expect(t, "pid"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := map[string]any{"key": key, "ttl_ms": ttl.Milliseconds()}
+			r, err := call(ctx, http.MethodPost, base, "/v1/acquire", body)
+			if err != nil || r.status != http.StatusOK {
+				t.Fatalf("acquire through the gateway: %v %d %s", err, r.status, r.raw)
+			}
+			first := uint64(r.num("token"))
+			if in, err := direct.Inspect(ctx, key); err != nil || len(in.Holders) != 1 || in.Holders[0].Token != first {
+				t.Fatalf("the gateway granted token %d; the backend shows %+v (%v)", first, in, err)
+			}
+
+			killed := time.Now()
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			// The kill released nothing: the key is held by the dead
+			// gateway's lease until that lease expires.
+			if in, err := direct.Inspect(ctx, key); err != nil || len(in.Holders) != 1 || in.Holders[0].Token != first {
+				t.Fatalf("right after the kill the backend shows %+v (%v), want the killed gateway's token %d", in, err, first)
+			}
+			if _, err := call(ctx, http.MethodPost, base, "/v1/acquire", body); err == nil {
+				t.Fatal("the killed gateway still answers")
+			}
+
+			// Expiry is bounded by the TTL counted from the last renewal,
+			// which was before the kill; twice the TTL leaves room for
+			// the backend's expiry check (ZooKeeper's session tick) on a
+			// loaded machine, and is still far below "held forever".
+			lctx, cancel := context.WithDeadline(ctx, killed.Add(2*ttl))
+			lease, err := direct.Lock(lctx, key)
+			cancel()
+			if err != nil {
+				t.Fatalf("the killed gateway's lease did not expire within 2×TTL (%v): %v", 2*ttl, err)
+			}
+			t.Logf("%s: next grant %v after the kill (TTL %v)", b.name, time.Since(killed).Round(time.Millisecond), ttl)
+			defer func() { _ = lease.Unlock(context.Background()) }()
+			if lease.Token() <= first {
+				t.Fatalf("token %d granted after the killed gateway's %d: want it higher", lease.Token(), first)
+			}
+		})
+	}
+}

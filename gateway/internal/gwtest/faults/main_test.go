@@ -1,0 +1,152 @@
+package faults
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	_ "github.com/dlockdev/dlock/etcddlock"
+	"github.com/dlockdev/dlock/gateway"
+	"github.com/dlockdev/dlock/internal/testing/leakcheck"
+	"github.com/dlockdev/dlock/internal/testing/testproc"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
+	_ "github.com/dlockdev/dlock/redisdlock"
+	_ "github.com/dlockdev/dlock/zkdlock"
+)
+
+// redisAddr is the Redis the tests share, each on keys of its own.
+var redisAddr string
+
+// The test binary is also the gateway process the kill test SIGKILLs
+// (gatewayProcess): started again by testproc, it runs that instead.
+func TestMain(m *testing.M) {
+	testproc.RunChild(map[string]testproc.Role{"gateway": gatewayProcess})
+	addr, stop, err := testserver.StartRedisForMain()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "faults:", err)
+		os.Exit(1)
+	}
+	redisAddr = addr
+	code := m.Run()
+	stop()
+	testserver.StopSharedEtcd()
+	testserver.StopSharedZooKeeper()
+	if code == 0 {
+		if err := leakcheck.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "faults:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// waitFor bounds every request of the tests.
+const waitFor = 20 * time.Second
+
+// backends are the servers every test runs on.
+var backends = []struct {
+	name string
+	url  func(t *testing.T) string
+}{
+	{"redis", func(*testing.T) string { return "redis://" + redisAddr + "/0" }},
+	{"etcd", func(t *testing.T) string { return testserver.SharedEtcd(t).URL() }},
+	{"zk", func(t *testing.T) string { return "zk://" + testserver.SharedZooKeeper(t).Addr() }},
+}
+
+var keySeq atomic.Int64
+
+// key returns a key of the test's own.
+func key(t *testing.T, name string) string {
+	return fmt.Sprintf("gw/%s/%d/%s", t.Name(), keySeq.Add(1), name)
+}
+
+// serveGateway serves a gateway over a Client of the backend at url on a
+// loopback port, until the test ends; it returns the gateway's base URL.
+func serveGateway(t *testing.T, url string) string {
+	t.Helper()
+	c, err := dlock.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := gateway.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		if err := gw.Close(context.Background()); err != nil {
+			t.Errorf("gateway Close: %v", err)
+		}
+		_ = srv.Close()
+		c.Close()
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// reply is a decoded JSON reply of the gateway.
+type reply struct {
+	status int
+	body   map[string]any
+	raw    string
+}
+
+func (r reply) str(field string) string {
+	s, _ := r.body[field].(string)
+	return s
+}
+
+func (r reply) num(field string) int64 {
+	f, _ := r.body[field].(float64)
+	return int64(f)
+}
+
+// call sends a request (body marshalled as JSON, nil for none) to the
+// gateway at base, on a connection of its own, and decodes the reply.
+func call(ctx context.Context, method, base, path string, body any) (reply, error) {
+	var rd io.Reader
+	if body != nil {
+		j, err := json.Marshal(body)
+		if err != nil {
+			return reply{}, err
+		}
+		rd = bytes.NewReader(j)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*waitFor)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+	if err != nil {
+		return reply{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return reply{}, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return reply{}, err
+	}
+	r := reply{status: resp.StatusCode, raw: string(raw)}
+	if err := json.Unmarshal(raw, &r.body); err != nil {
+		return r, errors.Join(fmt.Errorf("reply %q", raw), err)
+	}
+	return r, nil
+}
