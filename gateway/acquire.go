@@ -123,7 +123,7 @@ func (g *Gateway) startWaiter(w *want) (*waiter, *apiError) {
 // released here: a waiter abandoned before its grant landed.
 func (g *Gateway) run(ctx context.Context, wt *waiter) {
 	l, term, err := g.acquire(ctx, wt.want, true)
-	if l != nil && testhook.Granted != nil {
+	if l != nil {
 		testhook.Granted(wt.want.key)
 	}
 	g.mu.Lock()
@@ -173,9 +173,7 @@ func (g *Gateway) abandon(wt *waiter) {
 	l := wt.lease
 	wt.lease = nil
 	g.mu.Unlock()
-	if testhook.Abandoned != nil {
-		testhook.Abandoned(wt.want.key)
-	}
+	testhook.Abandoned(wt.want.key)
 	if l != nil {
 		g.cfg.log.Info("gateway: grant for a waiter gone away: released", "key", wt.want.key, "token", l.Token())
 		g.release(l)

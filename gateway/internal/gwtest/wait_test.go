@@ -114,18 +114,18 @@ func TestWait_grantAsClientGoes(t *testing.T) {
 	e := newEnv(t)
 	key := e.key("k")
 	granted, abandoned, proceed := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	testhook.Granted = func(k string) {
+	testhook.SetGranted(func(k string) {
 		if k == key {
 			close(granted)
 			<-proceed
 		}
-	}
-	testhook.Abandoned = func(k string) {
+	})
+	testhook.SetAbandoned(func(k string) {
 		if k == key {
 			close(abandoned)
 		}
-	}
-	t.Cleanup(func() { testhook.Granted, testhook.Abandoned = nil, nil })
+	})
+	t.Cleanup(func() { testhook.SetGranted(nil); testhook.SetAbandoned(nil) })
 
 	a := e.acquire(map[string]any{"key": key})
 	e.want(a, http.StatusOK, "")
