@@ -25,9 +25,10 @@ type Waiter struct {
 	renew  func(ctx context.Context) error
 	sched  Engine // only its validity and deadline: the Engine's schedule
 	failed chan error
+	clk    clock
 
 	mu      sync.Mutex
-	timer   *time.Timer        // runs run; guarded by mu
+	timer   timer              // runs run; guarded by mu
 	cancel  context.CancelFunc // of the renewal in flight; guarded by mu
 	running chan struct{}      // closed when the renewal in flight returns; guarded by mu
 	stopped bool               // guarded by mu
@@ -42,11 +43,16 @@ type Waiter struct {
 // wraps driver.ErrNotHeld. Any other error ends the renewals and is
 // reported on Failed.
 func StartWaiter(validFrom time.Time, validity time.Duration, renew func(ctx context.Context) error) *Waiter {
-	w := &Waiter{renew: renew, failed: make(chan error, 1)}
+	return startWaiterOn(realClock{}, validFrom, validity, renew)
+}
+
+// startWaiterOn is StartWaiter on clk.
+func startWaiterOn(clk clock, validFrom time.Time, validity time.Duration, renew func(ctx context.Context) error) *Waiter {
+	w := &Waiter{renew: renew, failed: make(chan error, 1), clk: clk}
 	w.sched.validity = validity
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.timer = time.AfterFunc(w.nextLocked(validFrom), w.run)
+	w.timer = clk.AfterFunc(w.nextLocked(validFrom), w.run)
 	return w
 }
 
@@ -74,7 +80,7 @@ func (w *Waiter) Stop() error {
 // returns the time until the next renewal. w.mu must be held.
 func (w *Waiter) nextLocked(sent time.Time) time.Duration {
 	w.sched.deadline = w.sched.deadlineFrom(sent)
-	return time.Until(w.sched.nextRenewal(sent))
+	return w.sched.nextRenewal(sent).Sub(w.clk.Now())
 }
 
 // run renews once, in the timer's goroutine, and sets the timer again.
@@ -84,13 +90,13 @@ func (w *Waiter) run() {
 		w.mu.Unlock()
 		return
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), later(w.sched.deadline, time.Now().Add(w.sched.renewInterval())))
+	ctx, cancel := context.WithDeadline(context.Background(), later(w.sched.deadline, w.clk.Now().Add(w.sched.renewInterval())))
 	running := make(chan struct{})
 	defer close(running)
 	w.cancel, w.running = cancel, running
 	w.mu.Unlock()
 
-	sent := time.Now()
+	sent := w.clk.Now()
 	err := w.renew(ctx)
 	overdue := err != nil && ctx.Err() != nil && !errors.Is(err, driver.ErrNotHeld)
 	cancel()

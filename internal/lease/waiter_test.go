@@ -49,19 +49,30 @@ func nextCall(t *testing.T, calls <-chan renewCall) renewCall {
 	panic("unreachable")
 }
 
+// On a fake clock: each renewal is sent a third of the validity after the
+// last one was sent, not a moment earlier.
 func TestWaiter_renewsAThirdOfTheValidityAfterEachRenewal(t *testing.T) {
 	const validity = 300 * time.Millisecond
+	clk := newFakeClock()
 	renew, calls := scriptedRenew()
-	from := time.Now()
-	w := StartWaiter(from, validity, renew)
+	w := startWaiterOn(clk, clk.Now(), validity, renew)
 	defer w.Stop()
-	for range 3 {
-		c := nextCall(t, calls)
-		if c.start.Before(from.Add(validity / 3)) {
-			t.Fatalf("renewed %v after the last one, want a third of %v", c.start.Sub(from), validity)
+	for i := range 3 {
+		// The timer runs the renewal on Advance's goroutine, where the
+		// scripted renewal waits for its reply.
+		early := make(chan struct{})
+		go func() { clk.Advance(validity/3 - time.Millisecond); close(early) }()
+		select {
+		case <-early:
+		case c := <-calls: // the Advance cannot end before this renewal does
+			c.reply <- nil
+			<-early
+			t.Fatalf("renewal %d sent %v after the last one, before a third of %v", i+1, validity/3-time.Millisecond, validity)
 		}
-		from = time.Now() // before the reply: the next renewal counts from no earlier
-		c.reply <- nil
+		advanced := make(chan struct{})
+		go func() { clk.Advance(time.Millisecond); close(advanced) }()
+		nextCall(t, calls).reply <- nil
+		<-advanced
 	}
 	if err := w.Stop(); err != nil {
 		t.Fatalf("Stop = %v, want nil", err)
