@@ -87,4 +87,13 @@ done
 # against dlockprom's metrics.
 patterns+=(./bench/dashboard/...)
 echo "test.sh: go test -race"
-go test -race -count=1 -timeout 30m "$@" "${patterns[@]}"
+if ! go test -race -count=1 -timeout 30m "$@" "${patterns[@]}" 2>&1 | tee "$work/gotest.log"; then
+  # go-zookeeper v1.0.4 (the newest) has one known data race on reconnect
+  # (internal/testing/zkrace). A test failed by it alone, and by nothing
+  # else, runs again and must pass; any other failure fails here.
+  reruns=$(go run ./internal/testing/zkrace/racerecheck <"$work/gotest.log") || exit 1
+  while IFS=$'\t' read -r pkg run; do
+    echo "test.sh: only go-zookeeper's known race failed these; again: go test -race -run '$run' $pkg"
+    go test -race -count=1 -timeout 30m "$@" -run "$run" "$pkg"
+  done <<<"$reruns"
+fi

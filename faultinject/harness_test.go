@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/faultinject"
+	"github.com/dlockdev/dlock/internal/testing/zkrace"
 )
 
 // proc is a holder process.
@@ -116,10 +117,10 @@ func launch(t *testing.T, name string, cmd *exec.Cmd, beforeDeliver func(*proc, 
 		stderr := p.stderr.String()
 		p.mu.Unlock()
 		switch {
-		case len(raceReportsBeyondUpstream(stderr)) > 0:
+		case len(zkrace.Others(stderr)) > 0:
 			t.Errorf("holder %s: the race detector fired:\n%s", p.name, stderr)
 		case strings.Contains(stderr, "DATA RACE"):
-			t.Logf("holder %s: only go-zookeeper's known lastZxid race fired (upstream; see raceReportsBeyondUpstream)", p.name)
+			t.Logf("holder %s: only go-zookeeper's known lastZxid race fired (upstream; see package zkrace)", p.name)
 		case stderr != "" && t.Failed():
 			t.Logf("holder %s stderr:\n%s", p.name, stderr)
 		}
@@ -357,7 +358,7 @@ func (p *proc) closeEv(quick bool) faultinject.Event {
 		p.t.Fatalf("holder %s did not exit after close", p.name)
 	}
 	code := p.cmd.ProcessState.ExitCode()
-	if code == raceExitCode && len(raceReportsBeyondUpstream(p.stderrText())) == 0 {
+	if code == raceExitCode && len(zkrace.Others(p.stderrText())) == 0 {
 		code = 0 // only the upstream race, which the cleanup logs
 	}
 	if code != 0 {
