@@ -52,6 +52,12 @@ func (a *attempt) queue(ctx context.Context) error {
 		l, err := d.listQueue(ctx, a.keyPath, a.callTimeout())
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
+			// No key node: make it now, not after a create that fails
+			// for want of it (a failed multi is a write of the server's
+			// log too).
+			if err := a.ensureKeyNode(ctx); err != nil {
+				return a.retry(ctx, "create the key node", err)
+			}
 			a.pre = &preview{noNode: true}
 		case err != nil:
 			return a.retry(ctx, "list the queue", err)
