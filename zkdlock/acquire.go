@@ -128,6 +128,9 @@ type attempt struct {
 	ownChild bool
 	// notify: the grant must write its grant notice (see take).
 	notify bool
+	// last: the grant's listing showed no node behind ours, so its
+	// release may be a plain delete (see take).
+	last bool
 
 	// pre is the pre-listing of stepQueue, kept until the create answers.
 	pre *preview
@@ -278,8 +281,17 @@ func (a *attempt) place(ctx context.Context) (*grant, error) {
 // or the first waiter itself. The grant writes the notice after it
 // returns (grant.writeNotice), off the hand-off path: see there why that
 // is safe.
+//
+// A lock granted with no node behind ours in the listing releases with a
+// plain delete (see grant.remove): a node that joins later is created
+// after the state the listing showed, in which ours headed the queue and
+// nothing could join ahead of it, so the listing of that node, made after
+// its create, shows ours at its head, and the deletion of the head of its
+// listing grants it without another request as the release's data change
+// would.
 func (a *attempt) take(ctx context.Context, q []lockNode, mine int, notify bool) (*grant, error) {
 	a.notify = notify && mine < len(q)-1
+	a.last = a.req.Kind == driver.KindLock && mine == len(q)-1
 	if a.own == nil {
 		// Our node's watch, for the lease: the node exists (watchOwn
 		// says when not) and stays granted until it goes.
@@ -322,7 +334,7 @@ func (a *attempt) locked(q []lockNode, mine int) error {
 // forget drops what the attempt knew of its node: run queues again.
 func (a *attempt) forget() {
 	a.node, a.own, a.ownChild, a.sid, a.czxid = nodeNone, nil, false, 0, 0
-	a.notify, a.wantChild = false, false
+	a.notify, a.wantChild, a.last = false, false, false
 	a.step = stepQueue
 }
 
