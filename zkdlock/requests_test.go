@@ -22,7 +22,7 @@ const longSession = 30 * time.Second
 // TestLock_uncontendedCycle_threeRequests: acquiring and releasing a free
 // key costs three requests — the create (a multi that also returns the
 // creation zxid), the listing (which sets the lease's watch), the release
-// (a multi: setData and delete of the lock node) —
+// (a plain delete: nobody was behind the node at its grant) —
 // once the Client has seen the key free; the first cycle on a key sets an
 // exists watch on its node instead, one request more.
 func TestLock_uncontendedCycle_threeRequests(t *testing.T) {
