@@ -103,6 +103,13 @@ type attempt struct {
 	// createPath is the path of this attempt's node as created, before
 	// the server appends the sequence number: "<keyPath>/<tag>-<owner>-".
 	createPath string
+	// createReq, markReq and createOps are the create's multi (see
+	// create), made with the attempt's first create and never written
+	// after: a create given up on may still be in go-zookeeper's hands
+	// when the next one is sent.
+	createReq zk.CreateRequest
+	markReq   zk.SetDataRequest
+	createOps [2]any
 
 	step step
 

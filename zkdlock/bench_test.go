@@ -56,11 +56,11 @@ func BenchmarkUncontended(b *testing.B) {
 
 // maxCycleAllocs bounds the allocations of an uncontended Lock+Unlock on
 // zkdlock, everything in the process counted (go-zookeeper's reader
-// included): 106 measured, of which about 65 are go-zookeeper's for the
+// included): 103 measured, of which about 65 are go-zookeeper's for the
 // cycle's requests (its Multi codec, which the create needs for the
 // fencing token, is reflective), and about 25 the root package's and the
 // lease engine's.
-const maxCycleAllocs = 109
+const maxCycleAllocs = 106
 
 // TestLock_uncontendedCycle_allocations pins the client's allocations per
 // uncontended cycle (BenchmarkUncontended measures them beside
