@@ -104,6 +104,13 @@ type attempt struct {
 	// createPath is the path of this attempt's node as created, before
 	// the server appends the sequence number: "<keyPath>/<tag>-<owner>-".
 	createPath string
+	// createReq, markReq and createOps are the create's multi (see
+	// create), made with the attempt's first create and never written
+	// after: a create given up on may still be in go-zookeeper's hands
+	// when the next one is sent.
+	createReq zk.CreateRequest
+	markReq   zk.SetDataRequest
+	createOps [2]any
 
 	step step
 
@@ -129,6 +136,9 @@ type attempt struct {
 	ownChild bool
 	// notify: the grant must write its grant notice (see take).
 	notify bool
+	// last: the grant's listing showed no node behind ours, so its
+	// release may be a plain delete (see take).
+	last bool
 
 	// pre is the pre-listing of stepQueue, kept until the create answers.
 	pre *preview
@@ -285,8 +295,17 @@ func (a *attempt) place(ctx context.Context) (*grant, error) {
 // granted without a listing always writes it: see grantHeld.) The grant writes the notice after it
 // returns (grant.writeNotice), off the hand-off path: see there why that
 // is safe.
+//
+// A lock granted with no node behind ours in the listing releases with a
+// plain delete (see grant.remove): a node that joins later is created
+// after the state the listing showed, in which ours headed the queue and
+// nothing could join ahead of it, so the listing of that node, made after
+// its create, shows ours at its head, and the deletion of the head of its
+// listing grants it without another request as the release's data change
+// would.
 func (a *attempt) take(ctx context.Context, q []lockNode, mine int, notify bool) (*grant, error) {
 	a.notify = notify && mine < len(q)-1
+	a.last = a.req.Kind == driver.KindLock && mine == len(q)-1
 	if a.own == nil {
 		// Our node's watch, for the lease: the node exists (watchOwn
 		// says when not) and stays granted until it goes.
@@ -329,7 +348,7 @@ func (a *attempt) locked(q []lockNode, mine int) error {
 // forget drops what the attempt knew of its node: run queues again.
 func (a *attempt) forget() {
 	a.node, a.own, a.ownChild, a.sid, a.czxid = nodeNone, nil, false, 0, 0
-	a.notify, a.ahead, a.held = false, a.ahead[:0], nil
+	a.notify, a.ahead, a.held, a.last = false, a.ahead[:0], nil, false
 	a.step = stepQueue
 }
 

@@ -1,6 +1,10 @@
 package zkdlock_test
 
 import (
+	"context"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/dlockdev/dlock/internal/testing/testserver"
@@ -52,10 +56,11 @@ func BenchmarkUncontended(b *testing.B) {
 
 // maxCycleAllocs bounds the allocations of an uncontended Lock+Unlock on
 // zkdlock, everything in the process counted (go-zookeeper's reader
-// included): 143 measured, of which about 90 are go-zookeeper's for the
-// cycle's requests (its Multi codec is reflective: a create and a delete
-// alone cost 40), and about 25 the root package's and the lease engine's.
-const maxCycleAllocs = 146
+// included): 103 measured, of which about 65 are go-zookeeper's for the
+// cycle's requests (its Multi codec, which the create needs for the
+// fencing token, is reflective), and about 25 the root package's and the
+// lease engine's.
+const maxCycleAllocs = 106
 
 // TestLock_uncontendedCycle_allocations pins the client's allocations per
 // uncontended cycle (BenchmarkUncontended measures them beside
@@ -83,4 +88,64 @@ func TestLock_uncontendedCycle_allocations(t *testing.T) {
 	if n > maxCycleAllocs {
 		t.Errorf("%.0f allocations per uncontended Lock+Unlock, want at most %d", n, maxCycleAllocs)
 	}
+}
+
+// BenchmarkDistinctKeys is the bench module's keys section in small: one
+// Client, 16 goroutines, each locking and releasing keys nobody locked
+// before (so each has no key node yet), the common case of a lock per
+// order id or per user. Besides time and allocations it reports the
+// server's count of requests and of transactions (the zxids used: every
+// write, a failed one included, and the reaps of empty key nodes that
+// happened within the run) per key.
+//
+//	go -C zkdlock test -run '^$' -bench DistinctKeys -benchmem .
+func BenchmarkDistinctKeys(b *testing.B) {
+	ctx := testCtx(b)
+	srv := testserver.SharedZooKeeper(b)
+	c := newClient(b, ctx, dialZK(b, ctx, srv.Addr(), connOpts{timeout: longSession}),
+		zkdlock.Options{Root: testRoot(b), SessionTimeout: longSession})
+	var next atomic.Int64
+	b.SetParallelism(8) // 16 goroutines on 2 CPUs
+	b.ReportAllocs()
+	packets0, zxid0 := serverCounts(b, ctx, srv)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			l, err := c.Lock(ctx, "k"+strconv.FormatInt(next.Add(1), 10))
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	packets, zxid := serverCounts(b, ctx, srv)
+	b.ReportMetric(float64(packets-packets0)/float64(b.N), "requests/op")
+	b.ReportMetric(float64(zxid-zxid0)/float64(b.N), "txns/op")
+}
+
+// serverCounts returns the packets the server received (its pings
+// included) and its last zxid, from the four-letter word srvr.
+func serverCounts(b *testing.B, ctx context.Context, srv *testserver.ZooKeeper) (packets, zxid int64) {
+	b.Helper()
+	out, err := srv.FourLetterWord(ctx, "srvr")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		k, v, _ := strings.Cut(line, ": ")
+		switch k {
+		case "Received":
+			packets, err = strconv.ParseInt(v, 10, 64)
+		case "Zxid":
+			zxid, err = strconv.ParseInt(v, 0, 64)
+		}
+		if err != nil {
+			b.Fatalf("srvr: %q: %v", line, err)
+		}
+	}
+	return packets, zxid
 }

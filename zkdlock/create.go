@@ -52,6 +52,12 @@ func (a *attempt) queue(ctx context.Context) error {
 		l, err := d.listQueue(ctx, a.keyPath, a.callTimeout())
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
+			// No key node: make it now, not after a create that fails
+			// for want of it (a failed multi is a write of the server's
+			// log too).
+			if err := a.ensureKeyNode(ctx); err != nil {
+				return a.retry(ctx, "create the key node", err)
+			}
 			a.pre = &preview{noNode: true}
 		case err != nil:
 			return a.retry(ctx, "list the queue", err)
@@ -128,12 +134,15 @@ func (a *attempt) create(ctx context.Context) (*zk.Stat, error) {
 	sid := d.conn.SessionID()
 	a.created++
 	sent := time.Now()
-	// create -e -s: ZooKeeper appends the sequence number to the name.
+	if a.createOps[0] == nil {
+		// create -e -s: ZooKeeper appends the sequence number to the name.
+		a.createReq = zk.CreateRequest{Path: a.createPath, Data: a.req.Metadata, Acl: d.acl, Flags: zk.FlagEphemeralSequential}
+		a.markReq = zk.SetDataRequest{Path: a.keyPath, Data: nil, Version: -1}
+		a.createOps = [2]any{&a.createReq, &a.markReq}
+	}
+	ops := a.createOps[:]
 	rs, err := call(ctx, &a.creates, a.callTimeout(), func() ([]zk.MultiResponse, error) {
-		return d.conn.Multi(
-			&zk.CreateRequest{Path: a.createPath, Data: a.req.Metadata, Acl: d.acl, Flags: zk.FlagEphemeralSequential},
-			&zk.SetDataRequest{Path: a.keyPath, Data: nil, Version: -1},
-		)
+		return d.conn.Multi(ops...)
 	})
 	if err == nil && (len(rs) != 2 || rs[0].Error != nil || rs[1].Error != nil || rs[1].Stat == nil) {
 		err = fmt.Errorf("unexpected reply to a multi: %+v", rs)

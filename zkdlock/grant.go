@@ -57,6 +57,10 @@ type grant struct {
 	// publishes: the grant may write its node while held (an election's
 	// leader, see Publish and rule.go's publishes).
 	publishes bool
+	// last: a lock granted with no node behind its own in the listing,
+	// which its release removes with a plain delete (see
+	// attempt.take and remove).
+	last bool
 	// noticed is closed once the grant notice of a semaphore's entry (see
 	// writeNotice) has landed or will never be written; nil when the
 	// grant writes none.
@@ -80,8 +84,9 @@ type grant struct {
 
 // newGrant makes the grant of the node at path, unwritten since its
 // create, and starts following watch, the node's lost-lease watch. With
-// notify, the grant then writes its grant notice, data (see writeNotice).
-func newGrant(d *zkDriver, key, path string, sid, czxid int64, publishes, notify bool, data []byte, validFrom time.Time, watch <-chan zk.Event) *grant {
+// notify, the grant then writes its grant notice, data (see writeNotice);
+// with last, it releases with a plain delete (see attempt.take).
+func newGrant(d *zkDriver, key, path string, sid, czxid int64, publishes, notify, last bool, data []byte, validFrom time.Time, watch <-chan zk.Event) *grant {
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &grant{
 		d:         d,
@@ -90,6 +95,7 @@ func newGrant(d *zkDriver, key, path string, sid, czxid int64, publishes, notify
 		sid:       sid,
 		token:     uint64(czxid),
 		publishes: publishes,
+		last:      last,
 		validFrom: validFrom,
 		validity:  d.timeout(),
 		lost:      make(chan error, 1),

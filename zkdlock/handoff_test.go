@@ -253,22 +253,27 @@ func TestLease_lockNodeWritten_lost(t *testing.T) {
 // TestRelease_withoutWritePermission_deletes: when the lock node's ACL
 // (Options.ACL) does not let its owner write to it, the release's multi
 // fails as a whole, and a plain delete releases the key; the waiter behind,
-// second in line, still takes it without a request.
+// which listed the holder behind another node, lists once more and takes
+// the key.
 func TestRelease_withoutWritePermission_deletes(t *testing.T) {
 	ctx := testCtx(t)
 	srv := testserver.SharedZooKeeper(t)
 	admin := dialZK(t, ctx, srv.Addr(), connOpts{})
 	const key = "no-write"
 	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession, ACL: zk.WorldACL(zk.PermAll &^ zk.PermWrite)}
-	hh := &hookConn{Conn: dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession})}
-	holder := newClient(t, ctx, hh, opts)
+	first := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
 	// The key node lets everybody write to it (the create's multi sets its
 	// data); the lock nodes do not.
 	if _, err := admin.Create(zkdlock.KeyPathForTest(opts.Root, key), nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatal(err)
 	}
-	lh := mustLock(t, ctx, holder, key)
-	hook, w := queueWatching(t, ctx, srv.Addr(), opts, holder, key, 1)
+	// The holder is granted by a hand-off, with a waiter queued behind it
+	// already: its release is the multi, which the waiter needs.
+	l0 := mustLock(t, ctx, first, key)
+	hh, h := queueWatching(t, ctx, srv.Addr(), opts, first, key, 1)
+	hook, w := queueWatching(t, ctx, srv.Addr(), opts, first, key, 2)
+	mustUnlock(t, ctx, l0)
+	lh := h.lease(t, ctx, "the holder after the first release")
 	before, hb := hook.requests.Load(), hh.requests.Load()
 	if err := lh.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock without write permission: %v", err)
@@ -277,10 +282,43 @@ func TestRelease_withoutWritePermission_deletes(t *testing.T) {
 		t.Errorf("the release took %d requests, want 2 (the refused multi, the delete)", d)
 	}
 	lw := w.lease(t, ctx, "the waiter after the release")
+	if d := hook.requests.Load() - before; d != 1 {
+		t.Errorf("the waiter sent %d requests between the release and its grant, want 1 (a listing)", d)
+	}
+	mustUnlock(t, ctx, lw)
+}
+
+// TestRelease_grantedAlone_plainDelete: a lock granted with nobody behind
+// it in its listing releases with a plain delete, one request, and the
+// waiter that queued behind it after the grant, which listed it at the
+// head, takes the key without a request.
+func TestRelease_grantedAlone_plainDelete(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
+	hh := &hookConn{Conn: dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession})}
+	holder := newClient(t, ctx, hh, opts)
+	const key = "alone"
+	lh := mustLock(t, ctx, holder, key)
+	hook, w := queueWatching(t, ctx, srv.Addr(), opts, holder, key, 1)
+	before, hb, hd := hook.requests.Load(), hh.requests.Load(), hh.deletes.Load()
+	mustUnlock(t, ctx, lh)
+	if d, dd := hh.requests.Load()-hb, hh.deletes.Load()-hd; d != 1 || dd != 1 {
+		t.Errorf("the release took %d requests, %d of them plain deletes, want 1 delete", d, dd)
+	}
+	lw := w.lease(t, ctx, "the waiter after the release")
 	if d := hook.requests.Load() - before; d != 0 {
 		t.Errorf("the waiter sent %d requests between the release and its grant, want 0", d)
 	}
+	if lw.Token() <= lh.Token() {
+		t.Errorf("token %d after %d", lw.Token(), lh.Token())
+	}
+	// The waiter was granted by a hand-off: its own release is the multi.
+	hd = hook.deletes.Load()
 	mustUnlock(t, ctx, lw)
+	if d := hook.deletes.Load() - hd; d != 0 {
+		t.Errorf("a hand-off's release sent %d plain deletes, want the multi", d)
+	}
 }
 
 // TestLock_waiterReconnects_noFalseRelease: go-zookeeper sets a waiter's

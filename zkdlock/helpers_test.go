@@ -195,9 +195,11 @@ type hookConn struct {
 	requests atomic.Int64 // every request sent, of any kind
 	syncs    atomic.Int64 // sync calls
 	checks   atomic.Int64 // getData calls on /zookeeper/config: standalone checks
-	// containers counts createContainer calls: each follows a create that
-	// failed because the server had reaped the empty key node.
+	// containers counts createContainer calls: each follows a listing or
+	// a create that found no key node (never made, or reaped empty).
 	containers atomic.Int64
+	// deletes counts plain deletes.
+	deletes atomic.Int64
 
 	// dropCreateReplies makes that many creates succeed on the server and
 	// then fail with zk.ErrConnectionClosed, as when the connection breaks
@@ -222,6 +224,9 @@ type hookConn struct {
 	// after it returned, before its caller sees the result.
 	beforeMulti atomic.Pointer[func(ops []any)]
 	afterMulti  atomic.Pointer[func(ops []any, err error)]
+	// beforeDelete and afterDelete, the same for every plain delete.
+	beforeDelete atomic.Pointer[func(path string)]
+	afterDelete  atomic.Pointer[func(path string, err error)]
 }
 
 func (h *hookConn) Children(path string) ([]string, *zk.Stat, error) {
@@ -280,8 +285,15 @@ func (h *hookConn) CreateContainer(path string, data []byte, flags int32, acl []
 	return h.Conn.CreateContainer(path, data, flags, acl)
 }
 
-func (h *hookConn) Delete(path string, version int32) error {
+func (h *hookConn) Delete(path string, version int32) (err error) {
 	h.requests.Add(1)
+	h.deletes.Add(1)
+	if f := h.beforeDelete.Load(); f != nil {
+		(*f)(path)
+	}
+	if f := h.afterDelete.Load(); f != nil {
+		defer func() { (*f)(path, err) }()
+	}
 	return h.Conn.Delete(path, version)
 }
 

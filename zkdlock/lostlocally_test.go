@@ -152,6 +152,8 @@ func TestLease_lostLocally_nodeWrittenSinceStays(t *testing.T) {
 	l := mustLock(t, ctx, a, "k")
 	keyPath := zkdlock.KeyPathForTest(opts.Root, "k")
 	node := keyPath + "/" + children(t, admin, keyPath)[0]
+	// The release: the multi (setData, delete), or, for a lock granted
+	// with nobody behind it, a plain delete at the same version.
 	release := func(ops []any) bool {
 		sd, ok := ops[0].(*zk.SetDataRequest)
 		return ok && len(ops) == 2 && sd.Path == node
@@ -159,21 +161,37 @@ func TestLease_lostLocally_nodeWrittenSinceStays(t *testing.T) {
 	tried := make(chan struct{})
 	var once sync.Once
 	answered := make(chan error, 100)
-	before := func(ops []any) {
-		if release(ops) {
-			once.Do(func() { close(tried) })
+	sent := func() { once.Do(func() { close(tried) }) }
+	got := func(err error) {
+		select {
+		case answered <- err:
+		default:
 		}
 	}
-	after := func(ops []any, err error) {
+	beforeMulti := func(ops []any) {
 		if release(ops) {
-			select {
-			case answered <- err:
-			default:
-			}
+			sent()
 		}
 	}
-	hook.beforeMulti.Store(&before)
-	hook.afterMulti.Store(&after)
+	afterMulti := func(ops []any, err error) {
+		if release(ops) {
+			got(err)
+		}
+	}
+	beforeDelete := func(path string) {
+		if path == node {
+			sent()
+		}
+	}
+	afterDelete := func(path string, err error) {
+		if path == node {
+			got(err)
+		}
+	}
+	hook.beforeMulti.Store(&beforeMulti)
+	hook.afterMulti.Store(&afterMulti)
+	hook.beforeDelete.Store(&beforeDelete)
+	hook.afterDelete.Store(&afterDelete)
 
 	proxy.Blackhole()
 	waitDone(t, ctx, l, "its connection was cut off")

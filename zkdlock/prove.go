@@ -60,7 +60,7 @@ func (a *attempt) grantFrom(ctx context.Context, validFrom time.Time) (*grant, e
 		d.noteAlive(sid, sent)
 		validFrom = sent
 	}
-	return newGrant(d, a.req.Key, a.keyPath+"/"+a.me.name, sid, a.czxid, publishes(a.label), a.notify, a.req.Metadata, validFrom, a.own), nil
+	return newGrant(d, a.req.Key, a.keyPath+"/"+a.me.name, sid, a.czxid, publishes(a.label), a.notify, a.last, a.req.Metadata, validFrom, a.own), nil
 }
 
 // proveHeard makes sure, before a grant, that the leader is known to have
@@ -143,5 +143,6 @@ func (a *attempt) handOff(ctx context.Context) (*grant, error) {
 	if a.d.conn.SessionID() != a.sid {
 		return nil, nil
 	}
+	a.last = false // waiters may have listed behind ours before its grant
 	return a.grantFrom(ctx, time.Time{})
 }

@@ -20,7 +20,10 @@ import (
 // that its predecessor was the holder and that the key is its own now,
 // without listing the queue again; a plain delete (a waiter giving up, an
 // expired session, an operator) says nothing of the kind, and the waiter
-// looks. See attempt.waitFor.
+// looks, unless the deleted node headed its listing. See attempt.waitFor.
+// A lock whose grant's listing showed no node behind its own is released
+// with a plain delete: any waiter behind it listed it at the head (see
+// attempt.take), so the mark would tell it nothing more.
 //
 // The node's name carries this grant's owner, so the release can never
 // remove anybody else's node, even when retried: a retry after a lost reply
@@ -51,23 +54,27 @@ func (g *grant) Release(ctx context.Context) error {
 	return d.wrapErr("delete lock node "+g.nodeName(), err)
 }
 
-// remove sends the release transaction, on the node at data version
-// version (-1: any). A multi is all or nothing, so when it fails nothing
-// was written: if the node is gone, ErrNoNode; if its version is not
-// version, ErrBadVersion; if the node's ACL (Options.ACL) does not let us
-// write to it, a plain delete, which only costs the waiter behind a
-// listing.
+// remove releases the node at data version version (-1: any): with the
+// release transaction, or with a plain delete when no waiter needs the
+// transaction's mark (last: see attempt.take). A multi is all or nothing,
+// so when it fails nothing was written: if the node is gone, ErrNoNode; if
+// its version is not version, ErrBadVersion; if the node's ACL
+// (Options.ACL) does not let us write to it, a plain delete, which only
+// costs the waiter behind a listing.
 func (g *grant) remove(ctx context.Context, version int32) error {
 	d := g.d
 	sent := time.Now()
-	err := call0(ctx, nil, g.validity, func() error {
-		_, err := d.conn.Multi(
-			&zk.SetDataRequest{Path: g.path, Data: nil, Version: version},
-			&zk.DeleteRequest{Path: g.path, Version: -1},
-		)
-		return err
-	})
-	if errors.Is(err, zk.ErrNoAuth) {
+	var err error
+	if !g.last {
+		err = call0(ctx, nil, g.validity, func() error {
+			_, err := d.conn.Multi(
+				&zk.SetDataRequest{Path: g.path, Data: nil, Version: version},
+				&zk.DeleteRequest{Path: g.path, Version: -1},
+			)
+			return err
+		})
+	}
+	if g.last || errors.Is(err, zk.ErrNoAuth) {
 		sent = time.Now()
 		err = call0(ctx, nil, g.validity, func() error { return d.conn.Delete(g.path, version) })
 	}

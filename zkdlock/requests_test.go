@@ -22,7 +22,7 @@ const longSession = 30 * time.Second
 // TestLock_uncontendedCycle_threeRequests: acquiring and releasing a free
 // key costs three requests — the create (a multi that also returns the
 // creation zxid), the listing (which sets the lease's watch), the release
-// (a multi: setData and delete of the lock node) —
+// (a plain delete: nobody was behind the node at its grant) —
 // once the Client has seen the key free; the first cycle on a key sets an
 // exists watch on its node instead, one request more.
 func TestLock_uncontendedCycle_threeRequests(t *testing.T) {
@@ -67,6 +67,27 @@ func TestLock_uncontendedCycle_threeRequests(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLock_newKey_fiveRequests: locking and releasing a key that has no
+// key node yet (the common case of many distinct keys) costs five requests
+// — the listing that finds no key node, its createContainer, the create,
+// the exists watch on our node, the release — with no create sent before
+// the key node exists.
+func TestLock_newKey_fiveRequests(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
+	hook := &hookConn{Conn: dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession})}
+	c := newClient(t, ctx, hook, opts)
+	for i := range 10 {
+		before, containers := hook.requests.Load(), hook.containers.Load()
+		l := mustLock(t, ctx, c, fmt.Sprintf("new-%d", i))
+		mustUnlock(t, ctx, l)
+		if n, k := hook.requests.Load()-before, hook.containers.Load()-containers; n != 5 || k != 1 {
+			t.Errorf("key %d: %d requests, %d of them createContainer, want 5 and 1 (list, createContainer, create, watch, release)", i, n, k)
+		}
 	}
 }
 
