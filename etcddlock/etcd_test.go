@@ -305,7 +305,7 @@ func TestLock_lostCreateReply(t *testing.T) {
 			key := "lost-reply/" + t.Name()
 			c := newCounter()
 			client := c.client(t, ctx, srv.Addr(), longTTL)
-			c.dropNextReply(isPutTxn)
+			c.dropNextReply(putApplied)
 			lock := lockOrTryLock(client, wait)
 			l, err := lock(ctx, key)
 			if err != nil {
@@ -340,7 +340,7 @@ func TestLock_lostCreateReplyWhileQueued(t *testing.T) {
 	}
 	c := newCounter()
 	waiter := c.client(t, ctx, srv.Addr(), longTTL)
-	c.dropNextReply(isPutTxn)
+	c.dropNextReply(putApplied)
 	got := goLockUnlock(ctx, waiter, key)
 	waitWaiters(t, ctx, holder, key, 1)
 	c.waitCreated(t, ctx, 2)

@@ -33,7 +33,7 @@ func TestShared_lostCreateReply(t *testing.T) {
 			key := "shared-lost-reply/" + t.Name()
 			c := newCounter()
 			client := c.client(t, ctx, srv.Addr(), longTTL)
-			c.dropNextReply(isPutTxn)
+			c.dropNextReply(putApplied)
 			l, err := tc.call(client, key)
 			if err != nil {
 				t.Fatal(err)
@@ -93,7 +93,7 @@ func TestShared_lostCreateReplyWhileQueued(t *testing.T) {
 			}
 			c := newCounter()
 			waiter := c.client(t, ctx, srv.Addr(), longTTL)
-			c.dropNextReply(isPutTxn)
+			c.dropNextReply(putApplied)
 			got := goAcquire(ctx, waiter, tc.waiter(key))
 			waitWaiters(t, ctx, holder, key, len(queued)+1)
 			c.waitSent(t, ctx, "dropped", 1)

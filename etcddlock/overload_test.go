@@ -207,7 +207,7 @@ func TestUnlock_lostReleaseReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.take()
-	c.dropNextReply(func(txn *pb.TxnRequest) bool {
+	c.dropNextReply(func(txn *pb.TxnRequest, _ *pb.TxnResponse) bool {
 		return len(txn.Success) > 0 && txn.Success[0].GetRequestDeleteRange() != nil // the release
 	})
 	if err := l.Unlock(ctx); err != nil {

@@ -255,7 +255,7 @@ func TestSharedLease_lostJoinCancelled_noOrphan(t *testing.T) {
 			}
 			retry := make(chan struct{})
 			c.mu.Lock()
-			c.dropNext, c.holdRetry = isPutTxn, retry
+			c.dropNext, c.holdRetry = putApplied, retry
 			c.mu.Unlock()
 			lctx, cancel := context.WithCancel(ctx)
 			got := make(chan error, 1)
