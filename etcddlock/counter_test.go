@@ -47,7 +47,8 @@ type counter struct {
 	holdTxn                 func(*pb.TxnRequest) bool
 	holdTxnRelease, txnHeld chan struct{}
 
-	watched []string // the keys of the watches created, in order
+	watched  []string // the keys of the watches created, in order
+	txnSizes []int    // the encoded size of each Txn sent, in order
 
 	// refuse[m] is how many more calls of gRPC method m to answer with
 	// refuseErr without sending them, as a server refusing them would.
@@ -70,6 +71,16 @@ func (c *counter) watchedKeys() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.watched)
+}
+
+// takeTxnSizes returns the encoded sizes of the Txns sent since the last
+// call, in order.
+func (c *counter) takeTxnSizes() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sizes := c.txnSizes
+	c.txnSizes = nil
+	return sizes
 }
 
 // holdNextRead holds the next read of a queue until release is closed,
@@ -324,6 +335,7 @@ func (c *counter) unary(ctx context.Context, method string, req, reply any, cc *
 	txn, isTxn := req.(*pb.TxnRequest)
 	if isTxn {
 		c.mu.Lock()
+		c.txnSizes = append(c.txnSizes, proto.Size(txn))
 		held := c.held
 		c.held = nil
 		var release, txnHeld chan struct{}

@@ -81,6 +81,27 @@ func (a *attempt) enqueue(ctx context.Context, behindTail bool) (txnReply, error
 	return a.commit(ctx, a.absent(), then...)
 }
 
+// takeFree sends the small Txn of a join or try of a key that this Client
+// did not see busy lately (busy.go): if our entry does not exist, the
+// guard is as last seen, and the queue has no key, our entry alone. It
+// reports whether it created our entry, or found it (an earlier request of
+// this call, whose reply was lost), and goes on from there; else it marks
+// the key busy, and the full Txn follows.
+func (a *attempt) takeFree(ctx context.Context) (txnReply, bool, error) {
+	if a.d.busy.busy(a.dir) {
+		return txnReply{}, false, nil
+	}
+	// The queue has no key: not even a release marker (a queue of markers
+	// alone takes the full Txn).
+	noKey := prefixed(cmpCreate(a.dir, pb.Compare_EQUAL, 0))
+	r, err := a.commit(ctx, a.absent(noKey), a.putAlone()...)
+	if err != nil || r.put || r.ours != nil {
+		return r, true, err
+	}
+	a.d.busy.saw(a.dir)
+	return txnReply{}, false, nil
+}
+
 // txnReply is the reply of a Txn on our entry, decoded once.
 type txnReply struct {
 	rev    int64
@@ -190,7 +211,13 @@ func (r *txnReply) decode(ops []*pb.ResponseOp, tail string) {
 // our kind with one key read, not a sorted read of the queue, which would
 // cost etcd a walk of every entry at every join (docs/etcd.md, Lock 2).
 func (a *attempt) join(ctx context.Context) error {
-	r, err := a.enqueue(ctx, true)
+	r, done, err := a.takeFree(ctx)
+	if !done && err == nil {
+		r, err = a.enqueue(ctx, true)
+		if err == nil && !(r.put && r.tail == nil && r.newest == nil) {
+			a.d.busy.saw(a.dir) // not into an empty queue
+		}
+	}
 	switch {
 	case err != nil:
 		return err

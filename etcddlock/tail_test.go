@@ -178,3 +178,71 @@ func TestLock_behindNoTail_otherJoinedBetween_waitsForIt(t *testing.T) {
 	}
 	checkNothingStored(t, ctx, admin, key)
 }
+
+// A Lock of a key its Client has not seen busy takes it with a small Txn:
+// etcd keeps every request in memory until its next snapshot, and the
+// join that serves every state of a queue is five times larger. A key
+// seen busy is joined with the full Txn at once: a contended key costs no
+// extra request.
+func TestLock_freeKey_smallTxn_busyKey_oneJoin(t *testing.T) {
+	srv := testserver.SharedEtcd(t)
+	ctx := testCtx(t)
+	key := "free-small/" + t.Name()
+	c := newCounter()
+	client := c.client(t, ctx, srv.Addr(), longTTL)
+	l, err := client.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.take()
+	c.takeTxnSizes()
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l, err = client.Lock(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	sent, _ := c.take()
+	sizes := c.takeTxnSizes()
+	if want := map[string]int{"/etcdserverpb.KV/Txn": 2}; !sameCounts(sent, want) {
+		t.Errorf("a cycle of a free key sent %v, want %v", sent, want)
+	}
+
+	// Busy: another Client waits while this one holds, and queues behind
+	// it; then, its Lock granted and released, it queues again behind
+	// this one.
+	other := newCounter()
+	oc := other.client(t, ctx, srv.Addr(), longTTL)
+	got := goLock(ctx, oc, key)
+	waitWaiters(t, ctx, client, key, 1)
+	sent, _ = other.take()
+	joins := other.takeTxnSizes()
+	if sent["/etcdserverpb.KV/Txn"] != 2 || len(joins) != 2 {
+		t.Fatalf("the first waiter of a key its Client had not seen busy sent %v, want 2 Txn: the free key's, then the join", sent)
+	}
+	if len(sizes) != 2 || sizes[1] != joins[0] || 2*sizes[1] > joins[1] {
+		t.Errorf("Txn sizes: %v for a cycle, %v for the first waiter; want the take of a free key (the second of the cycle, the first of the waiter) at most half the full join's", sizes, joins)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := awaitLock(t, ctx, got).Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l, err = client.Lock(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	other.take()
+	got = goLock(ctx, oc, key)
+	waitWaiters(t, ctx, client, key, 1)
+	if sent, _ := other.take(); sent["/etcdserverpb.KV/Txn"] != 1 {
+		t.Errorf("a waiter of a key its Client saw busy sent %v, want 1 Txn: the join", sent)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := awaitLock(t, ctx, got).Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
+}
