@@ -83,10 +83,11 @@ func (a *attempt) enqueue(ctx context.Context, behindTail bool) (txnReply, error
 
 // takeFree sends the small Txn of a join or try of a key that this Client
 // did not see busy lately (busy.go): if our entry does not exist, the
-// guard is as last seen, and the queue has no key, our entry alone. It
-// reports whether it created our entry, or found it (an earlier request of
-// this call, whose reply was lost), and goes on from there; else it marks
-// the key busy, and the full Txn follows.
+// guard is as last seen, and the queue has no key, our entry alone; else
+// nothing, not even a read, to keep the request small. It reports whether
+// it created our entry; else the full Txn follows, which finds our entry
+// if an earlier request of this call created it (its reply lost) and
+// handles a moved guard; a queue that was not empty marks the key busy.
 func (a *attempt) takeFree(ctx context.Context) (txnReply, bool, error) {
 	if a.d.busy.busy(a.dir) {
 		return txnReply{}, false, nil
@@ -94,11 +95,10 @@ func (a *attempt) takeFree(ctx context.Context) (txnReply, bool, error) {
 	// The queue has no key: not even a release marker (a queue of markers
 	// alone takes the full Txn).
 	noKey := prefixed(cmpCreate(a.dir, pb.Compare_EQUAL, 0))
-	r, err := a.commit(ctx, a.absent(noKey), a.putAlone()...)
-	if err != nil || r.put || r.ours != nil {
+	r, err := a.commitElse(ctx, false, a.absent(noKey), a.putAlone()...)
+	if err != nil || r.put {
 		return r, true, err
 	}
-	a.d.busy.saw(a.dir)
 	return txnReply{}, false, nil
 }
 
@@ -123,11 +123,21 @@ const guardMoves = 16
 // attempt dirty. When cmps compare the guard (absent) and only that failed,
 // it sends again with the guard as read.
 func (a *attempt) commit(ctx context.Context, cmps []*pb.Compare, then ...*pb.RequestOp) (txnReply, error) {
+	return a.commitElse(ctx, true, cmps, then...)
+}
+
+// commitElse is commit, with an empty Else unless readBack: a failed Txn
+// then says nothing of why (takeFree's, which the full join follows, and
+// the full join reads our entry and the guard).
+func (a *attempt) commitElse(ctx context.Context, readBack bool, cmps []*pb.Compare, then ...*pb.RequestOp) (txnReply, error) {
 	var resp *pb.TxnResponse
-	guard := slices.IndexFunc(cmps, func(c *pb.Compare) bool { return string(c.Key) == a.l.guard })
-	els := []*pb.RequestOp{opGet(a.key)}
-	if guard >= 0 {
-		els = append(els, a.l.readGuard)
+	guard, els := -1, []*pb.RequestOp(nil)
+	if readBack {
+		guard = slices.IndexFunc(cmps, func(c *pb.Compare) bool { return string(c.Key) == a.l.guard })
+		els = []*pb.RequestOp{opGet(a.key)}
+		if guard >= 0 {
+			els = append(els, a.l.readGuard)
+		}
 	}
 	var err error
 	for round := 0; ; round++ {
@@ -171,8 +181,8 @@ func (a *attempt) commit(ctx context.Context, cmps []*pb.Compare, then ...*pb.Re
 	r := txnReply{rev: resp.Header.Revision}
 	if resp.Succeeded {
 		r.decode(resp.Responses, tailKey(a.dir))
-	} else if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-		r.ours = kvs[0]
+	} else if kvs := resp.Responses; readBack && len(kvs[0].GetResponseRange().Kvs) == 1 {
+		r.ours = kvs[0].GetResponseRange().Kvs[0]
 	}
 	switch {
 	case a.rev != 0:
@@ -215,7 +225,7 @@ func (a *attempt) join(ctx context.Context) error {
 	if !done && err == nil {
 		r, err = a.enqueue(ctx, true)
 		if err == nil && !(r.put && r.tail == nil && r.newest == nil) {
-			a.d.busy.saw(a.dir) // not into an empty queue
+			a.d.busy.saw(a.dir) // not into an empty queue: held or waited for
 		}
 	}
 	switch {

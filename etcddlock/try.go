@@ -29,7 +29,7 @@ func (a *attempt) try(ctx context.Context) error {
 	if r, err = a.enqueue(ctx, false); err != nil || a.took(r) {
 		return err
 	}
-	a.d.busy.saw(a.dir)
+	a.d.busy.saw(a.dir) // held or waited for
 	// Held, or waited for: the tail, or an entry, says the queue's kind.
 	label, _, _, known := parseTail(r.tail.GetValue())
 	if kv := firstEntry(a.dir, r.newest); r.tail == nil || !known {
