@@ -29,9 +29,9 @@ type counter struct {
 	sent     map[string]int
 	created  int // watch-created responses received
 	deletes  []deleteEvent
-	puts     []deleteEvent             // put events received (release markers)
-	dropNext func(*pb.TxnRequest) bool // drop the reply of the next Txn it matches, once
-	dropped  *pb.TxnRequest            // the last Txn whose reply was dropped, for a replay
+	puts     []deleteEvent                              // put events received (release markers)
+	dropNext func(*pb.TxnRequest, *pb.TxnResponse) bool // drop the reply of the next Txn it matches, once
+	dropped  *pb.TxnRequest                             // the last Txn whose reply was dropped, for a replay
 	// holdRetry, if set when a reply is dropped, holds the next Txn (the
 	// retry) until it is closed.
 	holdRetry chan struct{}
@@ -42,11 +42,45 @@ type counter struct {
 	// read is held.
 	holdRead, readHeld chan struct{}
 
+	// holdTxn, if set, holds the next Txn it matches until holdTxnRelease
+	// is closed; txnHeld is closed when that Txn is held.
+	holdTxn                 func(*pb.TxnRequest) bool
+	holdTxnRelease, txnHeld chan struct{}
+
+	watched  []string // the keys of the watches created, in order
+	txnSizes []int    // the encoded size of each Txn sent, in order
+
 	// refuse[m] is how many more calls of gRPC method m to answer with
 	// refuseErr without sending them, as a server refusing them would.
 	// Each is counted under m and under "refused "+m.
 	refuse    map[string]int
 	refuseErr error
+}
+
+// holdNextTxn holds the next Txn that match matches, before it is sent,
+// until release is closed, and returns a channel closed once it is held.
+func (c *counter) holdNextTxn(match func(*pb.TxnRequest) bool, release chan struct{}) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.holdTxn, c.holdTxnRelease, c.txnHeld = match, release, make(chan struct{})
+	return c.txnHeld
+}
+
+// watchedKeys returns the keys of the watches the client created.
+func (c *counter) watchedKeys() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.watched)
+}
+
+// takeTxnSizes returns the encoded sizes of the Txns sent since the last
+// call, in order.
+func (c *counter) takeTxnSizes() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sizes := c.txnSizes
+	c.txnSizes = nil
+	return sizes
 }
 
 // holdNextRead holds the next read of a queue until release is closed,
@@ -71,7 +105,7 @@ func (c *counter) refuseNext(method string, n int, err error) {
 
 // dropNextReply makes the client drop the reply of the next Txn that match
 // matches, once.
-func (c *counter) dropNextReply(match func(*pb.TxnRequest) bool) {
+func (c *counter) dropNextReply(match func(*pb.TxnRequest, *pb.TxnResponse) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.dropNext = match
@@ -301,17 +335,26 @@ func (c *counter) unary(ctx context.Context, method string, req, reply any, cc *
 	txn, isTxn := req.(*pb.TxnRequest)
 	if isTxn {
 		c.mu.Lock()
+		c.txnSizes = append(c.txnSizes, proto.Size(txn))
 		held := c.held
 		c.held = nil
+		var release, txnHeld chan struct{}
+		if c.holdTxn != nil && c.holdTxn(txn) {
+			release, txnHeld, c.holdTxn = c.holdTxnRelease, c.txnHeld, nil
+		}
 		c.mu.Unlock()
 		if held != nil {
 			<-held
+		}
+		if release != nil {
+			close(txnHeld)
+			<-release
 		}
 	}
 	err := invoker(ctx, method, req, reply, cc, opts...)
 	if isTxn && err == nil {
 		c.mu.Lock()
-		drop := c.dropNext != nil && c.dropNext(txn)
+		drop := c.dropNext != nil && c.dropNext(txn, reply.(*pb.TxnResponse))
 		if drop {
 			c.dropNext = nil
 			c.dropped = cloneTxn(txn)
@@ -350,6 +393,9 @@ func (s *countedStream) SendMsg(m any) error {
 	case *pb.WatchRequest:
 		switch {
 		case r.GetCreateRequest() != nil:
+			s.c.mu.Lock()
+			s.c.watched = append(s.c.watched, string(r.GetCreateRequest().Key))
+			s.c.mu.Unlock()
 			s.c.add("watch create")
 		case r.GetCancelRequest() != nil:
 			s.c.add("watch cancel")
@@ -383,16 +429,24 @@ func (s *countedStream) RecvMsg(m any) error {
 	return err
 }
 
-// isPutTxn matches a Txn that creates an entry (or may: TryLock's puts are
-// in nested Txns).
-func isPutTxn(txn *pb.TxnRequest) bool {
-	for _, op := range txn.Success {
-		if op.GetRequestPut() != nil {
-			return true
-		}
-		if in := op.GetRequestTxn(); in != nil && (isPutTxn(in) || isPutTxn(&pb.TxnRequest{Success: in.Failure})) {
+// putApplied matches a Txn that put a key: created an entry (where the
+// comparisons let it: a join behind a lone holder, which finds no tail,
+// creates nothing; the Txn after it does), or touched or proclaimed one.
+func putApplied(_ *pb.TxnRequest, resp *pb.TxnResponse) bool {
+	for _, op := range resp.Responses {
+		if op.GetResponsePut() != nil || op.GetResponseTxn() != nil && putApplied(nil, op.GetResponseTxn()) {
 			return true
 		}
 	}
 	return false
+}
+
+// isBehindTxn matches the Txn of a join that found no tail (stepBehind): it
+// compares an entry other than its own (the witness), and checks, in a
+// nested Txn with no operations, that no key was created since its read.
+func isBehindTxn(txn *pb.TxnRequest) bool {
+	return slices.ContainsFunc(txn.Success, func(op *pb.RequestOp) bool {
+		in := op.GetRequestTxn()
+		return in != nil && len(in.Success) == 0 && len(in.Failure) == 0
+	})
 }

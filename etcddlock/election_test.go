@@ -207,7 +207,7 @@ func TestElection_proclaimLostReply(t *testing.T) {
 	}
 	defer term.Resign(ctx)
 	cnt.take()
-	cnt.dropNextReply(isPutTxn)
+	cnt.dropNextReply(putApplied)
 	if err := term.Proclaim(ctx, "v2"); err != nil {
 		t.Fatal(err)
 	}

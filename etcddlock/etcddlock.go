@@ -75,6 +75,9 @@ type etcdDriver struct {
 	// (takeLease).
 	leaseTurn chan struct{}
 
+	// busy: the queues lately found held or waited for (busy.go).
+	busy busyQueues
+
 	mu     sync.Mutex
 	leases map[int64]*etcdLease // the lease new calls use, by TTL in seconds; guarded by mu
 	closed bool                 // guarded by mu

@@ -298,7 +298,7 @@ func TestLock_lostJoinReply_releasedBeforeRetry(t *testing.T) {
 	waiter := c.client(t, ctx, srv.Addr(), longTTL)
 	retry := make(chan struct{})
 	c.mu.Lock()
-	c.dropNext, c.holdRetry = isPutTxn, retry
+	c.dropNext, c.holdRetry = putApplied, retry
 	c.mu.Unlock()
 	got := goLock(ctx, waiter, key)
 	c.waitSent(t, ctx, "dropped", 1)

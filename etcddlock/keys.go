@@ -238,6 +238,20 @@ func tailBounds(label, dir string) (lo, hi string) {
 	return "\x00" + label + "\x00", "\x00" + label + "\x01"
 }
 
+// entryBounds returns the bounds of the values of entries of label: above
+// lo, and below hi unless hi is empty. A lock's entries store JSON metadata
+// alone, which never starts with NUL; the other kinds' start with their
+// header. Markers (empty values) are below every lo. A join compares every
+// value of a queue without a tail with them, to queue behind entries of its
+// kind in the same Txn. (A value that starts with NUL 0xFF is no kind's
+// header: dlock's labels are ASCII.)
+func entryBounds(label string) (lo, hi string) {
+	if label == lockLabel {
+		return "\x00\xff", ""
+	}
+	return "\x00" + label + "\x00", "\x00" + label + "\x01"
+}
+
 // splitEntry splits the etcd key of a holder or waiter into the lock key and
 // the entry's name, reporting false for keys that do not follow the layout.
 func (d *etcdDriver) splitEntry(etcdKey string) (key, name string, ok bool) {

@@ -319,8 +319,8 @@ func snapshot(t *testing.T, ctx context.Context, admin *clientv3.Client, key str
 }
 
 // A request of another kind or limit fails with ErrKindMismatch, naming
-// what the key is, and writes nothing: held and waited for, with a tail
-// and (the newest waiter gone) without.
+// what the key is, and writes nothing: held alone (one entry, no tail), and
+// held and waited for, with a tail and (the newest waiter gone) without.
 func TestKindMismatch_writesNothing(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)
@@ -352,23 +352,30 @@ func TestKindMismatch_writesNothing(t *testing.T) {
 		{"rwmutex", "it is a read-write lock", []string{"rlock", "tryrlock", "wlock", "trywlock"}, writer},
 	}
 	for _, k := range kinds {
-		for _, tail := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%s/tail=%v", k.name, tail), func(t *testing.T) {
+		for _, state := range []string{"alone", "tail", "no tail"} {
+			t.Run(k.name+"/"+state, func(t *testing.T) {
 				key := "kind-mismatch/" + t.Name()
 				acq := k.acq(key)
 				holder := newCounter().client(t, ctx, srv.Addr(), longTTL)
 				// A semaphore of 3: three holders, so that waiters wait.
 				var held []*dlock.Lease
-				for range map[bool]int{true: 3, false: 1}[k.name == "semaphore"] {
+				holders := 1
+				if k.name == "semaphore" && state != "alone" {
+					holders = 3
+				}
+				for range holders {
 					l, err := acq(ctx, holder)
 					if err != nil {
 						t.Fatal(err)
 					}
 					held = append(held, l)
 				}
-				w1 := goAcquire(ctx, newCounter().client(t, ctx, srv.Addr(), longTTL), acq)
-				waitWaiters(t, ctx, holder, key, 1)
-				if !tail {
+				var w1 <-chan lockResult
+				if state != "alone" {
+					w1 = goAcquire(ctx, newCounter().client(t, ctx, srv.Addr(), longTTL), acq)
+					waitWaiters(t, ctx, holder, key, 1)
+				}
+				if state == "no tail" {
 					// A second waiter that gives up takes the tail with it.
 					ctx2, cancel2 := context.WithCancel(ctx)
 					w2 := goAcquire(ctx2, newCounter().client(t, ctx, srv.Addr(), longTTL), acq)
@@ -400,8 +407,10 @@ func TestKindMismatch_writesNothing(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if err := awaitLock(t, ctx, w1).Unlock(ctx); err != nil {
-					t.Fatal(err)
+				if w1 != nil {
+					if err := awaitLock(t, ctx, w1).Unlock(ctx); err != nil {
+						t.Fatal(err)
+					}
 				}
 				// A free key serves any kind.
 				for _, name := range []string{"trylock", "trysem2", "tryrlock", "trywlock"} {

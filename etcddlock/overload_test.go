@@ -117,9 +117,10 @@ func TestLock_waiterKeepAliveRefused_keepsPlace(t *testing.T) {
 			if sent["refused "+keepAliveMethod] != refusals {
 				t.Errorf("sent %v, want %d refused keep-alives", sent, refusals)
 			}
-			// Queued once: one lease, one join, one release.
-			if sent[grantMethod] != 1 || sent[txnMethod] != 2 {
-				t.Errorf("waiter sent %v, want 1 LeaseGrant and 2 Txn: it queued again instead of keeping its place", sent)
+			// Queued once: one lease, one join (after the Txn that takes
+			// a free key: its Client had not seen the key busy), one release.
+			if sent[grantMethod] != 1 || sent[txnMethod] != 3 {
+				t.Errorf("waiter sent %v, want 1 LeaseGrant and 3 Txn: it queued again instead of keeping its place", sent)
 			}
 			if token <= lh.Token() {
 				t.Errorf("waiter's token %d not above the holder's %d", token, lh.Token())
@@ -186,8 +187,8 @@ func TestLock_waiterRenewalOverdue_keepsPlace(t *testing.T) {
 		t.Fatalf("waiter: %v", err)
 	}
 	sent, _ := c.take()
-	if sent[grantMethod] != 1 || sent[txnMethod] != 2 {
-		t.Errorf("waiter sent %v, want 1 LeaseGrant and 2 Txn: it queued again instead of keeping its place", sent)
+	if sent[grantMethod] != 1 || sent[txnMethod] != 3 { // a free key's Txn, the join, the release
+		t.Errorf("waiter sent %v, want 1 LeaseGrant and 3 Txn: it queued again instead of keeping its place", sent)
 	}
 }
 
@@ -207,7 +208,7 @@ func TestUnlock_lostReleaseReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.take()
-	c.dropNextReply(func(txn *pb.TxnRequest) bool {
+	c.dropNextReply(func(txn *pb.TxnRequest, _ *pb.TxnResponse) bool {
 		return len(txn.Success) > 0 && txn.Success[0].GetRequestDeleteRange() != nil // the release
 	})
 	if err := l.Unlock(ctx); err != nil {

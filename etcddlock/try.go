@@ -19,10 +19,17 @@ const tryMaxRounds = 8
 // was created since (docs/etcd.md, Kind): then the entries are a subset of
 // those read, and the rule, more permissive as entries go, grants us.
 func (a *attempt) try(ctx context.Context) error {
-	r, err := a.enqueue(ctx, false)
-	if err != nil || a.took(r) {
+	r, done, err := a.takeFree(ctx)
+	if done || err != nil {
+		if err == nil {
+			a.took(r)
+		}
 		return err
 	}
+	if r, err = a.enqueue(ctx, false); err != nil || a.took(r) {
+		return err
+	}
+	a.d.busy.saw(a.dir) // held or waited for
 	// Held, or waited for: the tail, or an entry, says the queue's kind.
 	label, _, _, known := parseTail(r.tail.GetValue())
 	if kv := firstEntry(a.dir, r.newest); r.tail == nil || !known {
