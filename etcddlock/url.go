@@ -3,11 +3,9 @@ package etcddlock
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/driver"
+	"github.com/dlockdev/dlock/internal/tlsurl"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -99,42 +98,8 @@ func parseURL(u *url.URL) (*config, error) {
 		c.allowUnsafe = b
 	}
 	var err error
-	c.tls, err = tlsConfig(u.Scheme, q)
+	c.tls, err = tlsurl.Config(u.Scheme == "etcds", "etcds", q)
 	return c, err
-}
-
-// tlsConfig builds the TLS configuration of an etcds:// URL.
-func tlsConfig(scheme string, q url.Values) (*tls.Config, error) {
-	if scheme != "etcds" {
-		for _, k := range []string{"cacert", "cert", "key", "server_name"} {
-			if q.Has(k) {
-				return nil, fmt.Errorf("parameter %q is for TLS: use etcds://", k)
-			}
-		}
-		return nil, nil
-	}
-	t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: q.Get("server_name")}
-	if f := q.Get("cacert"); f != "" {
-		pem, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("cacert: %w", err)
-		}
-		t.RootCAs = x509.NewCertPool()
-		if !t.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("cacert: no PEM certificate in %s", f)
-		}
-	}
-	switch cert, key := q.Get("cert"), q.Get("key"); {
-	case cert != "" && key != "":
-		kp, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			return nil, fmt.Errorf("cert and key: %w", err)
-		}
-		t.Certificates = []tls.Certificate{kp}
-	case cert != "" || key != "":
-		return nil, fmt.Errorf("a client certificate needs both cert= and key=")
-	}
-	return t, nil
 }
 
 // openURL implements dlock.Opener.
