@@ -1,34 +1,12 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 )
-
-const upstreamRace = `==================
-WARNING: DATA RACE
-Write at 0x00c0003a8a80 by goroutine 63057:
-  github.com/go-zookeeper/zk.(*Conn).recvLoop()
-      /root/go/pkg/mod/github.com/go-zookeeper/zk@v1.0.4/conn.go:849 +0x68c
-
-Previous read at 0x00c0003a8a80 by goroutine 62894:
-  github.com/go-zookeeper/zk.(*Conn).sendSetWatches()
-      /root/go/pkg/mod/github.com/go-zookeeper/zk@v1.0.4/conn.go:614 +0x49d
-==================
-`
-
-const ourRace = `==================
-WARNING: DATA RACE
-Write at 0x00c000123456 by goroutine 12:
-  github.com/dlockdev/dlock/zkdlock.(*attempt).forget()
-      /src/zkdlock/acquire.go:211 +0x44
-
-Previous read at 0x00c000123456 by goroutine 9:
-  github.com/go-zookeeper/zk.(*Conn).recvLoop()
-      /root/go/pkg/mod/github.com/go-zookeeper/zk@v1.0.4/conn.go:849 +0x68c
-==================
-`
 
 const raceFail = `--- FAIL: TestLease_lostLocally (3.15s)
     testing.go:1712: race detected during execution of test
@@ -37,6 +15,7 @@ FAIL	github.com/dlockdev/dlock/zkdlock	180.938s
 `
 
 func TestRecheck(t *testing.T) {
+	upstreamRace, ourRace := read(t, "upstream.txt"), read(t, "ours.txt")
 	ok := "ok  \tgithub.com/dlockdev/dlock/memdlock\t21.086s\n"
 	for _, tc := range []struct {
 		name, out string
@@ -63,4 +42,14 @@ func TestRecheck(t *testing.T) {
 			t.Errorf("%s: %v, %v; want %v", tc.name, got, err, tc.want)
 		}
 	}
+}
+
+// read returns a race report from package zkrace's testdata.
+func read(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
