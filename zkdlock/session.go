@@ -348,7 +348,7 @@ func connect(ctx context.Context, servers []string, sessionTimeout, connectTimeo
 		if info.tls != nil {
 			hint = " (is it ZooKeeper's secure client port? does it want a client certificate: cert= and key=?)"
 			if errors.As(last, new(*tls.CertificateVerificationError)) {
-				hint = " (is cacert the CA that signed the server's certificate, and the server named so in it? see server_name)"
+				hint = " (check cacert, the CA that signed the server's certificate, and server_name, a name in it)"
 			}
 		}
 		return fail(noSession(addr, fmt.Sprintf("no session within connect_timeout=%v", connectTimeout), hint, last))
