@@ -100,6 +100,10 @@ func TestOpen_zks(t *testing.T) {
 	t.Run("server_name", func(t *testing.T) {
 		lockOverTLS(t, zksURL(z, "127.0.0.1", url.Values{"cacert": {ca}, "server_name": {"localhost"}}))
 	})
+	t.Run("digest", func(t *testing.T) {
+		// Digest credentials are sent over the TLS connection.
+		lockOverTLS(t, strings.Replace(zksURL(z, "127.0.0.1", url.Values{"cacert": {ca}}), "zks://", "zks://alice:pw@", 1))
+	})
 	t.Run("wrongServerName", func(t *testing.T) {
 		_, err := dlock.Open(testCtx(t), zksURL(z, "127.0.0.1", url.Values{"cacert": {ca}, "server_name": {"db.example"}, "connect_timeout": {"1s"}}))
 		if !errors.Is(err, dlock.ErrUnavailable) || !strings.Contains(err.Error(), "db.example") {
