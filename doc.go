@@ -229,7 +229,8 @@
 //     See docs/redis.md.
 //   - zkdlock: zk://[user:password@]host:port[,host:port…][/root][?session_timeout=10s&connect_timeout=5s&tick_time=2s|standalone=true|false].
 //     The lease length is the ZooKeeper session timeout: WithTTL of any
-//     other length is refused with ErrInvalidOption. See docs/zookeeper.md.
+//     other length is refused with ErrInvalidOption. zks:// for TLS
+//     (cacert, cert, key, server_name). See docs/zookeeper.md.
 //   - etcddlock: etcd://[user:password@]host[:port][,host[:port]…][/prefix][?dial_timeout=5s],
 //     etcds:// for TLS (cacert, cert, key, server_name). See docs/etcd.md.
 //   - memdlock: mem://NAME, a lock space in memory shared by the clients

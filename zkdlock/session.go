@@ -3,7 +3,9 @@ package zkdlock
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -28,6 +30,11 @@ type sessionInfo struct {
 	// go-zookeeper sends any request on a new connection (see
 	// zkDriver.connGen).
 	conns atomic.Uint64
+	// tls, if not nil, makes every connection TLS (zks://); names maps the
+	// addresses go-zookeeper dials (it resolves host names first) back to
+	// the names in the URL, to verify certificates against.
+	tls   *tls.Config
+	names map[string]string
 
 	mu      sync.Mutex
 	lastErr error // last dial error; guarded by mu
@@ -37,13 +44,61 @@ type sessionInfo struct {
 func (s *sessionInfo) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
 	start := time.Now()
 	c, err := net.DialTimeout(network, addr, timeout)
+	if err == nil && s.tls != nil {
+		c, err = s.handshake(c, addr, start.Add(timeout))
+	}
 	if err != nil {
 		s.mu.Lock()
 		s.lastErr = err
 		s.mu.Unlock()
 		return nil, err
 	}
+	// Over TLS, sniffConn reads and writes the plain ZooKeeper protocol.
 	return &sniffConn{Conn: c, info: s, dialed: start}, nil
+}
+
+// handshake runs the TLS handshake on c before deadline (the dial's), and
+// closes c if it fails.
+func (s *sessionInfo) handshake(c net.Conn, addr string, deadline time.Time) (net.Conn, error) {
+	cfg := s.tls
+	if cfg.ServerName == "" {
+		cfg = cfg.Clone()
+		cfg.ServerName = s.names[addr]
+		if cfg.ServerName == "" {
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+	}
+	tc := tls.Client(c, cfg)
+	_ = c.SetDeadline(deadline)
+	if err := tc.Handshake(); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
+	}
+	_ = c.SetDeadline(time.Time{})
+	return tc, nil
+}
+
+// serverNames maps each address that servers' host names resolve to
+// (host:port, as go-zookeeper dials) to the name, for certificate checks.
+// A name that does not resolve is left out: go-zookeeper will not dial it.
+func serverNames(ctx context.Context, servers []string) map[string]string {
+	names := make(map[string]string)
+	for _, s := range servers {
+		host, port, err := net.SplitHostPort(s)
+		if err != nil || net.ParseIP(host) != nil {
+			continue
+		}
+		addrs, err := net.DefaultResolver.LookupHost(ctx, host)
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if _, ok := names[net.JoinHostPort(a, port)]; !ok {
+				names[net.JoinHostPort(a, port)] = host
+			}
+		}
+	}
+	return names
 }
 
 func (s *sessionInfo) lastDialErr() error {
@@ -115,6 +170,13 @@ func (c *sniffConn) Write(p []byte) (int, error) {
 
 func (c *sniffConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
+	if err != nil && !c.done {
+		// Why a connection failed before its session, for Open's error: a
+		// TLS server that refuses the client's certificate says so here.
+		c.info.mu.Lock()
+		c.info.lastErr = fmt.Errorf("%s before the session handshake: %w", c.RemoteAddr(), err)
+		c.info.mu.Unlock()
+	}
 	if n > 0 {
 		if c.done {
 			c.follow(p[:n])
@@ -282,7 +344,14 @@ func connect(ctx context.Context, servers []string, sessionTimeout, connectTimeo
 	case <-ctx.Done():
 		return fail(noSession(addr, "no session before the context ended", "", ctx.Err(), info.lastDialErr()))
 	case <-timer.C:
-		return fail(noSession(addr, fmt.Sprintf("no session within connect_timeout=%v", connectTimeout), " (is ZooKeeper running and reachable there?)", info.lastDialErr()))
+		last, hint := info.lastDialErr(), " (is ZooKeeper running and reachable there?)"
+		if info.tls != nil {
+			hint = " (is it ZooKeeper's secure client port? does it want a client certificate: cert= and key=?)"
+			if errors.As(last, new(*tls.CertificateVerificationError)) {
+				hint = " (check cacert, the CA that signed the server's certificate, and server_name, a name in it)"
+			}
+		}
+		return fail(noSession(addr, fmt.Sprintf("no session within connect_timeout=%v", connectTimeout), hint, last))
 	}
 }
 

@@ -2,6 +2,7 @@ package zkdlock
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/url"
@@ -12,14 +13,16 @@ import (
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/driver"
+	"github.com/dlockdev/dlock/internal/tlsurl"
 	"github.com/go-zookeeper/zk"
 )
 
 func init() {
 	dlock.RegisterScheme("zk", openURL)
+	dlock.RegisterScheme("zks", openURL)
 }
 
-// Open is dlock.Open for zk:// URLs, for programs that prefer to name the
+// Open is dlock.Open for zk:// and zks:// (TLS) URLs, for programs that prefer to name the
 // backend. See the package documentation for the URL form, and
 // docs/zookeeper.md for every parameter. It returns the errors of
 // dlock.Open and of New.
@@ -35,19 +38,20 @@ type urlConfig struct {
 	connectTimeout time.Duration
 	user, password string // digest credentials; empty user: none
 	tickTime       time.Duration
-	deployment     Deployment // standalone=true: Standalone; false: Ensemble; absent: Detect
+	deployment     Deployment  // standalone=true: Standalone; false: Ensemble; absent: Detect
+	tls            *tls.Config // zks://; nil for zk://
 }
 
 // The query parameters a zk:// URL may carry, with their meaning.
-var urlParams = []string{"session_timeout", "connect_timeout", "tick_time", "standalone"}
+var urlParams = append([]string{"session_timeout", "connect_timeout", "tick_time", "standalone"}, tlsurl.Params...)
 
 func parseURL(u *url.URL) (urlConfig, error) {
 	cfg := urlConfig{sessionTimeout: DefaultSessionTimeout, connectTimeout: DefaultConnectTimeout, root: DefaultRoot}
 	if u.Opaque != "" || u.Fragment != "" {
-		return cfg, fmt.Errorf("expected zk://[user:password@]host:port[,host:port…][/root][?params]")
+		return cfg, fmt.Errorf("expected %s://[user:password@]host:port[,host:port…][/root][?params]", u.Scheme)
 	}
 	if u.Host == "" {
-		return cfg, fmt.Errorf("no server address: expected zk://host:port[,host:port…]")
+		return cfg, fmt.Errorf("no server address: expected %s://host:port[,host:port…]", u.Scheme)
 	}
 	for _, h := range strings.Split(u.Host, ",") {
 		host, port, err := net.SplitHostPort(h)
@@ -77,7 +81,7 @@ func parseURL(u *url.URL) (urlConfig, error) {
 		cfg.user = u.User.Username()
 		pw, ok := u.User.Password()
 		if cfg.user == "" || !ok {
-			return cfg, fmt.Errorf("digest authentication needs both a user and a password: zk://user:password@host:port")
+			return cfg, fmt.Errorf("digest authentication needs both a user and a password: %s://user:password@host:port", u.Scheme)
 		}
 		cfg.password = pw
 	}
@@ -88,6 +92,9 @@ func parseURL(u *url.URL) (urlConfig, error) {
 		}
 	}
 	var err error
+	if cfg.tls, err = tlsurl.Config(u.Scheme == "zks", "zks", q); err != nil {
+		return cfg, err
+	}
 	if cfg.sessionTimeout, err = durationParam(q, "session_timeout", cfg.sessionTimeout); err != nil {
 		return cfg, err
 	}
@@ -146,7 +153,10 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", driver.ErrInvalidURL, err) // dlock.Open names the URL
 	}
-	info := &sessionInfo{}
+	info := &sessionInfo{tls: cfg.tls}
+	if cfg.tls != nil {
+		info.names = serverNames(ctx, cfg.servers)
+	}
 	timeout := func() time.Duration {
 		if t := info.timeout(); t > 0 {
 			return t

@@ -11,9 +11,14 @@
 // own node (grant.Publish), and observers follow the key with watches
 // (Watch). docs/zookeeper.md describes the recipe and the node layout.
 //
-// Import it to register the URL scheme used by dlock.Open:
+// Import it to register the URL schemes used by dlock.Open:
 //
 //	zk://[user:password@]host1:2181[,host2:2181…][/root][?session_timeout=10s&connect_timeout=5s&tick_time=2s|standalone=true]
+//	zks://…[?…&cacert=ca.pem&cert=client.pem&key=client-key.pem&server_name=name]
+//
+// zks:// speaks TLS to ZooKeeper's secure client port: cacert is a PEM file
+// of the CAs to trust instead of the system's, cert and key a client
+// certificate, server_name the name to verify instead of the URL's host.
 //
 // The path is the root node under which dlock keeps one node per key
 // (default DefaultRoot); user and password enable digest authentication, and

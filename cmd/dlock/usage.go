@@ -30,7 +30,7 @@ The lock server is named by --backend (DLOCK_BACKEND), by default
 etcd://127.0.0.1:2379, where ` + "`dlock serve`" + ` listens:
     etcd://host:2379[,host2:2379]    etcds://user:password@host:2379
     redis://[user:password@]host:6379[/db]
-    zk://host:2181[,host2:2181]
+    zk://host:2181[,host2:2181]      zks://host:port?cacert=ca.pem
 
 Example:
     $ dlock serve &

@@ -28,6 +28,7 @@ type ZooKeeper struct {
 	classpath string
 	dir       string // config, data and log; removed by Stop
 	port      int
+	tls       *ZooKeeperTLS // nil: no secure client port
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd     // guarded by mu
@@ -120,8 +121,7 @@ func (z *ZooKeeper) start() error {
 		"4lw.commands.whitelist=*",
 		"maxSessionTimeout=60000",
 		"maxClientCnxns=0",
-		"",
-	}, "\n")
+	}, "\n") + "\n" + z.tlsConfig()
 	cfgPath := filepath.Join(z.dir, "zoo.cfg")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
@@ -138,9 +138,9 @@ func (z *ZooKeeper) start() error {
 		fmt.Sprintf("-Dznode.container.checkIntervalMs=%d", zkContainerCheck.Milliseconds()),
 		// No fsync: a killed server still finds its log in the page cache,
 		// and tests do not survive power cuts.
-		"-Dzookeeper.forceSync=no",
-		"-cp", z.classpath,
-		"org.apache.zookeeper.server.ZooKeeperServerMain", cfgPath)
+		"-Dzookeeper.forceSync=no")
+	cmd.Args = append(cmd.Args, z.tlsFlags()...)
+	cmd.Args = append(cmd.Args, "-cp", z.classpath, "org.apache.zookeeper.server.ZooKeeperServerMain", cfgPath)
 	cmd.Dir = z.dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
