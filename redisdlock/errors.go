@@ -2,6 +2,7 @@ package redisdlock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -34,6 +35,11 @@ func wrapErr(where string, err error) error {
 	case strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOAUTH"),
 		strings.Contains(msg, "invalid username-password"), strings.HasPrefix(msg, "NOPERM"):
 		return fmt.Errorf("%w: %s: %w (check the user name and password)", driver.ErrAuth, where, err)
+	}
+	var certErr *tls.CertificateVerificationError
+	var alert tls.AlertError
+	if errors.As(err, &certErr) || errors.As(err, &alert) {
+		return fmt.Errorf("%w: %s: %w (check the URL's cacert, cert, key and server_name)", driver.ErrUnavailable, where, err)
 	}
 	var netErr net.Error
 	var opErr *net.OpError
