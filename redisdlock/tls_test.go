@@ -40,15 +40,15 @@ func lockUnlockTLS(t *testing.T, ctx context.Context, rawURL string) {
 }
 
 // openRefused checks that Open of rawURL fails with ErrUnavailable and an
-// error saying why.
+// error saying why and pointing at the TLS parameters.
 func openRefused(t *testing.T, ctx context.Context, rawURL, why string) {
 	t.Helper()
 	c, err := dlock.Open(ctx, rawURL)
 	if err == nil {
 		_ = c.Close()
 	}
-	if !errors.Is(err, dlock.ErrUnavailable) || !strings.Contains(err.Error(), why) {
-		t.Errorf("Open(%s): err = %v, want ErrUnavailable saying %q", rawURL, err, why)
+	if !errors.Is(err, dlock.ErrUnavailable) || !strings.Contains(err.Error(), why) || !strings.Contains(err.Error(), "check the URL's cacert") {
+		t.Errorf("Open(%s): err = %v, want ErrUnavailable saying %q and naming the TLS parameters", rawURL, err, why)
 	}
 }
 
