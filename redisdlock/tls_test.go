@@ -85,7 +85,8 @@ func TestOpen_TLS(t *testing.T) {
 }
 
 // A server that does not ask for client certificates needs only the CA;
-// server_name is the name its certificate is checked against.
+// server_name is the name its certificate is checked against; go-redis'
+// skip_verify still turns the check off.
 func TestOpen_TLSServerName(t *testing.T) {
 	ctx := testCtx(t)
 	c := testserver.NewRedisTLS(t)
@@ -93,4 +94,5 @@ func TestOpen_TLSServerName(t *testing.T) {
 	lockUnlockTLS(t, ctx, base+tlsQuery(c.CAFile, nil))
 	lockUnlockTLS(t, ctx, base+tlsQuery(c.CAFile, nil)+"&server_name=localhost")
 	openRefused(t, ctx, base+tlsQuery(c.CAFile, nil)+"&server_name=db.example", "db.example")
+	lockUnlockTLS(t, ctx, base+"?skip_verify=true")
 }

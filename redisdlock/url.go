@@ -81,11 +81,11 @@ func newUniversalClient(u *url.URL, q url.Values) (redis.UniversalClient, error)
 			return nil, err
 		}
 		o.ContextTimeoutEnabled = true
-		o.TLSConfig = tlsConf
+		o.TLSConfig = keepSkipVerify(tlsConf, o.TLSConfig)
 		return redis.NewClient(o), nil
 	case "redis+cluster", "rediss+cluster":
 		hosts := strings.Split(u.Host, ",")
-		v.Scheme, v.Host = "redis", hosts[0]
+		v.Scheme, v.Host = base, hosts[0]
 		for _, h := range hosts[1:] {
 			q.Add("addr", h)
 		}
@@ -95,12 +95,21 @@ func newUniversalClient(u *url.URL, q url.Values) (redis.UniversalClient, error)
 			return nil, err
 		}
 		o.ContextTimeoutEnabled = true
-		o.TLSConfig = tlsConf
+		o.TLSConfig = keepSkipVerify(tlsConf, o.TLSConfig)
 		return redis.NewClusterClient(o), nil
 	case "redis+sentinel", "rediss+sentinel":
 		return newSentinelClient(u, q, tlsConf)
 	}
 	return nil, fmt.Errorf("unsupported scheme %q", u.Scheme)
+}
+
+// keepSkipVerify carries go-redis' skip_verify URL option, which it set in
+// parsed, over to conf, the configuration dlock's TLS parameters describe.
+func keepSkipVerify(conf, parsed *tls.Config) *tls.Config {
+	if conf != nil && parsed != nil && parsed.InsecureSkipVerify {
+		conf.InsecureSkipVerify = true
+	}
+	return conf
 }
 
 // newSentinelClient handles redis+sentinel://[user:pass@]s1:26379,s2:26379/master[/db]
