@@ -2,6 +2,7 @@ package redisdlock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -35,8 +36,14 @@ func wrapErr(where string, err error) error {
 		strings.Contains(msg, "invalid username-password"), strings.HasPrefix(msg, "NOPERM"):
 		return fmt.Errorf("%w: %s: %w (check the user name and password)", driver.ErrAuth, where, err)
 	}
-	var netErr net.Error
+	var certErr *tls.CertificateVerificationError
 	var opErr *net.OpError
+	// crypto/tls reports the server's refusal of the handshake (a missing
+	// client certificate, say) as a "remote error".
+	if errors.As(err, &certErr) || (errors.As(err, &opErr) && opErr.Op == "remote error") {
+		return fmt.Errorf("%w: %s: %w (check the URL's cacert, cert, key and server_name)", driver.ErrUnavailable, where, err)
+	}
+	var netErr net.Error
 	if errors.As(err, &netErr) || errors.As(err, &opErr) || errors.Is(err, net.ErrClosed) ||
 		strings.Contains(msg, "connection refused") || strings.Contains(msg, "EOF") {
 		return fmt.Errorf("%w: %s: %w (is redis-server running and reachable there?)", driver.ErrUnavailable, where, err)

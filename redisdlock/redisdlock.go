@@ -8,7 +8,14 @@
 //	redis://[user:password@]host:port[/db][?options]
 //	rediss://…                                (TLS)
 //	redis+sentinel://[user:password@]host:port[,host:port…]/master[/db][?options]
+//	rediss+sentinel://…                       (TLS)
 //	redis+cluster://[user:password@]host:port[,host:port…][?options]
+//	rediss+cluster://…                        (TLS)
+//
+// The rediss schemes take cacert (PEM file of the CAs to trust instead of
+// the system's), cert and key (a client certificate) and server_name, for
+// every connection: to the server, the Sentinels and the master, or every
+// cluster node.
 //
 // Options are prefix (default "dlock:"), waiter_timeout (default 3s),
 // poll_interval (default waiter_timeout/3) and allow_eviction (default

@@ -2,6 +2,7 @@ package redisdlock
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -10,11 +11,12 @@ import (
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/driver"
+	"github.com/dlockdev/dlock/internal/tlsurl"
 	"github.com/redis/go-redis/v9"
 )
 
 func init() {
-	for _, s := range []string{"redis", "rediss", "redis+sentinel", "redis+cluster"} {
+	for _, s := range []string{"redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"} {
 		dlock.RegisterScheme(s, openURL)
 	}
 }
@@ -61,6 +63,15 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 // newUniversalClient builds the go-redis client for a URL whose dlock
 // parameters have been taken out of q.
 func newUniversalClient(u *url.URL, q url.Values) (redis.UniversalClient, error) {
+	// rediss, rediss+sentinel, rediss+cluster: every connection over TLS.
+	base, _, _ := strings.Cut(u.Scheme, "+")
+	tlsConf, err := tlsurl.Config(base == "rediss", strings.Replace(u.Scheme, "redis", "rediss", 1), q)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range tlsurl.Params {
+		q.Del(k)
+	}
 	v := *u
 	v.RawQuery = q.Encode()
 	switch u.Scheme {
@@ -70,10 +81,11 @@ func newUniversalClient(u *url.URL, q url.Values) (redis.UniversalClient, error)
 			return nil, err
 		}
 		o.ContextTimeoutEnabled = true
+		o.TLSConfig = keepSkipVerify(tlsConf, o.TLSConfig)
 		return redis.NewClient(o), nil
-	case "redis+cluster":
+	case "redis+cluster", "rediss+cluster":
 		hosts := strings.Split(u.Host, ",")
-		v.Scheme, v.Host = "redis", hosts[0]
+		v.Scheme, v.Host = base, hosts[0]
 		for _, h := range hosts[1:] {
 			q.Add("addr", h)
 		}
@@ -83,16 +95,27 @@ func newUniversalClient(u *url.URL, q url.Values) (redis.UniversalClient, error)
 			return nil, err
 		}
 		o.ContextTimeoutEnabled = true
+		o.TLSConfig = keepSkipVerify(tlsConf, o.TLSConfig)
 		return redis.NewClusterClient(o), nil
-	case "redis+sentinel":
-		return newSentinelClient(u, q)
+	case "redis+sentinel", "rediss+sentinel":
+		return newSentinelClient(u, q, tlsConf)
 	}
 	return nil, fmt.Errorf("unsupported scheme %q", u.Scheme)
 }
 
+// keepSkipVerify carries go-redis' skip_verify URL option, which it set in
+// parsed, over to conf, the configuration dlock's TLS parameters describe.
+func keepSkipVerify(conf, parsed *tls.Config) *tls.Config {
+	if conf != nil && parsed != nil && parsed.InsecureSkipVerify {
+		conf.InsecureSkipVerify = true
+	}
+	return conf
+}
+
 // newSentinelClient handles redis+sentinel://[user:pass@]s1:26379,s2:26379/master[/db]
-// ?sentinel_username=&sentinel_password=.
-func newSentinelClient(u *url.URL, q url.Values) (redis.UniversalClient, error) {
+// ?sentinel_username=&sentinel_password=; tlsConf, if not nil, is used for
+// the Sentinels and the data nodes alike.
+func newSentinelClient(u *url.URL, q url.Values, tlsConf *tls.Config) (redis.UniversalClient, error) {
 	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
 	if parts[0] == "" {
 		return nil, fmt.Errorf("the master name is missing: redis+sentinel://host:port/MASTER[/db]")
@@ -101,6 +124,7 @@ func newSentinelClient(u *url.URL, q url.Values) (redis.UniversalClient, error) 
 		MasterName:            parts[0],
 		SentinelAddrs:         strings.Split(u.Host, ","),
 		ContextTimeoutEnabled: true,
+		TLSConfig:             tlsConf,
 	}
 	if len(parts) > 1 {
 		if _, err := fmt.Sscanf(parts[1], "%d", &o.DB); err != nil {

@@ -24,6 +24,10 @@ func TestOpen_badURLs(t *testing.T) {
 		"mysql://127.0.0.1:3306":                       `unknown scheme "mysql"`,
 		"redis://user:s3cret@[::1":                     `cannot parse`,
 		"redis://127.0.0.1:6379/0?poll_interval=1h":    `poll interval`,
+		"redis://127.0.0.1:6379/0?cacert=/tmp/ca.pem":  `parameter "cacert" is for TLS: use rediss://`,
+		"redis+sentinel://127.0.0.1:26379/m?cert=/c":   `parameter "cert" is for TLS: use rediss+sentinel://`,
+		"redis+cluster://127.0.0.1:7000?server_name=x": `parameter "server_name" is for TLS: use rediss+cluster://`,
+		"rediss://127.0.0.1:6379/0?cert=/tmp/c.pem":    `needs both cert= and key=`,
 	}
 	for url, want := range cases {
 		_, err := dlock.Open(ctx, url)

@@ -18,7 +18,8 @@ type Redis struct {
 	dir     string
 	port    int
 	extra   []string
-	env     []string // added to the process's environment
+	env     []string  // added to the process's environment
+	tls     *RedisTLS // nil: plain TCP
 	process *Process
 }
 
@@ -33,9 +34,15 @@ func StartRedis(t testing.TB, extra ...string) *Redis {
 
 func startRedis(t testing.TB, env, extra []string) *Redis {
 	t.Helper()
+	return startRedisTLS(t, nil, env, extra)
+}
+
+func startRedisTLS(t testing.TB, c *RedisTLS, env, extra []string) *Redis {
+	t.Helper()
 	SkipIfShort(t)
 	r := &Redis{
 		t:     t,
+		tls:   c,
 		bin:   LookBinary(t, "REDIS_SERVER_BIN", "redis-server", "apt-get install -y redis-server"),
 		dir:   t.TempDir(),
 		port:  FreePort(t),
@@ -60,28 +67,41 @@ func startRedis(t testing.TB, env, extra []string) *Redis {
 // Addr returns host:port.
 func (r *Redis) Addr() string { return Addr(r.port) }
 
-// URL returns redis://host:port/0.
-func (r *Redis) URL() string { return "redis://" + r.Addr() + "/0" }
+// URL returns redis://host:port/0, or rediss://host:port/0 (with no TLS
+// parameter) for a TLS server.
+func (r *Redis) URL() string {
+	if r.tls != nil {
+		return "rediss://" + r.Addr() + "/0"
+	}
+	return "redis://" + r.Addr() + "/0"
+}
 
 func (r *Redis) start() error {
 	r.t.Helper()
-	args := append([]string{
-		"--port", strconv.Itoa(r.port),
+	ports := []string{"--port", strconv.Itoa(r.port)}
+	if r.tls != nil {
+		ports = append([]string{"--port", "0", "--tls-port", strconv.Itoa(r.port)}, r.tls.args()...)
+	}
+	args := append(ports,
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
 		"--dir", r.dir,
 		"--daemonize", "no",
 		"--loglevel", "warning",
-	}, r.extra...)
+	)
+	args = append(args, r.extra...)
 	r.process = StartProcess(r.t, "redis-server", r.dir, r.bin, args, r.env...)
 	return r.process.WaitReady(20*time.Second, r.ping)
 }
 
 // ping sends a raw PING; any reply (even NOAUTH) means the server is up.
 func (r *Redis) ping(ctx context.Context) error {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", r.Addr())
+	conf, err := r.tls.clientConfig()
+	if err != nil {
+		return err
+	}
+	c, err := dialRedis(ctx, r.Addr(), conf)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package testserver
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strconv"
@@ -19,8 +20,30 @@ import (
 // no Redis client library: a library user who imports zkdlock must not
 // download go-redis for dlock's tests.
 func RedisCommand(ctx context.Context, addr string, args ...string) (string, error) {
+	return redisCommand(ctx, addr, nil, args)
+}
+
+// RedisCommandTLS is RedisCommand for a server started with c.
+func RedisCommandTLS(ctx context.Context, addr string, c *RedisTLS, args ...string) (string, error) {
+	conf, err := c.clientConfig()
+	if err != nil {
+		return "", err
+	}
+	return redisCommand(ctx, addr, conf, args)
+}
+
+// dialRedis connects to addr, over TLS if conf is not nil.
+func dialRedis(ctx context.Context, addr string, conf *tls.Config) (net.Conn, error) {
+	if conf != nil {
+		d := tls.Dialer{Config: conf}
+		return d.DialContext(ctx, "tcp", addr)
+	}
 	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", addr)
+	return d.DialContext(ctx, "tcp", addr)
+}
+
+func redisCommand(ctx context.Context, addr string, conf *tls.Config, args []string) (string, error) {
+	c, err := dialRedis(ctx, addr, conf)
 	if err != nil {
 		return "", err
 	}
