@@ -20,18 +20,37 @@ const busyFor = 10 * time.Second
 const busyCap = 4096
 
 // busyQueues remembers the queues a Client lately found held or waited
-// for. Safe for concurrent use.
+// for, and the small Txns it has in flight. Safe for concurrent use.
 type busyQueues struct {
-	mu sync.Mutex
-	at map[string]time.Time // queue directory → when last seen busy; guarded by mu
+	mu       sync.Mutex
+	at       map[string]time.Time // queue directory → when last seen busy; guarded by mu
+	inFlight map[string]bool      // queue directories with a small Txn sent; guarded by mu
 }
 
-// busy reports whether the queue dir was seen busy within busyFor.
-func (b *busyQueues) busy(dir string) bool {
+// claim reports whether a call may send the small Txn for the queue dir:
+// dir was not seen busy within busyFor, and no other call of this Client
+// has a small Txn for it in flight. Calls that come together (a burst of
+// waiters on one key) are a busy queue: all but the first go straight to
+// the full join, which spares etcd a failed Txn each. A true result must
+// be followed by unclaim.
+func (b *busyQueues) claim(dir string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	t, ok := b.at[dir]
-	return ok && time.Since(t) < busyFor
+	if t, ok := b.at[dir]; (ok && time.Since(t) < busyFor) || b.inFlight[dir] {
+		return false
+	}
+	if b.inFlight == nil {
+		b.inFlight = map[string]bool{}
+	}
+	b.inFlight[dir] = true
+	return true
+}
+
+// unclaim ends the small Txn that claim allowed.
+func (b *busyQueues) unclaim(dir string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.inFlight, dir)
 }
 
 // saw records the queue dir seen busy (held or waited for) now.

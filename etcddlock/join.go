@@ -82,16 +82,17 @@ func (a *attempt) enqueue(ctx context.Context, behindTail bool) (txnReply, error
 }
 
 // takeFree sends the small Txn of a join or try of a key that this Client
-// did not see busy lately (busy.go): if our entry does not exist, the
+// did not see busy lately, nor sends it for now (busy.go): if our entry does not exist, the
 // guard is as last seen, and the queue has no key, our entry alone; else
 // nothing, not even a read, to keep the request small. It reports whether
 // it created our entry; else the full Txn follows, which finds our entry
 // if an earlier request of this call created it (its reply lost) and
 // handles a moved guard; a queue that was not empty marks the key busy.
 func (a *attempt) takeFree(ctx context.Context) (txnReply, bool, error) {
-	if a.d.busy.busy(a.dir) {
+	if !a.d.busy.claim(a.dir) {
 		return txnReply{}, false, nil
 	}
+	defer a.d.busy.unclaim(a.dir)
 	// The queue has no key: not even a release marker (a queue of markers
 	// alone takes the full Txn).
 	noKey := prefixed(cmpCreate(a.dir, pb.Compare_EQUAL, 0))
