@@ -66,6 +66,22 @@ type AcquireRequest struct {
 	// ErrLocked unless it would be granted at once with nobody waiting
 	// ahead of it.
 	Mode Mode
+	// LockDelay, when not zero, is how long the key stays granted to
+	// nobody else after this entry's grant ends other than by Release:
+	// its lease expired on the server (a session ended, a lease lapsed) or
+	// an operator revoked it (Revoker). It gives a holder that lost its
+	// lease without knowing it (a paused process) time to notice before
+	// the next holder starts. The ended entry keeps its place as a holder
+	// of its Mode until the delay is over, so a semaphore's permit or a
+	// reader's share stays taken as well. A Release never starts a delay.
+	//
+	// The delay counts by the server's clock from the grant's end where
+	// the server keeps time (Redis); elsewhere (ZooKeeper, etcd) from the
+	// moment the client of the next grant learned that the entry was gone,
+	// which is never earlier than its end. It is at most MaxLockDelay;
+	// dlock checks it. A driver stores it with the entry and reports it in
+	// Entry.LockDelay.
+	LockDelay time.Duration
 }
 
 // Grant is a key held on the server. dlock's lease engine calls Renew about
@@ -194,6 +210,11 @@ type LockInfo struct {
 	Limit   int     // as in AcquireRequest
 	Holders []Entry // in the order they were granted; empty when the key is free
 	Waiters []Entry // in the order they will be served
+	// DelayedUntil is, when a lock-delay is in force (see
+	// AcquireRequest.LockDelay), the time by the local clock when it ends
+	// as far as the driver can tell; zero when no delay is in force. It is
+	// for display: grants never rely on it.
+	DelayedUntil time.Time
 }
 
 // Entry is a holder or a waiter.
@@ -210,4 +231,7 @@ type Entry struct {
 	TTL time.Duration
 	// Mode is what the entry holds or waits for.
 	Mode Mode
+	// LockDelay is the entry's lock-delay (AcquireRequest.LockDelay); 0
+	// for none or when the backend cannot tell.
+	LockDelay time.Duration
 }
