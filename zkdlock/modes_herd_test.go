@@ -22,18 +22,8 @@ import (
 // is notified or lists the queue, whatever the length of the queue.
 func TestSemaphore_release_wakesOnlyTheFirstWaiters(t *testing.T) {
 	ctx := testCtx(t)
-	srv := testserver.SharedZooKeeper(t)
-	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
 	const key, limit, n = "sem-herd", 2, 6
-	insp := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
-	var held []*dlock.Lease
-	for range limit {
-		l, err := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts).Semaphore(key, limit).Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-	}
+	srv, opts, insp, held := heldSemaphore(t, ctx, key, limit)
 	ws := make([]*watcher, n)
 	ps := make([]*pendingAcquire, n)
 	for i := range ws {
@@ -118,18 +108,8 @@ func TestSemaphore_release_wakesOnlyTheFirstWaiters(t *testing.T) {
 // still wait.
 func TestSemaphore_releasesTogether_takenTogether(t *testing.T) {
 	ctx := testCtx(t)
-	srv := testserver.SharedZooKeeper(t)
-	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
 	const key, limit, n = "sem-together", 3, 4
-	insp := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
-	var held []*dlock.Lease
-	for range limit {
-		l, err := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts).Semaphore(key, limit).Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-	}
+	srv, opts, insp, held := heldSemaphore(t, ctx, key, limit)
 	ws := make([]*watcher, n)
 	ps := make([]*pendingAcquire, n)
 	for i := range ws {
@@ -181,18 +161,8 @@ func TestSemaphore_releasesTogether_takenTogether(t *testing.T) {
 // waits (never more holders than permits, and no waiter passes another).
 func TestSemaphore_waiterAheadLeaves_nextTakesTheFreedPermit(t *testing.T) {
 	ctx := testCtx(t)
-	srv := testserver.SharedZooKeeper(t)
-	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
 	const key, limit = "sem-leaves", 2
-	insp := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
-	var held []*dlock.Lease
-	for range limit {
-		l, err := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts).Semaphore(key, limit).Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-	}
+	srv, opts, insp, held := heldSemaphore(t, ctx, key, limit)
 	ws := make([]*watcher, 3)
 	ps := make([]*pendingAcquire, 3)
 	wctx, cancel := context.WithCancel(ctx)
@@ -318,20 +288,10 @@ func TestRWMutex_release_wakesOnlyTheGrantable(t *testing.T) {
 // queues again (one node), still waiting; a release then grants it.
 func TestSemaphore_firstWaiterNodeDeleted_queuesAgain(t *testing.T) {
 	ctx := testCtx(t)
-	srv := testserver.SharedZooKeeper(t)
-	root := testRoot(t)
-	opts := zkdlock.Options{Root: root, SessionTimeout: longSession}
 	const key, limit = "sem-deleted", 2
+	srv, opts, insp, held := heldSemaphore(t, ctx, key, limit)
+	root := opts.Root
 	admin := dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession})
-	insp := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
-	var held []*dlock.Lease
-	for range limit {
-		l, err := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts).Semaphore(key, limit).Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-	}
 	w := newWatcher(t, ctx, srv.Addr(), "w", opts)
 	p := startAcquire(ctx, w.c.Semaphore(key, limit).Acquire)
 	waitWaiters(t, ctx, insp, key, 1)
@@ -361,4 +321,23 @@ func TestSemaphore_firstWaiterNodeDeleted_queuesAgain(t *testing.T) {
 	}
 	mustUnlock(t, ctx, l)
 	mustUnlock(t, ctx, held[1])
+}
+
+// heldSemaphore starts the scenarios of this file: a semaphore of limit
+// permits on key, every permit held by a client on its own session, and a
+// client to inspect the queue with.
+func heldSemaphore(t *testing.T, ctx context.Context, key string, limit int) (*testserver.ZooKeeper, zkdlock.Options, *dlock.Client, []*dlock.Lease) {
+	t.Helper()
+	srv := testserver.SharedZooKeeper(t)
+	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
+	insp := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
+	held := make([]*dlock.Lease, 0, limit)
+	for range limit {
+		l, err := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts).Semaphore(key, limit).Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	return srv, opts, insp, held
 }
