@@ -1,8 +1,6 @@
 package etcddlock_test
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/dlockdev/dlock/internal/testing/leakcheck"
@@ -18,13 +16,7 @@ func TestMain(m *testing.M) {
 	testproc.RunChild(fenceRoles)
 	code := m.Run()
 	testserver.StopSharedEtcd()
-	if code == 0 {
-		if err := leakcheck.Find(leakIgnored...); err != nil {
-			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	leakcheck.Exit(code, leakIgnored...)
 }
 
 // leakIgnored are goroutines started once per process by libraries etcd's

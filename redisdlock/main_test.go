@@ -34,11 +34,5 @@ func TestMain(m *testing.M) {
 	exampleAddr, exampleURL = addr, "redis://"+addr+"/0"
 	code := m.Run()
 	stop()
-	if code == 0 {
-		if err := leakcheck.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goroutine leak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	leakcheck.Exit(code)
 }

@@ -1,8 +1,6 @@
 package zkdlock_test
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/dlockdev/dlock/internal/testing/leakcheck"
@@ -18,11 +16,5 @@ func TestMain(m *testing.M) {
 	testproc.RunChild(childRoles)
 	code := m.Run()
 	testserver.StopSharedZooKeeper()
-	if code == 0 {
-		if err := leakcheck.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goroutine leak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	leakcheck.Exit(code)
 }

@@ -1,8 +1,6 @@
 package dlockotel_test
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/dlockdev/dlock/internal/testing/leakcheck"
@@ -12,11 +10,5 @@ import (
 // renewer, a Client's, or an SDK processor's.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if code == 0 {
-		if err := leakcheck.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goroutine leak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	leakcheck.Exit(code)
 }

@@ -38,13 +38,7 @@ func TestMain(m *testing.M) {
 	if javaOut != "" {
 		os.RemoveAll(javaOut)
 	}
-	if code == 0 {
-		if err := leakcheck.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "clienttest:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	leakcheck.Exit(code)
 }
 
 // waitFor bounds every wait of the tests: a condition not met by then

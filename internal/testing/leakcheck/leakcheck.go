@@ -11,6 +11,7 @@ package leakcheck
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -53,6 +54,19 @@ func Find(ignore ...string) error {
 		time.Sleep(delay)
 		delay = min(2*delay, 100*time.Millisecond)
 	}
+}
+
+// Exit ends a TestMain: when code, m.Run's result, is 0, it checks with
+// Find that the tests left no goroutine running and makes the exit code 1
+// if they did; then it exits with the code.
+func Exit(code int, ignore ...string) {
+	if code == 0 {
+		if err := Find(ignore...); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutine leak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // others returns the stacks of every goroutine but the caller's and those
