@@ -145,6 +145,12 @@ func (c *conn) giveUp(e *entry, err error) error {
 		s.mu.Unlock()
 		return err
 	}
+	if e.ended {
+		// Revoked or expired meanwhile: its lock-delay keeps it until
+		// the delay's end, whoever gave up.
+		s.mu.Unlock()
+		return err
+	}
 	free := s.remove(e.k, e, e.granted)
 	s.mu.Unlock()
 	if free {
