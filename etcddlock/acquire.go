@@ -26,6 +26,9 @@ func (d *etcdDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (d
 		return nil, err
 	}
 	defer d.inflight.Done()
+	if err := checkLockDelay(req); err != nil {
+		return nil, err
+	}
 	// Close interrupts a waiting call.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
