@@ -28,8 +28,14 @@ func (d *etcdDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo,
 		return nil, d.wrapErr("read the queue", err)
 	}
 	dir := d.queueDir(key)
+	delays, until := d.inspectDelays(dir, resp.Kvs)
 	entries := slices.DeleteFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool { return !isEntry(dir, string(kv.Key)) })
-	return d.describe(ctx, key, entries)
+	info, err := d.describe(ctx, key, entries)
+	if err != nil {
+		return nil, err
+	}
+	withDelays(info, entries, delays, until)
+	return info, nil
 }
 
 // List returns the locks whose key starts with prefix, sorted by key.
@@ -46,7 +52,14 @@ func (d *etcdDriver) List(ctx context.Context, prefix string) ([]*driver.LockInf
 		return nil, d.wrapErr("list the queues", err)
 	}
 	queues := map[string][]*mvccpb.KeyValue{}
+	records := map[string][]*mvccpb.KeyValue{} // lock-delay records (lockdelay.go)
 	for _, kv := range resp.Kvs {
+		if i := strings.LastIndex(string(kv.Key), delaySuffix); i >= 0 {
+			if key, _, ok := d.splitEntry(string(kv.Key[:i])); ok && strings.HasPrefix(key, prefix) {
+				records[key] = append(records[key], kv)
+			}
+			continue
+		}
 		// Release markers and tails do not split: their names contain
 		// a '/', or none.
 		key, _, ok := d.splitEntry(string(kv.Key))
@@ -62,10 +75,12 @@ func (d *etcdDriver) List(ctx context.Context, prefix string) ([]*driver.LockInf
 			}
 		}
 	}) {
+		delays, until := d.inspectDelays(d.queueDir(key), append(records[key], queues[key]...))
 		info, err := d.describe(ctx, key, queues[key])
 		if err != nil {
 			return nil, err
 		}
+		withDelays(info, queues[key], delays, until)
 		out = append(out, info)
 	}
 	return out, nil

@@ -47,11 +47,13 @@ func (d *etcdDriver) Revoke(ctx context.Context, key string, token uint64) ([]dr
 		if err != nil {
 			return nil, d.wrapErr("read the queue", err)
 		}
+		delays, until := d.inspectDelays(dir, resp.Kvs)
 		kvs := slices.DeleteFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool { return !isEntry(dir, string(kv.Key)) })
 		info, err := d.describe(ctx, key, kvs)
 		if err != nil {
 			return nil, err
 		}
+		withDelays(info, kvs, delays, until)
 		// The holders are the oldest entries, in order (describe).
 		var cmps []*pb.Compare
 		var then []*pb.RequestOp
