@@ -1,6 +1,7 @@
 package etcddlock
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strings"
@@ -29,7 +30,10 @@ func (d *etcdDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo,
 	}
 	dir := d.queueDir(key)
 	delays, until := d.inspectDelays(dir, resp.Kvs)
-	entries := slices.DeleteFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool { return !isEntry(dir, string(kv.Key)) })
+	ended := endedRecords(dir, resp.Kvs) // still holders, until their delays end
+	entries := slices.DeleteFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool {
+		return !isEntry(dir, string(kv.Key)) && ended[string(kv.Key)] == nil
+	})
 	info, err := d.describe(ctx, key, entries)
 	if err != nil {
 		return nil, err
@@ -75,12 +79,19 @@ func (d *etcdDriver) List(ctx context.Context, prefix string) ([]*driver.LockInf
 			}
 		}
 	}) {
-		delays, until := d.inspectDelays(d.queueDir(key), append(records[key], queues[key]...))
-		info, err := d.describe(ctx, key, queues[key])
+		dir := d.queueDir(key)
+		all := append(records[key], queues[key]...)
+		delays, until := d.inspectDelays(dir, all)
+		ended := endedRecords(dir, all) // still holders, until their delays end
+		entries := slices.DeleteFunc(all, func(kv *mvccpb.KeyValue) bool {
+			return !isEntry(dir, string(kv.Key)) && ended[string(kv.Key)] == nil
+		})
+		slices.SortStableFunc(entries, func(a, b *mvccpb.KeyValue) int { return cmp.Compare(a.CreateRevision, b.CreateRevision) })
+		info, err := d.describe(ctx, key, entries)
 		if err != nil {
 			return nil, err
 		}
-		withDelays(info, queues[key], delays, until)
+		withDelays(info, entries, delays, until)
 		out = append(out, info)
 	}
 	return out, nil
@@ -94,8 +105,16 @@ func (d *etcdDriver) describe(ctx context.Context, key string, kvs []*mvccpb.Key
 	info := &driver.LockInfo{Key: key, Limit: 1}
 	shared, exclusive := 0, 0
 	granting := true
+	dir := d.queueDir(key)
 	for i, kv := range kvs {
 		label, m, md := parseEntry(kv.Value)
+		_, rm, delay, ended := parseDelay(dir, string(kv.Key))
+		if ended {
+			// An ended entry's delay record (lockdelay.go): a holder of
+			// its mode until its delay is over.
+			label, md = parseDelayValue(kv.Value)
+			m = rm
+		}
 		if i == 0 {
 			if k, limit, err := driver.ParseKindLabel(label); err == nil {
 				info.Kind, info.Limit = k, limit
@@ -113,6 +132,11 @@ func (d *etcdDriver) describe(ctx context.Context, key string, kvs []*mvccpb.Key
 			continue
 		}
 		e.Token = uint64(kv.CreateRevision)
+		if ended {
+			e.LockDelay = delay
+			info.Holders = append(info.Holders, e)
+			continue
+		}
 		ttl, err := d.ttlLeft(ctx, clientv3.LeaseID(kv.Lease))
 		if err != nil {
 			return nil, d.wrapErr("read the holder's lease", err)

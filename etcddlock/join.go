@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/dlockdev/dlock/driver"
 	"github.com/dlockdev/dlock/driver/queue"
@@ -310,7 +309,8 @@ func (a *attempt) behind(ctx context.Context) error {
 	if record {
 		// An ended entry's delay record (lockdelay.go): its label is
 		// in its value.
-		label, mode = strings.TrimPrefix(string(w.Value), "\x00\x01"), rmode
+		label, _ = parseDelayValue(w.Value)
+		mode = rmode
 	}
 	if label != a.label {
 		return driver.KindMismatch(label, a.req.Kind, a.req.Limit)

@@ -1,6 +1,7 @@
 package etcddlock
 
 import (
+	"bytes"
 	"context"
 	"strconv"
 	"strings"
@@ -17,7 +18,7 @@ import (
 // An entry with a delay is created with a delay record, in the same Txn,
 // so at the same create revision:
 //
-//	<prefix><escape(K)>/<lease id>-<n>/delay-<mode><delay in ns>   value: "\x00\x01" label   no lease
+//	<prefix><escape(K)>/<lease id>-<n>/delay-<mode><delay in ns>   value: "\x00\x01" label "\x00" metadata   no lease
 //
 // The record is on no lease: it outlives its entry when the entry ends
 // other than by Release (its lease expired, or Revoke deleted it). A
@@ -40,7 +41,8 @@ import (
 // that no comparison of a join takes a record for an entry of its kind or
 // a directory holding one for empty: a join behind a record goes the way
 // of a queue without a tail (behind) and a try reads the queue. The label
-// in the value is the kind's witness for behind.
+// in the value is the kind's witness for behind; the metadata lets Inspect
+// show the ended entry as the holder it still counts as.
 //
 // An entry without a delay writes no record: its requests are those of a
 // key that never had one, and reads skip records as they skip markers.
@@ -54,7 +56,19 @@ func delayKey(entry string, m driver.Mode, d time.Duration) string {
 }
 
 // delayValue is what a delay record of label stores.
-func delayValue(label string) string { return "\x00\x01" + label }
+func delayValue(label string, md []byte) string {
+	if len(md) == 0 {
+		md = []byte("{}")
+	}
+	return "\x00\x01" + label + "\x00" + string(md)
+}
+
+// parseDelayValue splits a delay record's value into label and metadata.
+func parseDelayValue(v []byte) (label string, md []byte) {
+	rest, _ := bytes.CutPrefix(v, []byte("\x00\x01"))
+	l, md, _ := bytes.Cut(rest, []byte{0})
+	return string(l), md
+}
 
 // parseDelay reads the etcd key of a delay record of the queue dir: the
 // entry's key, its mode and its delay. ok is false for any other key.
@@ -94,7 +108,7 @@ func (a *attempt) delayRecord() string {
 // putDelay creates our delay record with our entry, if we have a delay.
 func (a *attempt) putDelay() []*pb.RequestOp {
 	if k := a.delayRecord(); k != "" {
-		return []*pb.RequestOp{opPut(k, delayValue(a.label), 0)}
+		return []*pb.RequestOp{opPut(k, delayValue(a.label, a.req.Metadata), 0)}
 	}
 	return nil
 }
@@ -263,7 +277,9 @@ func (a *attempt) dropDelay(ctx context.Context) {
 // entry's lock-delay and the delay in force.
 func withDelays(info *driver.LockInfo, entries []*mvccpb.KeyValue, delays map[string]time.Duration, until time.Time) {
 	for i := range info.Holders {
-		info.Holders[i].LockDelay = delays[string(entries[i].Key)]
+		if d, ok := delays[string(entries[i].Key)]; ok {
+			info.Holders[i].LockDelay = d
+		}
 	}
 	for i := range info.Waiters {
 		info.Waiters[i].LockDelay = delays[string(entries[len(info.Holders)+i].Key)]
