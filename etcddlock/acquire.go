@@ -125,6 +125,9 @@ type place struct {
 	waited     bool    // the grant rule refused us at least once
 	byRead     bool    // the wait ended with a read of the queue, not a marker (see grant.strays)
 	rewatch    backoff // between watches that ended by themselves
+	// delayUntil: when the first lock-delay of an ended entry ahead is
+	// over (lockdelay.go), which the wait wakes for; zero if none.
+	delayUntil time.Time
 }
 
 // semaphore reports whether the call is a semaphore's (its waiters count).
@@ -227,6 +230,7 @@ func (a *attempt) grant(ctx context.Context) *grant {
 		reusable:  !a.dirty,
 		mode:      a.req.Mode,
 		label:     a.label,
+		delayKey:  a.delayRecord(),
 		lost:      make(chan error, 1),
 	}
 	switch {
@@ -247,6 +251,9 @@ func (a *attempt) abandon(ctx context.Context) {
 	// One bound for all of it, even if ctx has ended: see revoke.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeTimeout)
 	defer cancel()
+	if a.l != nil && (a.rev != 0 || a.dirty) {
+		a.dropDelay(ctx)
+	}
 	if a.l != nil {
 		a.d.dropEntry(ctx, a.l, a.slot, a.dir, a.key, tailValue(a.label, a.req.Mode, a.key), a.rev != 0 || a.dirty, a.dirty)
 	}

@@ -83,6 +83,14 @@
 // and the waiters in order (with their modes), and every entry's metadata. Since is always zero: etcd
 // stores no time with a key, and a client's clock is not the server's.
 //
+// # Revoke and lock-delay
+//
+// Client.Revoke deletes the holders' entries, never the Client's shared
+// etcd lease, so a revoked holder's other locks live on. An entry with a
+// lock-delay (dlock.WithLockDelay) keeps a record beside it, on no lease:
+// after an expiry or a revoke, waiters count it as a holder until the
+// delay has passed on their own clock. docs/etcd.md, Revoke and lock-delay.
+//
 // # Logs
 //
 // The etcd client made by Open logs nothing (zap.NewNop); one given to New

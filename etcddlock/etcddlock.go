@@ -78,6 +78,9 @@ type etcdDriver struct {
 	// busy: the queues lately found held or waited for (busy.go).
 	busy busyQueues
 
+	// ended: the entries with a lock-delay found gone (lockdelay.go).
+	ended endedEntries
+
 	mu     sync.Mutex
 	leases map[int64]*etcdLease // the lease new calls use, by TTL in seconds; guarded by mu
 	closed bool                 // guarded by mu

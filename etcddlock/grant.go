@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,6 +49,7 @@ type grant struct {
 	reusable  bool // no create request had an unknown outcome: the release needs no fence
 	mode      driver.Mode
 	label     string // driver.KindLabel of the key: the entry's header (keys.go)
+	delayKey  string // our lock-delay's record (lockdelay.go); "" without one
 
 	lost chan error // receives once if the entry is deleted behind our back, unless onLost is set
 
@@ -223,6 +225,10 @@ func (g *grant) Release(ctx context.Context) error {
 	for _, m := range g.markers {
 		then = append(then, opDelete(m))
 	}
+	if g.delayKey != "" {
+		// A release starts no lock-delay: our record goes with our entry.
+		then = append(then, opDelete(g.delayKey))
+	}
 	// A Shared holder writes no marker: readers or permits may be held
 	// ahead of it, and a marker tells the waiter behind that nothing is.
 	var mark []*pb.RequestOp
@@ -291,8 +297,11 @@ func (g *grant) Release(ctx context.Context) error {
 			g.l.putSlot(g.slot)
 			return nil
 		}
-		if g.l.deadErr() == nil {
-			g.l.putSlot(g.slot) // deleted by hand: the name is free
+		if g.l.deadErr() == nil && g.delayKey == "" {
+			// Deleted by hand: the name is free. (Not one with a delay
+			// record, which stays for the lock-delay and would be taken
+			// for the next entry of the name's.)
+			g.l.putSlot(g.slot)
 		}
 		return fmt.Errorf("%w: its etcd key was gone already (lease expired or key deleted)", driver.ErrNotHeld)
 	}
@@ -333,7 +342,7 @@ func (d *etcdDriver) strayMarkers(ctx context.Context, dir, key string) []string
 		}
 		markers = markers[:0]
 		for _, kv := range resp.Kvs {
-			if k := string(kv.Key); !isEntry(dir, k) && k != markerKey(key) {
+			if k := string(kv.Key); strings.HasSuffix(k, markerSuffix) && k != markerKey(key) {
 				markers = append(markers, k)
 			}
 		}

@@ -1,6 +1,7 @@
 package etcddlock
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strings"
@@ -28,8 +29,17 @@ func (d *etcdDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo,
 		return nil, d.wrapErr("read the queue", err)
 	}
 	dir := d.queueDir(key)
-	entries := slices.DeleteFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool { return !isEntry(dir, string(kv.Key)) })
-	return d.describe(ctx, key, entries)
+	delays, until := d.inspectDelays(dir, resp.Kvs)
+	ended := endedRecords(dir, resp.Kvs) // still holders, until their delays end
+	entries := slices.DeleteFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool {
+		return !isEntry(dir, string(kv.Key)) && ended[string(kv.Key)] == nil
+	})
+	info, err := d.describe(ctx, key, entries)
+	if err != nil {
+		return nil, err
+	}
+	withDelays(info, entries, delays, until)
+	return info, nil
 }
 
 // List returns the locks whose key starts with prefix, sorted by key.
@@ -46,7 +56,14 @@ func (d *etcdDriver) List(ctx context.Context, prefix string) ([]*driver.LockInf
 		return nil, d.wrapErr("list the queues", err)
 	}
 	queues := map[string][]*mvccpb.KeyValue{}
+	records := map[string][]*mvccpb.KeyValue{} // lock-delay records (lockdelay.go)
 	for _, kv := range resp.Kvs {
+		if i := strings.LastIndex(string(kv.Key), delaySuffix); i >= 0 {
+			if key, _, ok := d.splitEntry(string(kv.Key[:i])); ok && strings.HasPrefix(key, prefix) {
+				records[key] = append(records[key], kv)
+			}
+			continue
+		}
 		// Release markers and tails do not split: their names contain
 		// a '/', or none.
 		key, _, ok := d.splitEntry(string(kv.Key))
@@ -62,10 +79,19 @@ func (d *etcdDriver) List(ctx context.Context, prefix string) ([]*driver.LockInf
 			}
 		}
 	}) {
-		info, err := d.describe(ctx, key, queues[key])
+		dir := d.queueDir(key)
+		all := append(records[key], queues[key]...)
+		delays, until := d.inspectDelays(dir, all)
+		ended := endedRecords(dir, all) // still holders, until their delays end
+		entries := slices.DeleteFunc(all, func(kv *mvccpb.KeyValue) bool {
+			return !isEntry(dir, string(kv.Key)) && ended[string(kv.Key)] == nil
+		})
+		slices.SortStableFunc(entries, func(a, b *mvccpb.KeyValue) int { return cmp.Compare(a.CreateRevision, b.CreateRevision) })
+		info, err := d.describe(ctx, key, entries)
 		if err != nil {
 			return nil, err
 		}
+		withDelays(info, entries, delays, until)
 		out = append(out, info)
 	}
 	return out, nil
@@ -79,8 +105,16 @@ func (d *etcdDriver) describe(ctx context.Context, key string, kvs []*mvccpb.Key
 	info := &driver.LockInfo{Key: key, Limit: 1}
 	shared, exclusive := 0, 0
 	granting := true
+	dir := d.queueDir(key)
 	for i, kv := range kvs {
 		label, m, md := parseEntry(kv.Value)
+		_, rm, delay, ended := parseDelay(dir, string(kv.Key))
+		if ended {
+			// An ended entry's delay record (lockdelay.go): a holder of
+			// its mode until its delay is over.
+			label, md = parseDelayValue(kv.Value)
+			m = rm
+		}
 		if i == 0 {
 			if k, limit, err := driver.ParseKindLabel(label); err == nil {
 				info.Kind, info.Limit = k, limit
@@ -98,6 +132,11 @@ func (d *etcdDriver) describe(ctx context.Context, key string, kvs []*mvccpb.Key
 			continue
 		}
 		e.Token = uint64(kv.CreateRevision)
+		if ended {
+			e.LockDelay = delay
+			info.Holders = append(info.Holders, e)
+			continue
+		}
 		ttl, err := d.ttlLeft(ctx, clientv3.LeaseID(kv.Lease))
 		if err != nil {
 			return nil, d.wrapErr("read the holder's lease", err)

@@ -33,7 +33,8 @@ func (a *attempt) puts() []*pb.RequestOp {
 // where a lone holder is one etcd key (docs/etcd.md, Keys). The first
 // joiner behind it finds no tail and queues behind it (behind).
 func (a *attempt) putAlone() []*pb.RequestOp {
-	return append([]*pb.RequestOp{opPut(a.key, entryValue(a.label, a.req.Mode, a.req.Metadata), a.l.id)}, a.slot.dropMarker()...)
+	ops := append([]*pb.RequestOp{opPut(a.key, entryValue(a.label, a.req.Mode, a.req.Metadata), a.l.id)}, a.putDelay()...)
+	return append(ops, a.slot.dropMarker()...)
 }
 
 // enqueue sends the Txn of a join (behindTail) or a try, which compares a
@@ -232,6 +233,11 @@ func (a *attempt) join(ctx context.Context) error {
 	switch {
 	case err != nil:
 		return err
+	case r.put && r.tail == nil && len(r.newest) != 0 && a.delayRecord() != "":
+		// Our delay record, at our create revision, may be among the
+		// two newest keys read: read the queue instead.
+		a.minRev, a.step = r.rev, stepEvaluate
+		return nil
 	case r.put && r.tail == nil && len(r.newest) == 2 && string(r.newest[0].Key) == a.key:
 		// Queued behind entries of our kind with no tail (a lone holder):
 		// the newest before ours is just ahead.
@@ -299,6 +305,13 @@ func (a *attempt) behind(ctx context.Context) error {
 		readAt = a.seen
 	}
 	label, mode, _ := parseEntry(w.Value)
+	_, rmode, _, record := parseDelay(a.dir, string(w.Key))
+	if record {
+		// An ended entry's delay record (lockdelay.go): its label is
+		// in its value.
+		label, _ = parseDelayValue(w.Value)
+		mode = rmode
+	}
 	if label != a.label {
 		return driver.KindMismatch(label, a.req.Kind, a.req.Limit)
 	}
@@ -310,6 +323,9 @@ func (a *attempt) behind(ctx context.Context) error {
 	switch {
 	case err != nil:
 		return err
+	case r.put && record:
+		// Behind an ended entry: the read plans the wait, with its delay.
+		a.minRev, a.step = r.rev, stepEvaluate
 	case r.put && r.unchanged:
 		// Entries only went since the read: the witness is the newest
 		// one ahead of ours.

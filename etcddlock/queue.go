@@ -49,6 +49,10 @@ func (a *attempt) evaluate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if again, err := a.sitOut(ctx, ahead); err != nil || again {
+		a.minRev = a.seen // lock-delays over, their records deleted: read again
+		return err
+	}
 	a.pred, a.predRev, a.ahead, a.proof = "", 0, nil, p.ExclusiveRelease
 	switch p.Verdict {
 	case queue.Granted:
@@ -101,6 +105,11 @@ func (a *attempt) scan(ctx context.Context, at int64) (queue.Plan, []*mvccpb.Key
 			return queue.Plan{}, nil, err
 		}
 		kvs := resp.Kvs
+		if own := a.delayRecord(); own != "" {
+			// Our delay record shares our create revision: it may come
+			// before our entry.
+			kvs = slices.DeleteFunc(kvs, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == own })
+		}
 		if !fromEnd {
 			if len(kvs) == 0 || string(kvs[0].Key) != a.key || kvs[0].CreateRevision != a.rev {
 				return queue.Plan{}, nil, errRequeue
@@ -110,7 +119,24 @@ func (a *attempt) scan(ctx context.Context, at int64) (queue.Plan, []*mvccpb.Key
 		a.seen = cmp.Or(at, resp.Header.Revision)
 		var ahead []*mvccpb.KeyValue
 		var es []queue.Entry
+		ended := endedRecords(a.dir, kvs)
+		if resp.More && len(kvs) != 0 {
+			// The entry of a record at the page's oldest revision may
+			// be on the next page.
+			for k, r := range ended {
+				if r.CreateRevision == kvs[len(kvs)-1].CreateRevision {
+					delete(ended, k)
+				}
+			}
+		}
 		for _, kv := range slices.Backward(kvs) {
+			if ended[string(kv.Key)] != nil {
+				// An ended entry with a lock-delay: a holder of its mode
+				// until the delay is over (lockdelay.go).
+				_, m, _, _ := parseDelay(a.dir, string(kv.Key))
+				ahead, es = append(ahead, kv), append(es, a.phantom(m))
+				continue
+			}
 			if !isEntry(a.dir, string(kv.Key)) {
 				continue
 			}

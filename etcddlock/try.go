@@ -45,6 +45,12 @@ func (a *attempt) try(ctx context.Context) error {
 	a.minRev = r.rev // the read sees at least what the Txn saw
 	for range tryMaxRounds {
 		p, ahead, err := a.scan(ctx, 0)
+		if err == nil {
+			var again bool
+			if again, err = a.sitOut(ctx, ahead); again && err == nil {
+				continue // lock-delays over, their records deleted: read again
+			}
+		}
 		switch {
 		case err != nil:
 			return err

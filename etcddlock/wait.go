@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/dlockdev/dlock/driver"
 	leng "github.com/dlockdev/dlock/internal/lease"
@@ -65,8 +66,17 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 		wch = a.d.w.Watch(wctx, a.pred, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
 	}
 	started := false // the watch's created response has come
+	var delayed <-chan time.Time
+	if !a.delayUntil.IsZero() {
+		// A lock-delay ahead ends then: read the queue again.
+		t := time.NewTimer(time.Until(a.delayUntil))
+		defer t.Stop()
+		delayed = t.C
+	}
 	for {
 		select {
+		case <-delayed:
+			return seen, false, stop()
 		case wr, ok := <-wch:
 			// The first response is the watch's creation.
 			failed := !ok || wr.Err() != nil || started && wr.Canceled || !started && !wr.Created
