@@ -173,12 +173,17 @@ func (l *etcdLease) keepAlive(ctx context.Context, lc clientv3.Lease) error {
 		return err
 	}
 	_ = resp // its TTL is the one granted: etcd never changes a lease's TTL
+	l.renewedAt(start)
+	return nil
+}
+
+// renewedAt records a successful keep-alive sent at start.
+func (l *etcdLease) renewedAt(start time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if start.After(l.validFrom) {
 		l.validFrom = start
 	}
-	return nil
 }
 
 // keepAliveShared renews the lease for a waiter, unless another renewal
