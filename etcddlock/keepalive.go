@@ -58,11 +58,13 @@ func (d *etcdDriver) renewLease(ctx context.Context, l *etcdLease) error {
 		switch {
 		case err == nil || errors.Is(err, driver.ErrNotHeld) || ctx.Err() != nil:
 			return err
-		case !silent && !transient(err):
+		case !silent && !fresh && !transient(err):
 			return err
 		case !silent:
-			// A quick refusal ("no leader", an overloaded etcd): pause
-			// as every retry does.
+			// A quick refusal ("no leader", an overloaded etcd), or a
+			// spare connection that failed (closed by another renewal,
+			// say: the client's connection decides): pause as every
+			// retry does.
 			if werr := b.wait(ctx); werr != nil {
 				return fmt.Errorf("%w (last etcd error: %w)", werr, err)
 			}
