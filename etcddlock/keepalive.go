@@ -19,8 +19,10 @@ import (
 // a few milliseconds on a healthy cluster.
 const minKeepAliveAttempt = 200 * time.Millisecond
 
-// renewLease renews l for its held grants, by the time ctx ends (the
-// lease's local deadline) or l.safeUntil, whichever is sooner. A keep-alive
+// renewLease renews l, by the time ctx ends (a held lease's local
+// deadline) or l.safeUntil, whichever is sooner: for its held grants
+// (RenewBatch), its waiters (keepAliveShared) and before a grant or a new
+// call (freshen, takeLease). A keep-alive
 // may never be answered although the cluster works: a follower forwards it
 // to a leader that is frozen or cut off, and waits for it past the lease
 // (a new leader is elected within one or two election timeouts, but the

@@ -3,10 +3,12 @@ package etcddlock_test
 import (
 	"bytes"
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/etcddlock"
 	"github.com/dlockdev/dlock/internal/testing/faultproxy"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -143,5 +145,79 @@ func TestLease_connectionSilent_renewedOnFreshConnection(t *testing.T) {
 	waitRenewedPast(t, ctx, l, renewed, d0)
 	if p.Accepted() <= int64(existing) {
 		t.Errorf("renewed without a new connection (%d accepted, as before the silence)", p.Accepted())
+	}
+}
+
+// A waiter whose connection goes silent while new connections work renews
+// its lease on a fresh connection and keeps its place.
+func TestLock_waiterConnectionSilent_keepsPlace(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedEtcd(t)
+	key := "silent-waiter/" + t.Name()
+	holder := openClient(t, ctx, srv.URL())
+	lh, err := holder.Lock(ctx, key, longTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lh.Unlock(ctx)
+	p, err := faultproxy.New(srv.Addr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	waiter := openClient(t, ctx, "etcd://"+p.Addr())
+	wctx, cancel := context.WithCancel(ctx)
+	got := goLockUnlock(wctx, waiter, key, dlock.WithTTL(3*time.Second))
+	defer func() { cancel(); <-got }()
+	waitWaiters(t, ctx, holder, key, 1)
+	admin := adminClient(t, srv.Addr())
+	newest := append([]clientv3.OpOption{clientv3.WithPrefix()}, clientv3.WithLastCreate()...)
+	resp, err := admin.Get(ctx, etcddlock.QueueDirForTest(etcddlock.DefaultPrefix, key), newest...)
+	if err != nil || len(resp.Kvs) == 0 {
+		t.Fatalf("the waiter's entry: %v (%d keys)", err, len(resp.Kvs))
+	}
+	wkey, id := string(resp.Kvs[0].Key), clientv3.LeaseID(resp.Kvs[0].Lease)
+
+	existing := uint64(p.Accepted())
+	ka := keepAliveBytes(t, id)
+	answer, err := proto.Marshal(&pb.LeaseKeepAliveResponse{ID: int64(id)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The answer to a keep-alive on a new connection.
+	var fresh atomic.Uint64
+	obs := p.Observe(func(f *faultproxy.Frame) bool {
+		if f.Conn <= existing {
+			return false
+		}
+		if f.Up && bytes.Contains(f.Data, ka) {
+			fresh.CompareAndSwap(0, f.Conn)
+		}
+		return !f.Up && f.Conn == fresh.Load() && bytes.Contains(f.Data, answer)
+	})
+	defer obs.Stop()
+	p.Tag(func(f *faultproxy.Frame) bool { return f.Conn <= existing })
+	p.HoldTagged(true)
+	defer p.HoldTagged(false) // before the waiter leaves, which it tells etcd
+	select {
+	case <-obs.C:
+	case err := <-got:
+		t.Fatalf("the waiter's Lock returned: %v", err)
+	case <-ctx.Done():
+		t.Fatal("no keep-alive answered on a new connection (watchdog)")
+	}
+	ttl, err := admin.TimeToLive(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl.TTL <= 0 {
+		t.Fatalf("the waiter's lease expired (TTL %d)", ttl.TTL)
+	}
+	after, err := admin.Get(ctx, wkey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Kvs) != 1 || clientv3.LeaseID(after.Kvs[0].Lease) != id {
+		t.Fatalf("the waiter's entry %q is gone or on another lease: %v", wkey, after.Kvs)
 	}
 }
