@@ -212,7 +212,7 @@ func (a *attempt) freshen(ctx context.Context) error {
 
 // renew renews our lease, retrying a busy etcd until ctx ends.
 func (a *attempt) renew(ctx context.Context) error {
-	err := retry(ctx, func(ctx context.Context) error { return a.l.keepAlive(ctx, a.d.lc) })
+	err := retry(ctx, func(ctx context.Context) error { return a.d.renewLease(ctx, a.l) })
 	return a.d.wrapErr("renew the lease", err)
 }
 

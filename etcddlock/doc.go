@@ -66,6 +66,19 @@
 // to different Clients (or TTLs). docs/etcd.md, "One lease per Client and
 // TTL", gives the argument.
 //
+// # Network blips
+//
+// A keep-alive left unanswered — a frozen leader behind the follower that
+// forwards it, a connection gone silent — is sent again with a third of
+// the time left before the lease's deadline, alternately on the client's
+// connection and on a fresh one, so a lease survives a leader change or a
+// dead connection when the cluster answers again in time; it counts only
+// from a keep-alive that was answered. Open's client reconnects at most
+// ReconnectMaxDelay apart and abandons a connection attempt that gets no
+// answer after ReconnectAttemptTimeout, so a Client works again within a
+// few seconds of the network's return; give a client passed to New the
+// same with DialOptions. docs/etcd.md, "When the network blips".
+//
 // # Fencing
 //
 // For data kept in etcd, the fencing check can be etcd's own, in the Txn

@@ -54,6 +54,8 @@ type etcdDriver struct {
 	lc     clientv3.Lease   // the driver's own: closed by Close
 	w      clientv3.Watcher // the driver's own: closed by Close
 	owned  io.Closer        // the etcd client, when Open created it
+	cli    *clientv3.Client // dials the spare connection
+	spare  spareConn        // for keep-alives the client's connection left unanswered (keepalive.go)
 	addr   string           // for error messages
 	opts   Options
 	prefix string
@@ -92,7 +94,7 @@ func newDriver(ctx context.Context, cli *clientv3.Client, kv clientv3.KV, lc cli
 	o := opts.withDefaults()
 	dctx, cancel := context.WithCancel(context.Background())
 	d := &etcdDriver{
-		kv: kv, kvc: clientv3.RetryKVClient(cli), lc: lc, w: w, owned: owned, addr: addr, opts: o, prefix: o.Prefix,
+		kv: kv, kvc: clientv3.RetryKVClient(cli), lc: lc, cli: cli, w: w, owned: owned, addr: addr, opts: o, prefix: o.Prefix,
 		ctx: dctx, cancel: cancel, leaseTurn: make(chan struct{}, 1), leases: map[int64]*etcdLease{},
 	}
 	// Range, one key of the prefix: proves that etcd answers, has a leader
@@ -201,7 +203,7 @@ func (d *etcdDriver) Close() error {
 
 func (d *etcdDriver) closeClients() error {
 	d.cancel()
-	errs := []error{d.w.Close(), d.lc.Close()}
+	errs := []error{d.w.Close(), d.lc.Close(), d.spare.close()}
 	if d.owned != nil {
 		errs = append(errs, d.owned.Close())
 	}

@@ -119,7 +119,7 @@ func (g *grant) lose(reason error) {
 // lease: RenewBatch renews them all with one request).
 func (g *grant) Renew(ctx context.Context) error {
 	g.startWatch()
-	return g.l.keepAlive(ctx, g.d.lc)
+	return g.d.renewLease(ctx, g.l)
 }
 
 // startWatch starts watching our entry for deletion at the first renewal:
@@ -359,5 +359,5 @@ func (d *etcdDriver) strayMarkers(ctx context.Context, dir, key string) []string
 func (g *grant) leaseAlive(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(g.l.ttl, revokeTimeout))
 	defer cancel()
-	return retry(ctx, func(ctx context.Context) error { return g.l.keepAlive(ctx, g.d.lc) }) == nil
+	return retry(ctx, func(ctx context.Context) error { return g.d.renewLease(ctx, g.l) }) == nil
 }

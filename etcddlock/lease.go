@@ -173,12 +173,17 @@ func (l *etcdLease) keepAlive(ctx context.Context, lc clientv3.Lease) error {
 		return err
 	}
 	_ = resp // its TTL is the one granted: etcd never changes a lease's TTL
+	l.renewedAt(start)
+	return nil
+}
+
+// renewedAt records a successful keep-alive sent at start.
+func (l *etcdLease) renewedAt(start time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if start.After(l.validFrom) {
 		l.validFrom = start
 	}
-	return nil
 }
 
 // keepAliveShared renews the lease for a waiter, unless another renewal
@@ -186,14 +191,14 @@ func (l *etcdLease) keepAlive(ctx context.Context, lc clientv3.Lease) error {
 // lease then send about one keep-alive per third of the TTL between them,
 // not one each. etcd keeps the lease at least five sixths of the TTL from
 // now, longer than the third after which the waiter renews again.
-func (l *etcdLease) keepAliveShared(ctx context.Context, lc clientv3.Lease) error {
+func (l *etcdLease) keepAliveShared(ctx context.Context, d *etcdDriver) error {
 	if err := l.deadErr(); err != nil {
 		return err
 	}
 	if time.Since(l.since()) < l.ttl/6 {
 		return nil
 	}
-	return l.keepAlive(ctx, lc)
+	return d.renewLease(ctx, l)
 }
 
 // grantLease asks etcd for a new lease.
@@ -262,7 +267,7 @@ func (d *etcdDriver) takeLease(ctx context.Context, secs int64) (*etcdLease, *sl
 			// lease about to lapse; retry a busy etcd while the lease
 			// certainly lives.
 			kctx, cancel := context.WithDeadline(ctx, l.safeUntil())
-			err := retry(kctx, func(kctx context.Context) error { return l.keepAlive(kctx, d.lc) })
+			err := retry(kctx, func(kctx context.Context) error { return d.renewLease(kctx, l) })
 			cancel()
 			if err == nil {
 				return l, l.takeSlot(), nil

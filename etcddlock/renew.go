@@ -12,7 +12,9 @@ import (
 // is one request (they share their lease: lease.go). Each grant counts its
 // validity from the send time of that keep-alive, which is after the call,
 // and gets its result: a lease that etcd no longer keeps ends all of its
-// grants (driver.ErrNotHeld), as it ended their entries.
+// grants (driver.ErrNotHeld), as it ended their entries. A keep-alive
+// left unanswered is sent again well before the lease's deadline
+// (renewLease).
 func (d *etcdDriver) RenewBatch(ctx context.Context, grants []driver.Grant) []error {
 	var errs []error // made at the first failure: nil means all renewed
 	fail := func(i int, err error) {
@@ -41,7 +43,7 @@ func (d *etcdDriver) RenewBatch(ctx context.Context, grants []driver.Grant) []er
 			j++
 		}
 		if j == len(done) {
-			done = append(done, renewal{l: g.l, err: g.l.keepAlive(ctx, d.lc)})
+			done = append(done, renewal{l: g.l, err: d.renewLease(ctx, g.l)})
 		}
 		if err := done[j].err; err != nil {
 			fail(i, err)

@@ -132,6 +132,7 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		// entry) so that requests move to another endpoint.
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 5 * time.Second,
+		DialOptions:          DialOptions(),
 		Username:             c.user,
 		Password:             c.pass,
 		TLS:                  c.tls,

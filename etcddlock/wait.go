@@ -148,7 +148,7 @@ func (a *attempt) renewals() (w *leng.Waiter, gone *int64) {
 	gone, n := new(int64), 0
 	return leng.StartWaiter(a.l.since(), a.l.ttl, func(ctx context.Context) error {
 		// LeaseKeepAlive, unless another call of the lease just sent one.
-		err := retry(ctx, func(ctx context.Context) error { return a.l.keepAliveShared(ctx, a.d.lc) })
+		err := retry(ctx, func(ctx context.Context) error { return a.l.keepAliveShared(ctx, a.d) })
 		if err = a.d.wrapErr("renew the lease", err); err != nil {
 			return err
 		}
