@@ -111,6 +111,9 @@ type redisDriver struct {
 
 func newDriver(ctx context.Context, rdb redis.UniversalClient, opts *Options, owns bool, addr string) (*redisDriver, error) {
 	o, err := opts.withDefaults()
+	if err == nil {
+		err = checkWaitTimeout(rdb, o)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: redisdlock.Options: %w", dlock.ErrInvalidOption, err)
 	}

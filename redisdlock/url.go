@@ -45,6 +45,12 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if o.AllowEviction, err = takeParam(q, "allow_eviction", strconv.ParseBool); err != nil {
 		return nil, badURL(err)
 	}
+	if o.WaitReplicas, err = takeParam(q, "wait_replicas", strconv.Atoi); err != nil {
+		return nil, badURL(err)
+	}
+	if o.WaitTimeout, err = takeParam(q, "wait_timeout", time.ParseDuration); err != nil {
+		return nil, badURL(err)
+	}
 	if _, err := o.withDefaults(); err != nil {
 		return nil, badURL(err)
 	}
