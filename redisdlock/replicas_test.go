@@ -347,3 +347,32 @@ func TestWaitReplicas_sentinelFailover(t *testing.T) {
 		})
 	}
 }
+
+// A waiter whose turn comes while the replica does not acknowledge is not
+// granted on the hand-off's notice alone: its Lock reports ErrUnavailable.
+func TestWaitReplicas_handOffNotAcknowledged(t *testing.T) {
+	testserver.SkipIfShort(t)
+	r := startReplicated(t)
+	ctx := testCtx(t)
+	url := "redis://" + r.master.Addr() + "/0?wait_replicas=1&wait_timeout=50ms"
+	holderC, waiterC := openTest(t, ctx, url), openTest(t, ctx, url)
+	l, err := holderC.Lock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l2, err := waiterC.Lock(ctx, "k")
+		if err == nil {
+			_ = l2.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitWaiters(t, ctx, holderC, "k", 1)
+	r.hold(t)
+	_ = l.Unlock(ctx) // ErrUnavailable: TestWaitReplicas_releaseNotAcknowledged
+	err = <-got
+	if !errors.Is(err, dlock.ErrUnavailable) || !strings.Contains(err.Error(), "grant acknowledged by 0 of 1 replicas") {
+		t.Fatalf("the waiter's Lock: err = %v, want ErrUnavailable with \"grant acknowledged by 0 of 1 replicas\"", err)
+	}
+}
