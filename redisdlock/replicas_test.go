@@ -376,3 +376,75 @@ func TestWaitReplicas_handOffNotAcknowledged(t *testing.T) {
 		t.Fatalf("the waiter's Lock: err = %v, want ErrUnavailable with \"grant acknowledged by 0 of 1 replicas\"", err)
 	}
 }
+
+// On a Cluster, WAIT goes to the master of the key's slot: a key of the
+// master that has a replica is granted and renewed, a key of one without
+// is refused.
+func TestWaitReplicas_cluster(t *testing.T) {
+	testserver.SkipIfShort(t)
+	addrs := testserver.StartRedisCluster(t, 3)
+	ctx := testCtx(t)
+	admin := redis.NewClient(&redis.Options{Addr: addrs[0]})
+	defer admin.Close()
+	masterID, err := admin.ClusterMyID(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A fourth node, replica of the first master (slots 0 to 5460).
+	dir := t.TempDir()
+	rep := testserver.StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "5000")
+	repC := redis.NewClient(&redis.Options{Addr: rep.Addr()})
+	defer repC.Close()
+	host, port, _ := net.SplitHostPort(addrs[0])
+	if err := repC.ClusterMeet(ctx, host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Refused until the new node has heard of the master by gossip.
+	until(t, 30*time.Second, "CLUSTER REPLICATE", func(ctx context.Context) error {
+		return repC.Do(ctx, "CLUSTER", "REPLICATE", masterID).Err()
+	})
+	until(t, 30*time.Second, "the replica's link up", func(ctx context.Context) error {
+		info, err := repC.Info(ctx, "replication").Result()
+		if err != nil || !strings.Contains(info, "master_link_status:up") {
+			return fmt.Errorf("replica link not up: %v", err)
+		}
+		return nil
+	})
+	// A key of each kind: on the replicated master's slots, and not.
+	var onReplicated, elsewhere string
+	for i := 0; i < 100 && (onReplicated == "" || elsewhere == ""); i++ {
+		k := fmt.Sprintf("k%d", i)
+		slot, err := admin.ClusterKeySlot(ctx, redisdlock.LockKeysForTest(redisdlock.DefaultPrefix, k)[0]).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slot <= 5460 {
+			onReplicated = k
+		} else {
+			elsewhere = k
+		}
+	}
+	c := openTest(t, ctx, "redis+cluster://"+strings.Join(addrs, ",")+"?wait_replicas=1&wait_timeout=50ms")
+	l, err := c.Lock(ctx, onReplicated, dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatalf("Lock of %s, on the master with a replica: %v", onReplicated, err)
+	}
+	defer l.Unlock(ctx)
+	if l2, err := c.TryLock(ctx, elsewhere); !errors.Is(err, dlock.ErrUnavailable) || !strings.Contains(err.Error(), "0 of 1 replicas") {
+		if err == nil {
+			_ = l2.Unlock(ctx)
+		}
+		t.Fatalf("TryLock of %s, on a master without a replica: err = %v, want ErrUnavailable naming 0 of 1 replicas", elsewhere, err)
+	}
+	// Renewals acknowledged: the deadline moves on.
+	d0 := l.Deadline()
+	until(t, 10*time.Second, "a renewal", func(context.Context) error {
+		if l.Err() != nil {
+			t.Fatalf("the lease ended: %v", l.Err())
+		}
+		if !l.Deadline().After(d0) {
+			return fmt.Errorf("deadline still %v", d0)
+		}
+		return nil
+	})
+}
