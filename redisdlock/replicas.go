@@ -59,6 +59,7 @@ func (s *script) sendAcked(ctx context.Context, d *redisDriver, a []any) (*redis
 	if c, ok := d.rdb.(*redis.ClusterClient); ok && cmd.Err() != nil &&
 		(redis.HasErrorPrefix(cmd.Err(), "MOVED") || redis.HasErrorPrefix(cmd.Err(), "ASK")) {
 		c.ReloadState(ctx)
+		cmd.SetErr(fmt.Errorf("%w: the key's slot moved to another node: %w", driver.ErrUnavailable, cmd.Err()))
 	}
 	return cmd, ack
 }
