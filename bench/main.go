@@ -96,6 +96,7 @@ type results struct {
 	Permits      []modeResult
 	Renewal      []renewalResult
 	Gateway      []gatewayResult
+	Replicas     []replicasResult
 	Notes        []string
 }
 
@@ -346,6 +347,9 @@ func run(cfg config) error {
 	}
 	if cfg.sections["gateway"] {
 		res.section("gateway", func() { res.Gateway = runGatewaySection(s, libs, cfg) })
+	}
+	if cfg.sections["replicas"] {
+		res.section("replicas", func() { res.Replicas = runReplicasSection(cfg) })
 	}
 	res.End = time.Now()
 	res.Machine.LoadAfter = loadavg()

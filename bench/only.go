@@ -7,7 +7,7 @@ import (
 
 // allSections are the sections of a full run, in the order they run
 // (rtt, uncontended and contended once per round).
-var allSections = []string{"rtt", "uncontended", "contended", "modes", "permits", "election", "cost", "renewal", "keys", "queue", "memory", "gateway"}
+var allSections = []string{"rtt", "uncontended", "contended", "modes", "permits", "election", "cost", "renewal", "keys", "queue", "memory", "gateway", "replicas"}
 
 // onlyNames are the values -only accepts as section names: every section,
 // and the workloads of the modes section.

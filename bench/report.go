@@ -355,6 +355,7 @@ func report(res *results) string {
 	renewalReport(&m, res)
 	memoryReport(&m, res)
 	gatewayReport(&m, res)
+	replicasReport(&m, res)
 
 	m.p("## Notes on the method")
 	m.p("")

@@ -7,7 +7,8 @@
 # semaphore and RWMutex, the semaphore's permits in use, leader election,
 # client cost, renewals while 1,000 locks are held, 100,000 keys on one
 # client, 10,000 waiters on one key at load 3, server memory per lock, and
-# grants/s and hand-off latency through the gateway against the library.
+# grants/s and hand-off latency through the gateway against the library, and
+# the cost of redisdlock's WaitReplicas (a primary with one replica).
 #
 # The servers run in their default durable configuration (Redis with its
 # built-in RDB snapshots, ZooKeeper forceSync=yes, etcd with fsync); the
@@ -60,6 +61,10 @@
 #       memory               server memory and keys per held lock and left per
 #                            released key, each library on a server of its own
 #                            (about 1 minute)
+#       replicas             redisdlock's WaitReplicas: the uncontended cycle
+#                            with wait_replicas=1 against dlock without it, on
+#                            a primary with one replica of their own, each
+#                            round (about 10 s per round)
 #   ./run.sh -sections memory -only '^dlock \(redis\)$'
 #                            the memory section for the matching libraries only
 #                            (about 10 s); -sections always writes nothing unless

@@ -118,8 +118,8 @@ func tail(path string) string {
 }
 
 // startRedis starts redis-server: with its built-in defaults for the durable
-// variant, without persistence for nofsync.
-func startRedis(v variant) (*server, error) {
+// variant, without persistence for nofsync; extra arguments are passed on.
+func startRedis(v variant, extra ...string) (*server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("redis-server not found: apt-get install -y redis-server")
@@ -140,6 +140,7 @@ func startRedis(v variant) (*server, error) {
 	if v == nofsync {
 		args = append(args, "--save", "", "--appendonly", "no")
 	}
+	args = append(args, extra...)
 	s, err := startProcess("redis", dir, bin, args)
 	if err != nil {
 		return nil, err

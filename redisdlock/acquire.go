@@ -73,14 +73,15 @@ func shapeArgs(req *driver.AcquireRequest) (label, limit, mode any) {
 }
 
 // runAcquire sends g's acquire.lua command (newGrant).
-func (d *redisDriver) runAcquire(ctx context.Context, g *grant) (acquireReply, error) {
-	v, err := acquireScript.send(ctx, d, g.cmd[:]).Slice()
+// With Options.WaitReplicas, ack is WAIT's answer to it.
+func (d *redisDriver) runAcquire(ctx context.Context, g *grant) (r acquireReply, ack acked, err error) {
+	cmd, ack := acquireScript.sendAcked(ctx, d, g.cmd[:])
+	v, err := cmd.Slice()
 	if err != nil {
-		return acquireReply{}, err
+		return acquireReply{}, ack, err
 	}
-	var r acquireReply
 	if len(v) < 2 {
-		return r, fmt.Errorf("unexpected acquire reply %v", v)
+		return r, ack, fmt.Errorf("unexpected acquire reply %v", v)
 	}
 	r.status, _ = v[0].(int64)
 	switch r.status {
@@ -89,14 +90,14 @@ func (d *redisDriver) runAcquire(ctx context.Context, g *grant) (acquireReply, e
 		// clock (µs), as it usually is.
 		s, _ := v[1].(string)
 		if r.token, err = strconv.ParseUint(s, 10, 64); err != nil {
-			return r, fmt.Errorf("bad acquire reply %v", v)
+			return r, ack, fmt.Errorf("bad acquire reply %v", v)
 		}
 		now := s
 		if len(v) > 2 {
 			now, _ = v[2].(string)
 		}
 		if r.serverUs, err = parseInt(now); err != nil {
-			return r, fmt.Errorf("bad server time %q in acquire reply", now)
+			return r, ack, fmt.Errorf("bad server time %q in acquire reply", now)
 		}
 	case statusMismatch:
 		r.label, _ = v[1].(string)
@@ -110,7 +111,7 @@ func (d *redisDriver) runAcquire(ctx context.Context, g *grant) (acquireReply, e
 			r.holder, _ = strconv.ParseUint(s, 10, 64)
 		}
 	}
-	return r, nil
+	return r, ack, nil
 }
 
 // Acquire implements driver.Driver.
@@ -144,7 +145,7 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 		if polls > 0 {
 			sent = time.Now()
 		}
-		r, err := d.runAcquire(ctx, g)
+		r, ack, err := d.runAcquire(ctx, g)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, d.abandon(ctx, g)
@@ -159,6 +160,11 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 			r.status = statusQueued
 			r.pttl = -1
 		case r.status == statusGranted:
+			if err := d.ackErr(ack, "grant"); err != nil {
+				// Never return a grant that a failover may lose.
+				_ = d.abandon(ctx, g)
+				return nil, err
+			}
 			g.token, g.validFrom = r.token, sent
 			// Only a later reading's received is ever used (clockReading.ahead).
 			g.clock = clockReading{sent: sent, received: sent, serverUs: r.serverUs}
@@ -199,7 +205,9 @@ func (d *redisDriver) Acquire(ctx context.Context, req *driver.AcquireRequest) (
 		// A notice is trusted only while most of the validity counted from
 		// notBefore remains; otherwise (we were slow to get here) poll,
 		// which extends the grant from now if it is still ours.
-		if token != pollNow && time.Since(notBefore) < req.TTL/3 {
+		// With WaitReplicas the grant must be acknowledged: the poll,
+		// which finds it ours and writes, is followed by WAIT.
+		if token != pollNow && !d.waits() && time.Since(notBefore) < req.TTL/3 {
 			g.token, g.validFrom = token, notBefore
 			// The token is at least the server's clock (µs) at the
 			// hand-off, which came after notBefore: a reading of the

@@ -83,6 +83,7 @@ func TestErrorMessages(t *testing.T) {
 		{"new-prefix-brace", redisdlock.Options{Prefix: "a{b"}},
 		{"new-waiter-timeout-low", redisdlock.Options{WaiterTimeout: 50 * time.Millisecond}},
 		{"new-poll-interval-above", redisdlock.Options{PollInterval: time.Hour}},
+		{"new-wait-replicas-negative", redisdlock.Options{WaitReplicas: -1}},
 	} {
 		_, err := redisdlock.New(ctx, rdb, &c.o)
 		r.Record(c.name, err, dlock.ErrInvalidOption)
@@ -94,6 +95,7 @@ func TestErrorMessages(t *testing.T) {
 		{"url-bad-duration", url + "?waiter_timeout=soon"},
 		{"url-prefix-brace", url + "?prefix=a{b"},
 		{"url-poll-interval-above", url + "?poll_interval=1h"},
+		{"url-wait-timeout-read", url + "?wait_replicas=1&wait_timeout=3s&read_timeout=2s"},
 		{"url-bad-db", "redis://:s3cret@" + srv.Addr() + "/zero"},
 		{"url-sentinel-no-master", "redis+sentinel://127.0.0.1:26379"},
 		{"url-sentinel-unknown-option", "redis+sentinel://u:s3cret@127.0.0.1:26379/m?sentinel_password=s3cret&colour=blue"},

@@ -62,7 +62,8 @@ func (g *grant) Lost() <-chan error { return nil }
 func (g *grant) Renew(ctx context.Context) error {
 	sent := time.Now()
 	g.renewCmd = [...]any{nil, nil, numKeysArgs[1], g.keys[0], &g.ttlMs, &g.owner}
-	v, err := renewScript.send(ctx, g.d, g.renewCmd[:]).Slice()
+	cmd, ack := renewScript.sendAcked(ctx, g.d, g.renewCmd[:])
+	v, err := cmd.Slice()
 	received := time.Now()
 	if err != nil {
 		return wrapErr(fmt.Sprintf("redis at %s: renew", g.d.addr), err)
@@ -71,7 +72,11 @@ func (g *grant) Renew(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("redis at %s: renew: unexpected reply %v", g.d.addr, v)
 	}
-	return g.renewed(v[2] == int64(1), clockReading{sent: sent, received: received, serverUs: server})
+	held := v[2] == int64(1)
+	if err := g.d.ackErr(ack, "renewal"); held && err != nil {
+		return err // a failed renewal: validity is not counted from it
+	}
+	return g.renewed(held, clockReading{sent: sent, received: received, serverUs: server})
 }
 
 // renewed takes renew.lua's answer for g: held, and the server's clock
@@ -121,12 +126,18 @@ func parseRenewTime(v []any, n int) (serverUs int64, ok bool) {
 // The token lets a release resent after a lost reply recognise that its
 // first attempt freed the key.
 func (g *grant) Release(ctx context.Context) error {
-	n, err := releaseScript.send(ctx, g.d, g.releaseCmd()).Int()
+	cmd, ack := releaseScript.sendAcked(ctx, g.d, g.releaseCmd())
+	n, err := cmd.Int()
 	if err != nil {
 		return wrapErr(fmt.Sprintf("redis at %s", g.d.addr), err)
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: the key expired or passed to another owner before the release", errNotHeld)
+	}
+	// Freed on the master, which may hand the key on at once; a failover
+	// to a replica without the release keeps the key until its TTL.
+	if err := g.d.ackErr(ack, "release"); err != nil {
+		return fmt.Errorf("%w (the master freed the key; after a failover to a replica without the release, the key stays locked until its TTL runs out)", err)
 	}
 	return nil
 }

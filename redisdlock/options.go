@@ -47,6 +47,25 @@ type Options struct {
 	// memory. URL parameter: allow_eviction=true.
 	AllowEviction bool
 
+	// WaitReplicas, when above zero, makes every grant, renewal and release
+	// wait until that many replicas have it (Redis WAIT, sent right behind
+	// the script on the same connection), so that a failover to one of them
+	// cannot grant a held key again. A grant not acknowledged within
+	// WaitTimeout is released and Lock reports an error satisfying
+	// errors.Is(err, dlock.ErrUnavailable); a renewal not acknowledged
+	// counts as failed (the lease engine retries it until the lease's
+	// deadline); a release not acknowledged has freed the key on the master
+	// and Unlock reports ErrUnavailable. An acknowledgement is no fsync, and
+	// a failover to a replica that has not acknowledged is still possible:
+	// docs/redis.md, "Replica acknowledgement". Default 0: no WAIT.
+	// URL parameter: wait_replicas.
+	WaitReplicas int
+
+	// WaitTimeout is how long WAIT waits for WaitReplicas replicas. Default
+	// DefaultWaitTimeout; it must be positive and below the go-redis
+	// client's read timeout. URL parameter: wait_timeout.
+	WaitTimeout time.Duration
+
 	// ClientOptions are passed to dlock.NewClient (WithTTL, WithMetadata,
 	// WithLogger defaults for every lock).
 	ClientOptions []dlock.Option
@@ -77,6 +96,16 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if out.PollInterval <= 0 || out.PollInterval >= out.WaiterTimeout {
 		return out, fmt.Errorf("poll interval %v must be positive and below the waiter timeout %v", out.PollInterval, out.WaiterTimeout)
+	}
+	if out.WaitReplicas < 0 {
+		return out, fmt.Errorf("wait replicas %d is negative", out.WaitReplicas)
+	}
+	if out.WaitTimeout == 0 {
+		out.WaitTimeout = DefaultWaitTimeout
+	}
+	// WAIT 0 would block forever; below a millisecond it would be WAIT 0.
+	if out.WaitTimeout < time.Millisecond {
+		return out, fmt.Errorf("wait timeout %v is below 1ms", out.WaitTimeout)
 	}
 	return out, nil
 }

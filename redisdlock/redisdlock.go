@@ -18,9 +18,10 @@
 // cluster node.
 //
 // Options are prefix (default "dlock:"), waiter_timeout (default 3s),
-// poll_interval (default waiter_timeout/3) and allow_eviction (default
-// false: see Options.AllowEviction), plus go-redis' own URL options
-// (dial_timeout, read_timeout, pool_size, …) on redis, rediss and
+// poll_interval (default waiter_timeout/3), allow_eviction (default
+// false: see Options.AllowEviction), wait_replicas (default 0) and
+// wait_timeout (default 100ms: see Options.WaitReplicas), plus go-redis'
+// own URL options (dial_timeout, read_timeout, pool_size, …) on redis, rediss and
 // redis+cluster URLs; sentinel URLs take sentinel_username and
 // sentinel_password instead. See docs/redis.md.
 //
@@ -111,6 +112,9 @@ type redisDriver struct {
 
 func newDriver(ctx context.Context, rdb redis.UniversalClient, opts *Options, owns bool, addr string) (*redisDriver, error) {
 	o, err := opts.withDefaults()
+	if err == nil {
+		err = checkWaitTimeout(rdb, o)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: redisdlock.Options: %w", dlock.ErrInvalidOption, err)
 	}

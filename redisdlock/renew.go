@@ -89,27 +89,37 @@ func (d *redisDriver) RenewBatch(ctx context.Context, grants []driver.Grant) []e
 		items = items[n:]
 	}
 
-	d.send(ctx, runs)
+	acks := d.sendRuns(ctx, runs)
 	// The server lost its script cache (a restart, SCRIPT FLUSH; a node
 	// that never ran it): send the source of the runs it refused, as
 	// script.run does.
 	var again []*renewRun
-	for _, r := range runs {
+	var at []int
+	for i, r := range runs {
 		if err := r.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			r.args[0], r.args[1] = "eval", renewScript.src
-			again = append(again, r)
+			again, at = append(again, r), append(at, i)
 		}
 	}
-	d.send(ctx, again)
+	for k, ack := range d.sendRuns(ctx, again) { // none without WAIT
+		acks[at[k]] = ack
+	}
 	received := time.Now()
 
-	for _, r := range runs {
+	for i, r := range runs {
 		v, err := r.cmd.Slice()
 		if err == nil {
 			if server, ok := parseRenewTime(v, len(r.grants)); ok {
 				now := clockReading{sent: sent, received: received, serverUs: server}
+				var ackErr error
+				if acks != nil {
+					ackErr = d.ackErr(acks[i], "renewal")
+				}
 				for k, g := range r.grants {
-					if err := g.renewed(v[2+k] == int64(1), now); err != nil {
+					held := v[2+k] == int64(1)
+					if held && ackErr != nil {
+						fail(r.at[k], ackErr) // a failed renewal, as Renew's
+					} else if err := g.renewed(held, now); err != nil {
 						fail(r.at[k], err)
 					}
 				}
@@ -133,6 +143,17 @@ type renewRun struct {
 	at     []int
 	args   []any
 	cmd    *redis.Cmd
+}
+
+// sendRuns sends runs as send does, or with WAIT behind them when d waits
+// for replicas (sendRunsAcked), and returns the runs' acknowledgements
+// (nil without WAIT).
+func (d *redisDriver) sendRuns(ctx context.Context, runs []*renewRun) []acked {
+	if d.waits() {
+		return d.sendRunsAcked(ctx, runs)
+	}
+	d.send(ctx, runs)
+	return nil // nothing to read: ackErr ignores a zero acked
 }
 
 // send sends runs, in one pipeline when there are several (on a Cluster,

@@ -45,11 +45,22 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if o.AllowEviction, err = takeParam(q, "allow_eviction", strconv.ParseBool); err != nil {
 		return nil, badURL(err)
 	}
-	if _, err := o.withDefaults(); err != nil {
+	if o.WaitReplicas, err = takeParam(q, "wait_replicas", strconv.Atoi); err != nil {
+		return nil, badURL(err)
+	}
+	if o.WaitTimeout, err = takeParam(q, "wait_timeout", time.ParseDuration); err != nil {
+		return nil, badURL(err)
+	}
+	od, err := o.withDefaults()
+	if err != nil {
 		return nil, badURL(err)
 	}
 	rdb, err := newUniversalClient(u, q)
 	if err != nil {
+		return nil, badURL(err)
+	}
+	if err := checkWaitTimeout(rdb, od); err != nil {
+		_ = rdb.Close()
 		return nil, badURL(err)
 	}
 	d, err := newDriver(ctx, rdb, &o, true, u.Host)
