@@ -19,6 +19,13 @@ import (
 // creation zxid; the rest wait. TTL is unknown (-1): a node lives as long
 // as its owner's session, whose timeout only the owner knows.
 func (d *zkDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo, error) {
+	info, _, err := d.inspect(ctx, key)
+	return info, err
+}
+
+// inspect is Inspect, which also returns the holders' nodes, in the order
+// of info.Holders.
+func (d *zkDriver) inspect(ctx context.Context, key string) (*driver.LockInfo, []lockNode, error) {
 	path := d.keyPath(key)
 	info := &driver.LockInfo{Key: key, Limit: 1}
 	children, err := call(ctx, nil, d.timeout(), func() ([]string, error) {
@@ -26,18 +33,18 @@ func (d *zkDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo, e
 		return children, err
 	})
 	if errors.Is(err, zk.ErrNoNode) {
-		return info, nil
+		return info, nil, nil
 	}
 	if err != nil {
-		return nil, d.wrapErr("list the queue", err)
+		return nil, nil, d.wrapErr("list the queue", err)
 	}
 	q := queue(children)
 	if len(q) == 0 {
-		return info, nil
+		return info, nil, nil
 	}
 	kind, limit, err := driver.ParseKindLabel(q[0].label)
 	if err != nil {
-		return nil, fmt.Errorf("zkdlock: node %s: %w", q[0].name, err) // parseLockNode accepts no such label
+		return nil, nil, fmt.Errorf("zkdlock: node %s: %w", q[0].name, err) // parseLockNode accepts no such label
 	}
 	info.Kind, info.Limit = kind, limit
 	var (
@@ -57,7 +64,7 @@ func (d *zkDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo, e
 			continue // it left while we looked
 		}
 		if err != nil {
-			return nil, d.wrapErr("read "+n.name, err)
+			return nil, nil, d.wrapErr("read "+n.name, err)
 		}
 		left = append(left, n)
 		entries = append(entries, driver.Entry{Token: uint64(r.stat.Czxid), Metadata: r.data, Since: time.UnixMilli(r.stat.Ctime), TTL: -1, Mode: n.mode})
@@ -68,7 +75,7 @@ func (d *zkDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo, e
 	for i := range info.Waiters {
 		info.Waiters[i].Token = 0
 	}
-	return info, nil
+	return info, left[:granted], nil
 }
 
 // List implements driver.Inspector: it lists the root's children, keeps the
