@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/dlockdev/dlock/driver"
 	"github.com/go-zookeeper/zk"
@@ -26,6 +27,9 @@ var _ driver.Revoker = (*zkDriver)(nil)
 // holder's token, its node's creation zxid, is greater than the revoked
 // node's: its node was created later, and zxids only go up.
 //
+// A revoked holder's lock-delay mark stays (see lockdelay.go), with the
+// time its delay ends as far as the revoker can tell, for Inspect.
+//
 // A sync comes first, so that the listing shows every grant the leader had
 // made when Revoke was called, whichever server answers.
 func (d *zkDriver) Revoke(ctx context.Context, key string, token uint64) ([]driver.Entry, error) {
@@ -34,7 +38,7 @@ func (d *zkDriver) Revoke(ctx context.Context, key string, token uint64) ([]driv
 		return nil, d.wrapErr("sync before a revoke", err)
 	}
 	for i := 0; ; i++ {
-		info, nodes, err := d.inspect(ctx, key)
+		info, in, err := d.inspect(ctx, key)
 		if err != nil {
 			return nil, err
 		}
@@ -42,13 +46,19 @@ func (d *zkDriver) Revoke(ctx context.Context, key string, token uint64) ([]driv
 			ops     []any
 			revoked []driver.Entry
 		)
-		for j, h := range info.Holders {
-			if token == 0 || h.Token == token {
-				// Delete the node named after its owner and its
-				// sequence: nobody else's, even when sent late.
-				ops = append(ops, &zk.DeleteRequest{Path: path + "/" + nodes[j].name, Version: -1})
-				revoked = append(revoked, h)
+		for j, h := range info.Holders[in.orphans:] {
+			if token != 0 && h.Token != token {
+				continue
 			}
+			// Delete the node named after its owner and its sequence:
+			// nobody else's, even when sent late.
+			ops = append(ops, &zk.DeleteRequest{Path: path + "/" + in.holders[j].name, Version: -1})
+			if m, ok := markOf(in.marks, in.holders[j].owner); ok {
+				// Its mark stays, an orphan: the next grantee sits
+				// out the delay. Write when it ends, for Inspect.
+				ops = append(ops, &zk.SetDataRequest{Path: path + "/" + m.name, Data: untilData(time.Now().Add(m.delay)), Version: -1})
+			}
+			revoked = append(revoked, h)
 		}
 		if len(ops) == 0 {
 			if token != 0 {
@@ -63,7 +73,7 @@ func (d *zkDriver) Revoke(ctx context.Context, key string, token uint64) ([]driv
 			continue
 		}
 		if err != nil {
-			return nil, d.wrapErr(fmt.Sprintf("revoke %d holder(s) of key %q", len(ops), key), err)
+			return nil, d.wrapErr(fmt.Sprintf("revoke %d holder(s) of key %q", len(revoked), key), err)
 		}
 		return revoked, nil
 	}
