@@ -74,6 +74,9 @@ func NewClient(d driver.Driver, opts ...Option) (*Client, error) {
 	if err := checkFixedTTL(d, &cfg.lock); err != nil {
 		return nil, err
 	}
+	if err := checkLockDelay(d, &cfg.lock); err != nil {
+		return nil, err
+	}
 	if lg, ok := d.(driver.Logging); ok {
 		lg.SetLogger(cfg.logger)
 	}
@@ -182,6 +185,9 @@ func (c *Client) take(ctx context.Context, op, key string, sh shape, wait bool, 
 	if err := cfg.checkHolds(); err != nil {
 		return nil, false, opErr(op, key, err)
 	}
+	if err := checkLockDelay(c.drv, &cfg); err != nil {
+		return nil, false, opErr(op, key, err)
+	}
 	wait = wait && !cfg.noWait
 	if c.holdsInContext(ctx, key) {
 		// Inside Do of this key: waiting would wait for ourselves.
@@ -200,14 +206,15 @@ func (c *Client) take(ctx context.Context, op, key string, sh shape, wait bool, 
 	defer c.endCall(call)
 
 	l.req = driver.AcquireRequest{
-		Key:      key,
-		Owner:    newOwnerID(&l.ownerBits),
-		TTL:      cfg.ttl,
-		Metadata: c.metadata,
-		Wait:     wait,
-		Kind:     sh.kind,
-		Limit:    sh.limit,
-		Mode:     sh.mode,
+		Key:       key,
+		Owner:     newOwnerID(&l.ownerBits),
+		TTL:       cfg.ttl,
+		Metadata:  c.metadata,
+		Wait:      wait,
+		Kind:      sh.kind,
+		Limit:     sh.limit,
+		Mode:      sh.mode,
+		LockDelay: cfg.lockDelay,
 	}
 	if cfg.metadata != c.defaults.metadata || cfg.value != "" {
 		l.req.Metadata = encodeMetadata(cfg.metadata, cfg.value)
@@ -354,18 +361,19 @@ func (c *Client) inspector() (driver.Inspector, error) {
 }
 
 func convertInfo(in *driver.LockInfo) *LockInfo {
-	conv := func(e driver.Entry) Entry {
-		md, value := decodeMetadata(e.Metadata)
-		return Entry{Token: e.Token, Metadata: md, Since: e.Since, TTL: e.TTL, Mode: e.Mode, Value: value}
-	}
-	out := &LockInfo{Key: in.Key, Kind: in.Kind, Limit: in.Limit}
+	out := &LockInfo{Key: in.Key, Kind: in.Kind, Limit: in.Limit, DelayedUntil: in.DelayedUntil}
 	for _, h := range in.Holders {
-		out.Holders = append(out.Holders, conv(h))
+		out.Holders = append(out.Holders, convertEntry(h))
 	}
 	for _, w := range in.Waiters {
-		out.Waiters = append(out.Waiters, conv(w))
+		out.Waiters = append(out.Waiters, convertEntry(w))
 	}
 	return out
+}
+
+func convertEntry(e driver.Entry) Entry {
+	md, value := decodeMetadata(e.Metadata)
+	return Entry{Token: e.Token, Metadata: md, Since: e.Since, TTL: e.TTL, Mode: e.Mode, Value: value, LockDelay: e.LockDelay}
 }
 
 // Close releases every lease still held through c (their Err then satisfies

@@ -59,6 +59,35 @@
 // server's notifications rather than by polling, as `dlock status --watch`
 // shows it. On Redis the notices are partial (see package redisdlock).
 //
+// # Revoke and lock-delay
+//
+// Client.Revoke is an operator's way to remove a holder stuck in a live
+// process that renews its lease for ever: it ends the grants of a key on
+// the server, every holder's or, with RevokeToken, one holder's (`dlock
+// revoke KEY [--holder TOKEN]`). Waiters keep their places and are granted
+// as after an Unlock. The revoked Lease learns of it at its next contact
+// with the server: its Done closes, its Err satisfies ErrLeaseLost, its
+// Unlock returns ErrNotHeld.
+//
+// WithLockDelay (per Client, or per Lock, Semaphore, RWMutex or Election
+// call) gives a lease a lock-delay, as Consul's: after its grant ends other
+// than by Unlock (it expired on the server, its session ended, it was
+// revoked), nobody else is granted the key until the delay has passed, so
+// that a holder that lost its lease without knowing it has time to notice
+// first. Meanwhile the ended lease keeps its place as a holder (a
+// semaphore's permit or a reader's share stays taken). An Unlock never
+// starts a delay. Client.Inspect shows each holder's Entry.LockDelay and,
+// while a delay keeps the key from everyone, LockInfo.DelayedUntil.
+//
+// The delay counts by the server's clock from the grant's end where the
+// server keeps time (Redis: the holder's deadline on the server, or the
+// revoke's; memdlock: its space's clock), and on ZooKeeper and etcd from the
+// moment the client of the next grant learned that the lease was gone,
+// which is never earlier than its end. A backend that cannot revoke (its
+// driver does not implement driver.Revoker) fails Revoke, and a lock with a
+// lock-delay, with errors.ErrUnsupported. A backend's common path pays
+// nothing for the feature while no lease carries a delay.
+//
 // # Safety
 //
 // It is NOT safe to assume that holding a Lease means nobody else holds the
@@ -101,6 +130,14 @@
 // a standalone server (where a renewal counts from itself) from an ensemble
 // by reading /zookeeper/config, at every proof; standalone=true stated for an
 // ensemble breaks the guarantee. See docs/zookeeper.md.
+//
+// A revoke (Client.Revoke) does NOT stop the revoked holder's process: it
+// ends the grant on the server, and the holder learns of it only at its
+// next contact with the server, perhaps after the next holder has started.
+// What protects the work is the fencing token (the next grant's is above
+// the revoked one) and a lock-delay (WithLockDelay) long enough for the
+// revoked holder to notice; a lock-delay protects the same way after an
+// expiry.
 //
 // Check Done before each step of the protected work, and use the fencing
 // token wherever a late write would do harm.
@@ -189,7 +226,9 @@
 // ErrNoLeader, ErrInvalidKey, ErrInvalidOption, ErrInvalidURL, ErrUnavailable
 // and ErrAuth; and, from the fenced writes, ErrStaleToken (a
 // *StaleTokenError where the store knows the recorded token) and
-// ErrInvalidFence. Their messages name the key or address concerned.
+// ErrInvalidFence. A call the backend cannot serve (Inspect, Revoke, a
+// lock-delay) fails with errors.ErrUnsupported. Their messages name the key
+// or address concerned.
 //
 // # Hooks
 //

@@ -41,6 +41,11 @@ type LockInfo struct {
 	Limit   int     // a semaphore's permits; 1 for a lock, 0 (no limit) for a read-write lock
 	Holders []Entry // in the order they were granted; empty when nobody holds the key
 	Waiters []Entry // in the order they will be served
+	// DelayedUntil is, while a lock-delay keeps the key from the next
+	// holder (see WithLockDelay), when it ends by the local clock as far
+	// as the backend can tell; zero when none is in force. It is for
+	// display: approximate, and never used to grant.
+	DelayedUntil time.Time
 }
 
 // Entry is a holder or a waiter in a LockInfo.
@@ -51,4 +56,8 @@ type Entry struct {
 	TTL      time.Duration // time left before the entry expires unless renewed; negative if unknown
 	Mode     Mode          // Exclusive (a lock, a writer) or Shared (a reader, a permit)
 	Value    string        // an election's: the value the leader or candidate published
+	// LockDelay is the entry's lock-delay (WithLockDelay); 0 for none or
+	// when the backend cannot tell. A holder whose grant ended other than
+	// by Unlock stays listed while its delay runs.
+	LockDelay time.Duration
 }

@@ -66,6 +66,8 @@ type lockConfig struct {
 	noWait   bool          // NoWait: give up at once instead of queueing
 	hold     time.Duration // HoldAtLeast: the minimum hold, 0 for none
 	holdMax  time.Duration // HoldAtMost: the maximum hold, 0 for none
+	// lockDelay is WithLockDelay's, 0 for none.
+	lockDelay time.Duration
 }
 
 type ttlOption time.Duration

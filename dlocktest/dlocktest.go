@@ -18,7 +18,12 @@
 // waiting behind it, kinds that refuse each other; leader election
 // (Client.Election: one leader, hand-over in arrival order, Proclaim and
 // Observe); locks of several keys (Client.LockAll: all or none, no
-// deadlock between callers asking in different orders); and Client.Watch,
+// deadlock between callers asking in different orders); Client.Revoke (a
+// holder's lease ends, the waiter is granted above its token, a fenced
+// resource refuses the revoked holder, a permit revoked frees one) and
+// WithLockDelay (no grant before the delay after a revoke or an expiry,
+// none after an Unlock), when the backend's driver implements
+// driver.Revoker; and Client.Watch,
 // told of every change of a key's holders and waiters (a backend that is
 // not says so with ObserverLimiter). Scenarios that need
 // a fault (cutting a client off, deleting a key behind its holder's back,
@@ -189,6 +194,12 @@ var tests = []testCase{
 	{"Do_runsAndUnlocks", testDo_runsAndUnlocks},
 	{"Token_increasesAcrossGrants", testToken_increasesAcrossGrants},
 	{"Token_increasesAcrossServerRestart", testToken_increasesAcrossServerRestart},
+	// lockdelay.go
+	{"LockDelay_afterRevoke_nextGrantWaits", testLockDelay_afterRevoke_nextGrantWaits},
+	{"LockDelay_afterExpiry_nextGrantWaits", testLockDelay_afterExpiry_nextGrantWaits},
+	{"LockDelay_semaphorePermitStaysTaken", testLockDelay_semaphorePermitStaysTaken},
+	{"LockDelay_cleanUnlock_noDelay", testLockDelay_cleanUnlock_noDelay},
+	{"LockDelay_outOfRange_invalidOption", testLockDelay_outOfRange_invalidOption},
 	// multi.go
 	{"MultiLock_heldTogether_leasesInCallerOrder", testMultiLock_heldTogether_leasesInCallerOrder},
 	{"MultiLock_oneHeldByOther_allOrNone", testMultiLock_oneHeldByOther_allOrNone},
@@ -207,6 +218,12 @@ var tests = []testCase{
 	{"Lock_deadlineWhileHeld", testLock_deadlineWhileHeld},
 	{"Lock_cancelAtHandOff_nextWaiterServed", testLock_cancelAtHandOff_nextWaiterServed},
 	{"Lock_deadWaiterSkipped", testLock_deadWaiterSkipped},
+	// revoke.go
+	{"Revoke_all_waiterGrantedHolderFenced", testRevoke_all_waiterGrantedHolderFenced},
+	{"Revoke_all_everyReader", testRevoke_all_everyReader},
+	{"Revoke_byToken_onePermit", testRevoke_byToken_onePermit},
+	{"Revoke_unknownToken_changesNothing", testRevoke_unknownToken_changesNothing},
+	{"Revoke_freeKey", testRevoke_freeKey},
 	// rwmutex.go
 	{"RWMutex_safety_readersAndWriters", testRWMutex_safety_readersAndWriters},
 	{"RWMutex_fifo_readersAtHeadGrantedTogether", testRWMutex_fifo_readersAtHeadGrantedTogether},

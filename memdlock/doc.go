@@ -63,6 +63,15 @@
 // tokens keep increasing. The conformance suite (package dlocktest) runs
 // its fault scenarios on these hooks.
 //
+// # Revoke and lock-delay
+//
+// A memdlock Client revokes (dlock.Client.Revoke) and keeps lock-delays
+// (dlock.WithLockDelay). A revoked lease hears of it at once: its Done
+// closes without waiting for a renewal. A lock-delay counts on the
+// space's clock (the fake one, if any) from the grant's end: the expiry
+// deadline the space kept, or the revoke's or [Handle.LoseLease]'s
+// moment; LockInfo.DelayedUntil is on that clock too.
+//
 // See docs/testing.md in the repository for how to test a scheduled job, a
 // handler that must stop on a lost lease and a leader that must step down.
 package memdlock

@@ -28,6 +28,7 @@ var (
 	_ driver.Inspector    = (*conn)(nil)
 	_ driver.Observer     = (*conn)(nil)
 	_ driver.BatchRenewer = (*conn)(nil)
+	_ driver.Revoker      = (*conn)(nil)
 	_ driver.Publisher    = (*grant)(nil)
 	_ driver.Abandoner    = (*grant)(nil)
 )
@@ -106,7 +107,7 @@ func (s *space) join(c *conn, req *driver.AcquireRequest) (*entry, error) {
 		return nil, driver.KindMismatch(k.label, req.Kind, req.Limit)
 	}
 	e := &entry{
-		c: c, k: k, owner: req.Owner, mode: req.Mode, metadata: req.Metadata, ttl: req.TTL,
+		c: c, k: k, owner: req.Owner, mode: req.Mode, metadata: req.Metadata, ttl: req.TTL, delay: req.LockDelay,
 		since: s.now(), ready: make(chan struct{}), expired: make(chan struct{}), lost: make(chan error, 1),
 	}
 	k.q = append(k.q, e)
@@ -141,6 +142,12 @@ func (c *conn) giveUp(e *entry, err error) error {
 	if c.back != nil {
 		// A waiter's expiry runs since the cut; Reconnect leaves it.
 		e.abandoned = true
+		s.mu.Unlock()
+		return err
+	}
+	if e.ended {
+		// Revoked or expired meanwhile: its lock-delay keeps it until
+		// the delay's end, whoever gave up.
 		s.mu.Unlock()
 		return err
 	}
@@ -271,7 +278,7 @@ func (c *conn) RenewBatch(ctx context.Context, grants []driver.Grant) []error {
 	var errs []error
 	for i, dg := range grants {
 		g := dg.(*grant)
-		if g.e.gone {
+		if g.e.gone || g.e.ended {
 			if errs == nil {
 				errs = make([]error, len(grants))
 			}
@@ -317,7 +324,7 @@ func (g *grant) whileHeld(ctx context.Context, fn func(s *space)) error {
 	s := g.c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if g.e.gone {
+	if g.e.gone || g.e.ended {
 		return fmt.Errorf("%w: the grant is gone", driver.ErrNotHeld)
 	}
 	fn(s)

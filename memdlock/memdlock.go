@@ -109,7 +109,7 @@ func (h *Handle) LoseLease(key string) bool {
 	if k != nil {
 		for _, e := range append([]*entry(nil), k.q...) {
 			if e.c == h.c && e.granted {
-				free = s.drop(k, e, errLostOnPurpose) || free
+				free = s.drop(k, e, errLostOnPurpose, s.now()) || free
 				dropped = true
 			}
 		}
@@ -172,7 +172,9 @@ func (s *space) clear(key string, reason error) {
 			e.stop()
 		}
 		if e.granted {
-			e.tellLost(reason)
+			if !e.ended { // an ended one was told already
+				e.tellLost(reason)
+			}
 		} else {
 			waiters = append(waiters, e)
 		}

@@ -76,6 +76,15 @@ type entry struct {
 	// expires on its TTL, also on a fake clock.
 	abandoned bool
 
+	// delay is the entry's lock-delay (AcquireRequest.LockDelay).
+	delay time.Duration
+	// ended: a holder whose grant ended other than by release (expired,
+	// revoked) and which keeps its place until endsAt, its lock-delay
+	// after the end (see queue, "Lock-delay"). Renew and Release see it
+	// as gone.
+	ended  bool
+	endsAt time.Time
+
 	waited  bool       // planned a wait at least once
 	plan    queue.Plan // the current wait
 	targets []*entry   // what the plan waits for
@@ -195,15 +204,39 @@ func (s *space) remove(k *keyState, e *entry, released bool) bool {
 	return false
 }
 
-// drop removes holder e for a reason its lease learns through Lost.
+// drop ends holder e's grant for a reason its lease learns through
+// Lost; end is when the grant ended by the space's clock, from which its
+// lock-delay counts. Without a delay e leaves the queue at once; with one
+// it stays there, as a holder to the planner, until the delay is over.
 // s.mu is held. It reports whether the key is now free.
-func (s *space) drop(k *keyState, e *entry, reason error) bool {
-	if e.gone {
+func (s *space) drop(k *keyState, e *entry, reason error, end time.Time) bool {
+	if e.gone || e.ended {
 		return false
 	}
-	free := s.remove(k, e, false)
+	if e.delay == 0 {
+		free := s.remove(k, e, false)
+		e.tellLost(reason)
+		return free
+	}
+	e.ended, e.endsAt = true, end.Add(e.delay)
+	if e.stop != nil {
+		e.stop()
+	}
+	e.stop = s.afterFunc(e.endsAt.Sub(s.now()), func() { s.endDelay(k, e) })
 	e.tellLost(reason)
-	return free
+	s.changed(k.key)
+	return false
+}
+
+// endDelay takes ended entry e out of the queue once its lock-delay is
+// over, granting the waiters it kept out.
+func (s *space) endDelay(k *keyState, e *entry) {
+	s.mu.Lock()
+	free := s.remove(k, e, false)
+	s.mu.Unlock()
+	if free {
+		s.forgetIfUnused()
+	}
 }
 
 // tellLost tells holder e's lease why it was dropped: on its Lost
@@ -225,8 +258,10 @@ func (s *space) expire(k *keyState, e *entry) {
 		// the time Advance skipped: only frozen and abandoned leases end.
 		e.expires = s.now().Add(e.ttl)
 		e.stop = s.afterFunc(e.ttl, func() { s.expire(k, e) })
-	} else if !e.gone && !s.now().Before(e.expires) {
-		free = s.drop(k, e, errExpired)
+	} else if !e.gone && !e.ended && !s.now().Before(e.expires) {
+		// The delay counts from the deadline the space kept, not from
+		// this timer's run.
+		free = s.drop(k, e, errExpired, e.expires)
 	}
 	s.mu.Unlock()
 	if free {
@@ -286,9 +321,16 @@ func (s *space) info(key string) *driver.LockInfo {
 	in := &driver.LockInfo{Key: key, Kind: k.kind, Limit: k.limit}
 	now := s.now()
 	for _, e := range k.q {
-		out := driver.Entry{Metadata: slices.Clone(e.metadata), Since: e.since, TTL: -1, Mode: e.mode}
+		out := driver.Entry{Metadata: slices.Clone(e.metadata), Since: e.since, TTL: -1, Mode: e.mode, LockDelay: e.delay}
 		if e.granted {
 			out.Token, out.TTL = e.token, e.expires.Sub(now)
+			if e.ended {
+				// Nothing renews it: it leaves when the delay ends.
+				out.TTL = max(e.endsAt.Sub(now), 0)
+				if e.endsAt.After(in.DelayedUntil) {
+					in.DelayedUntil = e.endsAt
+				}
+			}
 			in.Holders = append(in.Holders, out)
 		} else {
 			in.Waiters = append(in.Waiters, out)

@@ -42,6 +42,10 @@ func (d *redisDriver) newGrant(req *driver.AcquireRequest) *grant {
 	a[2] = numKeys(len(g.keys))
 	copy(a[3:], g.keys)
 	copy(a[3+len(g.keys):], []any{&g.owner, &g.ttlMs, &g.meta, wait, d.waiterTimeoutArg, d.channelArg, label, limit, mode})
+	if req.LockDelay > 0 {
+		// "ttl+delay", as the holder's record keeps it (common.lua).
+		a[4+len(g.keys)] = strconv.FormatInt(g.ttlMs, 10) + "+" + strconv.FormatInt(ms(req.LockDelay), 10)
+	}
 	return g
 }
 

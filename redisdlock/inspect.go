@@ -27,8 +27,8 @@ func (d *redisDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo
 	return info, err
 }
 
-// parseInspect reads inspect.lua's reply: {now_ms, label, n, n holders of 5
-// items, waiters of 4 items}.
+// parseInspect reads inspect.lua's reply: {now_ms, label, n, n holders of
+// holderItems items, waiters of 4 items}.
 func parseInspect(key string, v []any, addr string) (*driver.LockInfo, error) {
 	bad := fmt.Errorf("redis at %s: unexpected inspect reply of %d items", addr, len(v))
 	if len(v) < 3 {
@@ -37,7 +37,7 @@ func parseInspect(key string, v []any, addr string) (*driver.LockInfo, error) {
 	str := func(i int) string { s, _ := v[i].(string); return s }
 	num := func(i int) int64 { n, _ := strconv.ParseInt(str(i), 10, 64); return n }
 	nh, _ := v[2].(int64)
-	if nh < 0 || int64(len(v)) < 3+5*nh || (int64(len(v))-3-5*nh)%4 != 0 {
+	if nh < 0 || int64(len(v)) < 3+holderItems*nh || (int64(len(v))-3-holderItems*nh)%4 != 0 {
 		return nil, bad
 	}
 	kind, limit, err := driver.ParseKindLabel(str(1))
@@ -52,18 +52,8 @@ func parseInspect(key string, v []any, addr string) (*driver.LockInfo, error) {
 		return driver.Exclusive
 	}
 	info := &driver.LockInfo{Key: key, Kind: kind, Limit: limit}
-	i := 3
-	for range nh {
-		token, _ := strconv.ParseUint(str(i), 10, 64)
-		info.Holders = append(info.Holders, driver.Entry{
-			Token:    token,
-			Mode:     mode(i + 1),
-			Metadata: []byte(str(i + 2)),
-			Since:    time.UnixMilli(num(i + 3)),
-			TTL:      time.Duration(num(i+4)-now) * time.Millisecond,
-		})
-		i += 5
-	}
+	info.Holders, info.DelayedUntil = parseHolders(v[3:3+holderItems*nh], now)
+	i := 3 + holderItems*int(nh)
 	// Grant order: tokens increase with every grant.
 	slices.SortFunc(info.Holders, func(a, b driver.Entry) int { return cmp.Compare(a.Token, b.Token) })
 	for ; i < len(v); i += 4 {
@@ -125,4 +115,40 @@ func (d *redisDriver) List(ctx context.Context, prefix string) ([]*driver.LockIn
 		}
 	}
 	return out, nil
+}
+
+// holderItems is the number of items of a holder in the replies of
+// inspect.lua and revoke.lua: token, mode, meta, since, deadline, delay,
+// ended.
+const holderItems = 7
+
+// parseHolders reads holders of holderItems items each, on a server whose
+// clock read nowMs, and returns them with the latest end of a lock-delay
+// in force among them, by the local clock (zero when none is).
+func parseHolders(v []any, nowMs int64) (holders []driver.Entry, delayedUntil time.Time) {
+	str := func(i int) string { s, _ := v[i].(string); return s }
+	num := func(i int) int64 { n, _ := strconv.ParseInt(str(i), 10, 64); return n }
+	local := time.Now()
+	for i := 0; i+holderItems <= len(v); i += holderItems {
+		token, _ := strconv.ParseUint(str(i), 10, 64)
+		mode := driver.Exclusive
+		if str(i+1) == "s" {
+			mode = driver.Shared
+		}
+		left := time.Duration(num(i+4)-nowMs) * time.Millisecond
+		holders = append(holders, driver.Entry{
+			Token:     token,
+			Mode:      mode,
+			Metadata:  []byte(str(i + 2)),
+			Since:     time.UnixMilli(num(i + 3)),
+			TTL:       left,
+			LockDelay: time.Duration(num(i+5)) * time.Millisecond,
+		})
+		if str(i+6) == "1" {
+			if until := local.Add(left); until.After(delayedUntil) {
+				delayedUntil = until
+			}
+		}
+	}
+	return holders, delayedUntil
 }

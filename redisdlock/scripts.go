@@ -29,6 +29,8 @@ var (
 	renewLua string
 	//go:embed scripts/inspect.lua
 	inspectLua string
+	//go:embed scripts/revoke.lua
+	revokeLua string
 	//go:embed scripts/publish.lua
 	publishLua string
 	//go:embed scripts/fence.lua
@@ -38,6 +40,7 @@ var (
 	releaseScript = newScript(releaseLockLua + commonLua + releaseLua)                  // a lock's holder's path first
 	renewScript   = newScript(renewLua)                                                 // alone: it needs nothing of common.lua
 	inspectScript = newScript(commonLua + inspectLua)
+	revokeScript  = newScript(commonLua + revokeLua)
 	publishScript = newScript(publishLua) // alone, as renew.lua
 	// Fence's, run by redis.Script.Run: it takes any redis.Scripter.
 	fenceScript = redis.NewScript(fenceLua)

@@ -91,7 +91,7 @@ func (c *cli) explain(err error, backendURL string) (code int, hints []string) {
 	case errors.Is(err, dlock.ErrInvalidKey), errors.Is(err, dlock.ErrInvalidOption):
 		return exitUsage, nil
 	case errors.Is(err, errors.ErrUnsupported):
-		return exitFailure, []string{"this backend cannot list holders and waiters; etcd, Redis and ZooKeeper can"}
+		return exitFailure, []string{"this backend cannot do it; etcd, Redis and ZooKeeper can"}
 	}
 	return exitFailure, nil
 }

@@ -43,6 +43,7 @@ func init() {
 		{name: "elect", summary: "run PROGRAM while leading the election KEY, and campaign again", usage: usageElect, run: (*cli).cmdElect, operand: "KEY", program: true},
 		{name: "leader", summary: "who leads the election KEY; with --watch, every change", usage: usageLeader, run: (*cli).cmdLeader, operand: "KEY"},
 		{name: "status", summary: "who holds KEY, who waits for it", usage: usageStatus, run: (*cli).cmdStatus, operand: "KEY"},
+		{name: "revoke", summary: "end the grants of KEY on the server: remove a stuck holder", usage: usageRevoke, run: (*cli).cmdRevoke, operand: "KEY"},
 		{name: "ls", summary: "every held or awaited lock", usage: usageList, run: (*cli).cmdList, operand: "[PREFIX]"},
 		{name: "serve", summary: "run a lock server (an embedded etcd)", usage: usageServe, run: (*cli).cmdServe},
 		{name: "gateway", summary: "serve the locks of a backend over HTTP/JSON, for any language", usage: usageGateway, run: (*cli).cmdGateway},

@@ -43,6 +43,7 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	grace := f.Duration("grace", 0, "")
 	holdAtLeast := f.Duration("hold-at-least", 0, "")
 	holdAtMost := f.Duration("hold-at-most", 0, "")
+	lockDelay := f.Duration("lock-delay", 0, "")
 	verbose := f.Bool("verbose", false, "")
 	f.BoolVar(verbose, "v", false, "")
 	limit := f.Int("limit", 0, "")
@@ -96,6 +97,9 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 	if *holdAtMost < 0 || (*holdAtMost > 0 && *holdAtMost < dlock.MinTTL) {
 		return c.usageError("run", "%s %v: the maximum hold must be 0 (none) or at least %v", f.source("hold-at-most"), *holdAtMost, dlock.MinTTL)
 	}
+	if *lockDelay < 0 || *lockDelay > dlock.MaxLockDelay {
+		return c.usageError("run", "%s %v: the lock-delay must lie within [0, %v]", f.source("lock-delay"), *lockDelay, dlock.MaxLockDelay)
+	}
 	if *holdAtMost > 0 && *holdAtMost < *holdAtLeast {
 		return c.usageError("run", "%s %v is shorter than %s %v: the lock is released at the maximum hold", f.source("hold-at-most"), *holdAtMost, f.source("hold-at-least"), *holdAtLeast)
 	}
@@ -133,6 +137,10 @@ func (c *cli) cmdRun(ctx context.Context, args []string) int {
 
 	skip := conflictExit{code: *conflictCode, quiet: quietSkip}
 	holds := []dlock.LockOption{dlock.HoldAtLeast(*holdAtLeast), dlock.HoldAtMost(*holdAtMost)}
+	if *lockDelay > 0 {
+		// Only when asked: a backend that cannot keep one refuses it.
+		holds = append(holds, dlock.WithLockDelay(*lockDelay))
+	}
 	lease, code, ok := c.acquire(ctx, client, key, shape, *wait, *noWait, skip, holds, *backend.url, *verbose)
 	if s := stopWatch(); s != nil {
 		// A signal came: do not start PROGRAM even if the lock was granted.

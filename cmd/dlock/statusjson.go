@@ -19,6 +19,9 @@ type jsonLock struct {
 	Holder  *jsonEntry  `json:"holder"`  // holders[0]; null when nobody holds the key
 	Holders []jsonEntry `json:"holders"` // in the order they were granted
 	Waiters []jsonEntry `json:"waiters"` // in the order they will be served
+	// DelayedUntil: while a lock-delay keeps the key from everyone, when
+	// it ends (approximately); omitted when none is in force.
+	DelayedUntil *time.Time `json:"delayed_until,omitempty"`
 }
 
 type jsonEntry struct {
@@ -30,22 +33,32 @@ type jsonEntry struct {
 	Value     string     `json:"value,omitempty"`       // an election's candidate: the value it published
 	Since     *time.Time `json:"since,omitempty"`       // omitted when the backend cannot tell
 	TTLLeftMS *int64     `json:"ttl_left_ms,omitempty"` // omitted when the backend cannot tell
+	// LockDelayMS is the entry's lock-delay (dlock run --lock-delay);
+	// omitted for none.
+	LockDelayMS int64 `json:"lock_delay_ms,omitempty"`
+}
+
+// toJSONEntry is the --json form of a holder or waiter.
+func toJSONEntry(e dlock.Entry) jsonEntry {
+	j := jsonEntry{Mode: e.Mode.String(), Token: e.Token, Host: e.Metadata.Host, PID: e.Metadata.PID, Note: e.Metadata.Note, Value: e.Value, LockDelayMS: e.LockDelay.Milliseconds()}
+	if !e.Since.IsZero() {
+		s := e.Since
+		j.Since = &s
+	}
+	if e.TTL >= 0 {
+		ms := e.TTL.Milliseconds()
+		j.TTLLeftMS = &ms
+	}
+	return j
 }
 
 func toJSON(in *dlock.LockInfo, now time.Time) jsonLock {
-	conv := func(e dlock.Entry) jsonEntry {
-		j := jsonEntry{Mode: e.Mode.String(), Token: e.Token, Host: e.Metadata.Host, PID: e.Metadata.PID, Note: e.Metadata.Note, Value: e.Value}
-		if !e.Since.IsZero() {
-			s := e.Since
-			j.Since = &s
-		}
-		if e.TTL >= 0 {
-			ms := e.TTL.Milliseconds()
-			j.TTLLeftMS = &ms
-		}
-		return j
-	}
+	conv := toJSONEntry
 	out := jsonLock{Key: in.Key, Kind: in.Kind.String(), Limit: in.Limit, Holders: []jsonEntry{}, Waiters: []jsonEntry{}}
+	if !in.DelayedUntil.IsZero() {
+		d := in.DelayedUntil
+		out.DelayedUntil = &d
+	}
 	for _, h := range in.Holders {
 		out.Holders = append(out.Holders, conv(h))
 	}

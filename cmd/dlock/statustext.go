@@ -90,13 +90,35 @@ func writeStatus(w io.Writer, in *dlock.LockInfo, now time.Time) {
 		return
 	}
 	fmt.Fprintf(w, "%s (%s): %s, %s\n", in.Key, kindName(in.Kind, in.Limit), heldSummary(in), waitSummary(in))
+	if !in.DelayedUntil.IsZero() {
+		fmt.Fprintf(w, "lock-delay in force: granted to nobody until %s (%s left), after a holder's lease ended without release\n",
+			in.DelayedUntil.Local().Format("15:04:05"), fmtDuration(max(in.DelayedUntil.Sub(now), 0)))
+	}
 	fmt.Fprintln(w)
+	// The LOCK-DELAY column only where some entry has one: the table
+	// stays as it was for everyone else.
+	delays := false
+	for _, e := range append(in.Holders[:len(in.Holders):len(in.Holders)], in.Waiters...) {
+		delays = delays || e.LockDelay > 0
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ROLE\tMODE\tHOST\tPID\tTOKEN\tSINCE\tTTL LEFT\tNOTE")
+	if delays {
+		fmt.Fprintln(tw, "ROLE\tMODE\tHOST\tPID\tTOKEN\tSINCE\tTTL LEFT\tLOCK-DELAY\tNOTE")
+	} else {
+		fmt.Fprintln(tw, "ROLE\tMODE\tHOST\tPID\tTOKEN\tSINCE\tTTL LEFT\tNOTE")
+	}
 	row := func(role string, e dlock.Entry, token string) {
 		pid := "-"
 		if e.Metadata.PID != 0 {
 			pid = strconv.Itoa(e.Metadata.PID)
+		}
+		if delays {
+			delay := "-"
+			if e.LockDelay > 0 {
+				delay = fmtDuration(e.LockDelay)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", role, e.Mode, orDash(e.Metadata.Host), pid, token, fmtSince(e.Since, now), fmtTTL(e.TTL), delay, e.Metadata.Note)
+			return
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", role, e.Mode, orDash(e.Metadata.Host), pid, token, fmtSince(e.Since, now), fmtTTL(e.TTL), e.Metadata.Note)
 	}

@@ -13,6 +13,7 @@ Usage:
     dlock leader [flags] KEY                     who leads the election KEY (--watch: every change)
     dlock status [flags] KEY                     who holds KEY, who waits for it (--watch: live)
     dlock ls [flags] [PREFIX]                    every held or awaited lock
+    dlock revoke [flags] KEY                     end KEY's grants on the server (--holder TOKEN: one)
     dlock serve [flags]                          run a lock server (an embedded etcd)
     dlock gateway [flags]                        serve the locks over HTTP/JSON, for any language
     dlock demo [flags]                           watch a lock fail, and fencing save the day
@@ -88,6 +89,10 @@ Flags:
                             and stop PROGRAM as on a lost lease (exit 82), so that a job
                             that hangs cannot keep it for ever (DLOCK_HOLD_AT_MOST;
                             default 0: no limit)
+    --lock-delay D          if the lease ends other than by release (it expired, or
+                            dlock revoke ended it), grant KEY to nobody else for D, so
+                            that PROGRAM has time to notice; at most 1m (DLOCK_LOCK_DELAY;
+                            default 0: none)
     --limit N               take one of N permits of the semaphore KEY (DLOCK_LIMIT)
     --shared                take a read lease of the read-write lock KEY (DLOCK_SHARED)
     --exclusive             take the write lease of the read-write lock KEY (DLOCK_EXCLUSIVE)
@@ -153,6 +158,39 @@ Examples:
     $ dlock status --json exports | jq '.holders[].token'
     $ dlock status --watch nightly-report
     $ dlock status --watch --json exports | jq -c '[.holders | length, (.waiters | length)]'
+`
+
+const usageRevoke = `Usage:
+    dlock revoke [flags] KEY
+
+Ends the grants of KEY on the server: every holder's, or with --holder
+only the one whose fencing token is TOKEN (dlock status KEY shows the
+tokens). It prints what it revoked. Waiters keep their places and are
+granted as after a release, once the revoked leases' lock-delays (dlock
+run --lock-delay) have passed.
+
+A revoke does NOT stop the holder's process: its lease learns of the
+revoke at its next renewal (within a third of its TTL; dlock run then
+stops PROGRAM and exits 79), and until then it may still be working
+beside the next holder. The next holder's fencing token is above the
+revoked one, so stores that check $DLOCK_TOKEN refuse the revoked
+holder's late writes; a lock-delay gives it time to stop first.
+
+Flags:
+    --backend URL           lock server (DLOCK_BACKEND; default etcd://127.0.0.1:2379)
+    --holder TOKEN          revoke only the holder with this fencing token; exit 1,
+                            revoking nothing, if no holder has it (DLOCK_HOLDER)
+    --json                  print the revoked holders as a JSON list (DLOCK_JSON)
+    --connect-timeout D     time to reach the server (DLOCK_CONNECT_TIMEOUT; default 5s)
+
+Exit status: 0 revoked (or nobody held KEY), 1 no holder has --holder's
+token, or the backend cannot revoke; 64 usage, 69 server unreachable,
+78 bad URL or credentials.
+
+Examples:
+    $ dlock revoke nightly-report
+    revoked nightly-report's holder build-7 pid 4242 (token 1187) running "./make-report.sh"
+    $ dlock revoke --holder 1187 exports
 `
 
 const usageList = `Usage:

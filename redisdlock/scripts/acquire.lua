@@ -1,7 +1,8 @@
 -- acquire.lua: take the key, or join (or stay in) its queue. The same call
 -- serves the first attempt, a retry after a lost reply, and a waiter's
 -- periodic poll, which also keeps its queue entry alive.
--- ARGV[1] owner id, ARGV[2] ttl ms, ARGV[3] metadata, ARGV[4] "1" to wait,
+-- ARGV[1] owner id, ARGV[2] ttl ms ("ttl+delay" with a lock-delay, as in
+-- the holder's record: common.lua), ARGV[3] metadata, ARGV[4] "1" to wait,
 -- ARGV[5] waiter timeout ms, ARGV[6] notification channel, ARGV[7] kind
 -- label, ARGV[8] limit (0: none), ARGV[9] mode ('x' or 's').
 -- Returns {1, token, now} granted (now: the server's TIME in µs, for the
@@ -23,16 +24,18 @@ read_state(owner)
 if S.mine then
   local _, ms = now()
   local rec = S.recs[S.mine]
-  if holder_deadline(rec) >= ms then
+  local _, _, granted_until = holder_deadline(rec)
+  if granted_until >= ms then
     -- Ours already: a retried request whose first reply was lost, or a
     -- waiter that missed its notice. Extend from now, which is later than
     -- when this request was sent, so the caller's deadline stays safe.
-    local o, rest = string.match(rec, '^([^|]+)|%d+|%d+|(.*)$')
+    local o, rest = string.match(rec, '^([^|]+)|%d+|[^|]+|(.*)$')
     redis.call('HSET', lock, S.slots[S.mine], o .. '|' .. now_ms_s .. '|' .. ttl .. '|' .. rest)
-    if redis.call('PTTL', lock) < tonumber(ttl) then
-      redis.call('PEXPIRE', lock, ttl)
+    local t, delay = split_ttl(ttl)
+    if redis.call('PTTL', lock) < t + delay then
+      redis.call('PEXPIRE', lock, fmt(t + delay))
     end
-    return {1, string.match(rec, '^[^|]+|%d+|%d+|(%d+)|'), now_us_s}
+    return {1, string.match(rec, '^[^|]+|%d+|[^|]+|(%d+)|'), now_us_s}
   end
   -- Ours, but expired: as good as gone (tally drops it).
   S.mine = nil

@@ -37,6 +37,11 @@ if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[4]) == 0 then
   else
     redis.call('HSET', KEYS[1], 'o', rec, 'm', ARGV[3], 't', token, 'k', label)
   end
+  -- With a lock-delay ("ttl+delay"), the hash outlives the deadline by it.
+  local plus = string.find(ttl, '+', 1, true)
+  if plus then
+    ttl = string.format('%.0f', tonumber(string.sub(ttl, 1, plus - 1)) + tonumber(string.sub(ttl, plus + 1)))
+  end
   redis.call('PEXPIRE', KEYS[1], ttl)
   if label == 'election' then
     redis.call('PUBLISH', KEYS[1] .. ':n', 'c')

@@ -31,7 +31,7 @@ if ARGV[7] == 'lock' and ARGV[4] == '1' then
         end
       else
         -- A poll: keep the place in line and the time of joining.
-        local since = string.match(redis.call('HGET', KEYS[3], owner), '^%d+|%d+|(%d+)|')
+        local since = string.match(redis.call('HGET', KEYS[3], owner), '^%d+|[^|]+|(%d+)|')
         redis.call('HSET', KEYS[3], owner, deadline .. '|' .. ARGV[2] .. '|' .. (since or ms_s) .. rest)
         if redis.call('LINDEX', KEYS[2], 0) == owner then
           first = 1

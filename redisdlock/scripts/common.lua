@@ -9,6 +9,16 @@
 --                       instead of deleting one and writing another;
 --                       since_ms is empty when it is the token's ms (the
 --                       token is the grant's µs, as it usually is);
+--                       ttl_ms is "ttl_ms+delay_ms" for a holder with a
+--                       lock-delay (driver.AcquireRequest.LockDelay): its
+--                       record then stays, and counts as a holder of its
+--                       mode, until delay_ms after its deadline (an
+--                       expiry), and its own Release finds it gone;
+--                     '!' .. owner a holder revoked with a lock-delay
+--                       (revoke.lua): "!owner|revoked_ms|0+delay_ms|token|
+--                       mode|since_ms|meta", a holder of its mode until
+--                       revoked_ms + delay_ms, which nobody renews or
+--                       releases;
 --                     'm' the metadata of 'o''s holder, whose record has
 --                       none: so a lock's hash holds no value over Redis's
 --                       hash-max-listpack-value (64 bytes) with dlock's
@@ -29,6 +39,7 @@
 --   KEYS[2] queue   list of waiting owner ids, arrival order.
 --   KEYS[3] waiters hash: owner id ->
 --                     "deadline_ms|ttl_ms|since_ms|mode|kind label|channel|meta"
+--                     (ttl_ms as the holder's record will have it)
 --   KEYS[4] fence   string: the token of the key's latest grant, written by
 --                   earlier versions for every key ever locked (no expiry).
 --                   Read with the record below and deleted by the next grant
@@ -113,7 +124,7 @@ local S = {exists = false, label_s = false, last = false, prev = false, slots = 
 -- another version) counts as dead.
 local function parse_waiter(rec)
   local deadline, ttl, since, mode, label, channel, meta =
-    string.match(rec, '^(%d+)|(%d+)|(%d+)|(%a)|([^|]*)|([^|]*)|(.*)$')
+    string.match(rec, '^(%d+)|([^|]+)|(%d+)|(%a)|([^|]*)|([^|]*)|(.*)$')
   return tonumber(deadline) or 0, ttl, since, mode, label, channel, meta
 end
 
@@ -128,13 +139,29 @@ local function label_limit(label)
   return tonumber(string.match(label, '^semaphore/(%d+)$')) or 1
 end
 
--- holder_deadline returns a holder record's deadline (ms) and mode.
+-- holder_deadline returns a holder record's end as a holder (ms: its
+-- deadline, plus its lock-delay if any), its mode, and its grant's
+-- deadline (ms), past which its owner no longer holds it.
 local function holder_deadline(rec)
-  local renewed, ttl, mode = string.match(rec, '^[^|]+|(%d+)|(%d+)|%d+|(%a)|')
+  local renewed, ttl, delay, mode = string.match(rec, '^[^|]+|(%d+)|(%d+)%+?(%d*)|%d+|(%a)|')
   if not renewed then
-    return 0, 'x'
+    return 0, 'x', 0
   end
-  return tonumber(renewed) + tonumber(ttl), mode
+  local dl = tonumber(renewed) + tonumber(ttl)
+  if delay ~= '' then
+    return dl + tonumber(delay), mode, dl
+  end
+  return dl, mode, dl
+end
+
+-- split_ttl returns a record's ttl field ("ttl_ms" or "ttl_ms+delay_ms")
+-- as the ttl and the delay in ms, numbers.
+local function split_ttl(ttl)
+  local plus = string.find(ttl, '+', 1, true)
+  if not plus then
+    return tonumber(ttl), 0
+  end
+  return tonumber(string.sub(ttl, 1, plus - 1)), tonumber(string.sub(ttl, plus + 1))
 end
 
 -- read_state reads the holders hash once, and finds owner's record: in the
@@ -229,11 +256,16 @@ local function grant(owner, ttl, mode, meta)
     token = fmt(tonumber(S.last) + 1)
   end
   S.last = token
-  local dl = ms + tonumber(ttl)
+  -- A lock-delay keeps the record a holder that much longer.
+  local t, delay = split_ttl(ttl)
+  local dl = ms + t + delay
   if dl > S.maxdl then
     -- The hash must live until this deadline: later than any live
     -- holder's, so PEXPIRE ttl shortens nobody's.
     S.maxdl, S.pexp = dl, ttl
+    if delay > 0 then
+      S.pexp = fmt(t + delay)
+    end
   end
   if not S.mindl or dl < S.mindl then
     S.mindl = dl

@@ -1,17 +1,28 @@
 -- inspect.lua: a consistent snapshot of one key.
 -- Returns {now_ms, label, n, holder_1..holder_n, waiter_1, ...}: label the
--- kind label ('' when nobody holds or waits, or for a lock), n the live
--- holders, each as token, mode, meta, since, deadline (in no particular
--- order: the client sorts them by token, which is grant order); the live
--- waiters in order, each as mode, meta, since, deadline.
+-- kind label ('' when nobody holds or waits, or for a lock), n the
+-- holders, each as token, mode, meta, since, deadline, delay, ended (in no
+-- particular order: the client sorts them by token, which is grant order);
+-- delay is the lock-delay in ms ('' for none), ended '1' for a holder whose
+-- grant ended (expired or revoked) while its lock-delay keeps its place,
+-- its deadline then the delay's end; the live waiters in order, each as
+-- mode, meta, since, deadline.
 local _, ms = now()
 read_state('-') -- nobody's
 local out = {now_ms_s, '', 0}
 local known = false
 for i = 1, S.nrec do
-  local renewed, ttl, token, mode, since, meta =
-    string.match(S.recs[i], '^[^|]+|(%d+)|(%d+)|(%d+)|(%a)|(%d*)|(.*)$')
-  if renewed and tonumber(renewed) + tonumber(ttl) >= ms then
+  local renewed, ttl, delay, token, mode, since, meta =
+    string.match(S.recs[i], '^[^|]+|(%d+)|(%d+)%+?(%d*)|(%d+)|(%a)|(%d*)|(.*)$')
+  local dl = renewed and tonumber(renewed) + tonumber(ttl)
+  local ended = '0'
+  if dl and dl < ms and delay ~= '' then
+    dl, ended = dl + tonumber(delay), '1'
+  end
+  if dl and string.byte(S.slots[i]) == 33 then
+    ended = '1' -- '!': revoked (common.lua)
+  end
+  if dl and dl >= ms then
     if since == '' then
       since = string.sub(token, 1, -4) -- the token is the grant's µs
     end
@@ -22,7 +33,9 @@ for i = 1, S.nrec do
     table.insert(out, mode)
     table.insert(out, meta)
     table.insert(out, since)
-    table.insert(out, fmt(tonumber(renewed) + tonumber(ttl)))
+    table.insert(out, fmt(dl))
+    table.insert(out, delay)
+    table.insert(out, ended)
     out[3] = out[3] + 1
     known = true
   end

@@ -19,7 +19,7 @@ end
 if not rec then
   return 0
 end
-local head, renewed, ttl = string.match(rec, '^([^|]+|(%d+)|(%d+)|%d+|%a|%d*)|')
+local head, renewed, ttl = string.match(rec, '^([^|]+|(%d+)|(%d+)[^|]*|%d+|%a|%d*)|')
 if not head then
   return 0
 end

@@ -62,6 +62,15 @@ end
 -- granted the key since it died (every grant drops the dead records), so
 -- releasing it is as good as releasing in time: 1 either way. Its field is
 -- deleted, or reused by the first grant if it is 'o'.
+if string.find(S.recs[S.mine], '+', 1, true) then
+  local _, ms = now()
+  local until_ms, _, granted_until = holder_deadline(S.recs[S.mine])
+  if granted_until < ms and until_ms >= ms then
+    -- Its grant ended (expired) and its lock-delay runs: the record keeps
+    -- the key from the others until then, whatever its owner does.
+    return 0
+  end
+end
 S.drop = S.slots[S.mine]
 tally()
 serve(label_limit(S.label_s), nil)

@@ -12,7 +12,10 @@
 -- owner, no token in the hash) goes on to release.lua. Returns 1.
 local held = redis.call('HMGET', KEYS[1], 'o', 'k', 't', 'q')
 local owner = ARGV[1]
-if held[1] and not held[2] and held[3] and string.sub(held[1], 1, #owner + 1) == owner .. '|' then
+-- A holder with a lock-delay (a '+' in its record, whose metadata is in
+-- 'm') goes on to release.lua, which tells whether its grant has ended.
+if held[1] and not held[2] and held[3] and string.sub(held[1], 1, #owner + 1) == owner .. '|' and
+    not string.find(held[1], '+', 1, true) then
   local us, us_s, ms, ms_s
   while true do
     -- Without 'q' nobody ever queued for this hash (common.lua): no LPOP.
@@ -32,7 +35,7 @@ if held[1] and not held[2] and held[3] and string.sub(held[1], 1, #owner + 1) ==
         us, ms = tonumber(us_s), tonumber(ms_s)
       end
       local deadline, ttl, _, mode, _, channel, meta =
-        string.match(rec, '^(%d+)|(%d+)|(%d+)|(%a)|([^|]*)|([^|]*)|(.*)$')
+        string.match(rec, '^(%d+)|([^|]+)|(%d+)|(%a)|([^|]*)|([^|]*)|(.*)$')
       if deadline and tonumber(deadline) >= ms then
         local token, since = us_s, ''
         if tonumber(held[3]) >= us then
@@ -40,7 +43,13 @@ if held[1] and not held[2] and held[3] and string.sub(held[1], 1, #owner + 1) ==
         end
         redis.call('HSET', KEYS[1], 'o', id .. '|' .. ms_s .. '|' .. ttl .. '|' .. token .. '|' .. mode .. '|' .. since .. '|',
           'm', meta, 'p', owner, 't', token)
-        redis.call('PEXPIRE', KEYS[1], ttl)
+        local plus = string.find(ttl, '+', 1, true)
+        if plus then
+          -- A lock-delay: the hash outlives the deadline by it.
+          redis.call('PEXPIRE', KEYS[1], string.format('%.0f', tonumber(string.sub(ttl, 1, plus - 1)) + tonumber(string.sub(ttl, plus + 1))))
+        else
+          redis.call('PEXPIRE', KEYS[1], ttl)
+        end
         local was = redis.call('GETSET', KEYS[5], token)
         if was and tonumber(was) > tonumber(token) then
           redis.call('SET', KEYS[5], was)

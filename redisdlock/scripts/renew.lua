@@ -26,18 +26,24 @@ for i = 1, #KEYS do
   if not rec and r[2] and string.sub(r[2], 1, #owner + 1) == owner .. '|' then
     slot, rec = 'o', r[2]
   end
-  local o, renewed, old_ttl, rest
+  local o, renewed, old_ttl, delay, rest
   if rec then
-    o, renewed, old_ttl, rest = string.match(rec, '^([^|]+)|(%d+)|(%d+)|(.*)$')
+    -- delay is "+delay_ms" for a holder with a lock-delay, else empty.
+    o, renewed, old_ttl, delay, rest = string.match(rec, '^([^|]+)|(%d+)|(%d+)([^|]*)|(.*)$')
   end
   -- A record whose deadline has passed is gone, as an expired key would be:
   -- others may have been granted its place.
   if renewed and tonumber(renewed) + tonumber(old_ttl) >= ms then
-    redis.call('HSET', lock, slot, o .. '|' .. now_ms_s .. '|' .. ttl_s .. '|' .. rest)
-    -- The hash lives until the latest deadline of its holders: extend it
-    -- only if ours is now the latest (another holder may have a longer TTL).
-    if redis.call('PTTL', lock) < ttl then
-      redis.call('PEXPIRE', lock, ttl)
+    redis.call('HSET', lock, slot, o .. '|' .. now_ms_s .. '|' .. ttl_s .. delay .. '|' .. rest)
+    -- The hash lives until the latest deadline of its holders (plus its
+    -- lock-delay): extend it only if ours is now the latest (another
+    -- holder may have a longer TTL).
+    local live = ttl
+    if delay ~= '' then
+      live = ttl + tonumber(string.sub(delay, 2))
+    end
+    if redis.call('PTTL', lock) < live then
+      redis.call('PEXPIRE', lock, live)
     end
     -- An election's leader tells its observers how long it now lives, so
     -- that they need not read to learn it (watch.go): "r<ttl ms>" on the
