@@ -147,7 +147,7 @@ func (a *attempt) create(ctx context.Context) (*zk.Stat, error) {
 		if a.delayOps[0] == nil {
 			// The lock-delay's mark, persistent, in the same
 			// transaction (see lockdelay.go).
-			a.delayReq = zk.CreateRequest{Path: a.markPath(), Data: nil, Acl: d.acl, Flags: 0}
+			a.delayReq = zk.CreateRequest{Path: a.markPath(), Data: a.req.Metadata, Acl: d.acl, Flags: 0}
 			a.delayOps = [3]any{&a.createReq, &a.markReq, &a.delayReq}
 		}
 		ops = a.delayOps[:]

@@ -15,7 +15,7 @@ import (
 // Lock-delay (driver.AcquireRequest.LockDelay) on ZooKeeper. An ephemeral
 // node says nothing once it is gone, and nobody writes anything when a
 // session expires, so an entry with a delay keeps a persistent mark beside
-// its lock node:
+// its lock node, holding its metadata (see untilData):
 //
 //	<root>/<escaped key>/delay-<owner>-<delay in ms>-<x|s>
 //
@@ -190,22 +190,16 @@ func (a *attempt) sitOut(ctx context.Context, os []mark) error {
 		a.seen = make(map[string]time.Time)
 	}
 	until := now
-	var ops []any
 	for _, o := range os {
 		t, ok := a.seen[o.name]
 		if !ok {
 			t = now.Add(o.delay)
 			a.seen[o.name] = t
-			ops = append(ops, &zk.SetDataRequest{Path: a.keyPath + "/" + o.name, Data: untilData(t), Version: -1})
+			a.noteUntil(ctx, o, t)
 		}
 		until = maxTime(until, t)
 	}
 	a.step = stepList
-	if len(ops) > 0 {
-		// For display: a mark already gone (another grantee sat it out)
-		// fails the multi, which changes nothing else.
-		_, _ = call(ctx, nil, d.timeout(), func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
-	}
 	if wait := time.Until(until); wait > 0 {
 		t := time.NewTimer(wait)
 		defer t.Stop()
@@ -228,17 +222,52 @@ func (a *attempt) sitOut(ctx context.Context, os []mark) error {
 	return nil
 }
 
-// untilData is a mark's data once somebody counts its delay: when the
-// delay ends, in Unix milliseconds.
-func untilData(t time.Time) []byte { return strconv.AppendInt(nil, t.UnixMilli(), 10) }
+// A mark's data is its entry's metadata (JSON, or nothing), as Inspect
+// shows the entry once it has ended; once somebody counts its delay,
+// preceded by a line "until=<Unix milliseconds>", when the delay ends.
+const untilPrefix = "until="
 
-// parseUntil reverses untilData; zero when the mark has none.
-func parseUntil(data []byte) time.Time {
-	ms, err := strconv.ParseInt(string(data), 10, 64)
-	if err != nil || len(data) == 0 {
-		return time.Time{}
+// noteUntil writes into the mark o when its delay ends, t, for Inspect
+// (display only), keeping the metadata it holds: a read, then a write at
+// the version read. A mark gone meanwhile (another grantee sat it out) or
+// written by somebody else (who counts too) is left as it is.
+func (a *attempt) noteUntil(ctx context.Context, o mark, t time.Time) {
+	d := a.d
+	path := a.keyPath + "/" + o.name
+	r, err := call(ctx, nil, d.timeout(), func() (getW, error) {
+		data, stat, err := d.conn.Get(path)
+		return getW{stat: stat, data: data}, err
+	})
+	if err != nil {
+		return
 	}
-	return time.UnixMilli(ms)
+	if until, _ := parseMarkData(r.data); !until.IsZero() {
+		return
+	}
+	_, _ = call(ctx, nil, d.timeout(), func() ([]zk.MultiResponse, error) {
+		return d.conn.Multi(&zk.SetDataRequest{Path: path, Data: untilData(t, r.data), Version: r.stat.Version})
+	})
+}
+
+// untilData is a mark's data saying that its delay ends at t.
+func untilData(t time.Time, meta []byte) []byte {
+	b := strconv.AppendInt([]byte(untilPrefix), t.UnixMilli(), 10)
+	return append(append(b, '\n'), meta...)
+}
+
+// parseMarkData reverses untilData; until is zero when nobody counts the
+// delay yet.
+func parseMarkData(data []byte) (until time.Time, meta []byte) {
+	rest, ok := strings.CutPrefix(string(data), untilPrefix)
+	if !ok {
+		return time.Time{}, data
+	}
+	line, _, _ := strings.Cut(rest, "\n")
+	ms, err := strconv.ParseInt(line, 10, 64)
+	if err != nil {
+		return time.Time{}, data
+	}
+	return time.UnixMilli(ms), data[len(untilPrefix)+len(line)+1:]
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -310,12 +339,12 @@ func (d *zkDriver) delayInfo(ctx context.Context, path string, ms []mark, q []lo
 		if err != nil {
 			return nil, nil, d.wrapErr("read "+m.name, err)
 		}
-		until := parseUntil(r.data)
+		until, meta := parseMarkData(r.data)
 		if until.IsZero() {
 			until = time.Now().Add(m.delay) // nobody counts it yet
 		}
 		info.DelayedUntil = maxTime(info.DelayedUntil, until)
-		out = append(out, driver.Entry{Token: uint64(r.stat.Czxid), Since: time.UnixMilli(r.stat.Ctime), TTL: -1, Mode: m.mode, LockDelay: m.delay})
+		out = append(out, driver.Entry{Token: uint64(r.stat.Czxid), Metadata: meta, Since: time.UnixMilli(r.stat.Ctime), TTL: -1, Mode: m.mode, LockDelay: m.delay})
 		os = append(os, m)
 	}
 	return out, os, nil

@@ -56,7 +56,7 @@ func (d *zkDriver) Revoke(ctx context.Context, key string, token uint64) ([]driv
 			if m, ok := markOf(in.marks, in.holders[j].owner); ok {
 				// Its mark stays, an orphan: the next grantee sits
 				// out the delay. Write when it ends, for Inspect.
-				ops = append(ops, &zk.SetDataRequest{Path: path + "/" + m.name, Data: untilData(time.Now().Add(m.delay)), Version: -1})
+				ops = append(ops, &zk.SetDataRequest{Path: path + "/" + m.name, Data: untilData(time.Now().Add(m.delay), h.Metadata), Version: -1})
 			}
 			revoked = append(revoked, h)
 		}
