@@ -2,15 +2,12 @@ package zkdlock_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlockdev/dlock"
-	"github.com/dlockdev/dlock/driver"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/dlockdev/dlock/zkdlock"
 	"github.com/go-zookeeper/zk"
@@ -19,34 +16,6 @@ import (
 // testDelay is the lock-delay of these tests: long enough that a grant
 // that ignored it would come well before it ends.
 const testDelay = 1500 * time.Millisecond
-
-type revoker = interface {
-	driver.Driver
-	driver.Revoker
-	driver.Inspector
-}
-
-// newRevoker makes a driver on conn, closed when the test ends.
-func newRevoker(t *testing.T, ctx context.Context, conn zkdlock.Conn, o zkdlock.Options) revoker {
-	t.Helper()
-	if o.SessionTimeout == 0 {
-		o.SessionTimeout = testTTL
-	}
-	d, closeD, err := zkdlock.RevokerForTest(ctx, conn, &o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(closeD)
-	return d
-}
-
-// delayedLock is a lock request with lock-delay delay, as dlock makes it.
-func delayedLock(key string, delay time.Duration, wait bool) *driver.AcquireRequest {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return &driver.AcquireRequest{Key: key, Owner: hex.EncodeToString(b), TTL: testTTL, Wait: wait,
-		Kind: driver.KindLock, Limit: 1, Mode: driver.Exclusive, LockDelay: delay}
-}
 
 // marksOf returns the lock-delay marks under the key node.
 func marksOf(t *testing.T, admin *zk.Conn, root, key string) []string {
@@ -58,16 +27,6 @@ func marksOf(t *testing.T, admin *zk.Conn, root, key string) []string {
 		}
 	}
 	return out
-}
-
-// waitLost waits for a driver grant's Lost, failing at the watchdog.
-func waitLost(t *testing.T, ctx context.Context, g driver.Grant, why string) {
-	t.Helper()
-	select {
-	case <-g.Lost():
-	case <-ctx.Done():
-		t.Fatalf("grant not lost after %s (watchdog)", why)
-	}
 }
 
 // TestLockDelay_revoke_nextGrantAfterTheDelay: a revoked holder with a
@@ -85,12 +44,12 @@ func TestLockDelay_revoke_nextGrantAfterTheDelay(t *testing.T) {
 			admin := dialZK(t, ctx, srv.Addr(), connOpts{})
 			root := testRoot(t)
 			o := zkdlock.Options{Root: root, Deployment: dep}
-			hd := newRevoker(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{}), o)
-			rv := newRevoker(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{}), o)
+			hc := plainClient(t, ctx, srv.Addr(), o)
+			rv := plainClient(t, ctx, srv.Addr(), o)
 			c := plainClient(t, ctx, srv.Addr(), o)
 			const key = "job"
 
-			h, err := hd.Acquire(ctx, delayedLock(key, testDelay, true))
+			h, err := hc.Lock(ctx, key, dlock.WithLockDelay(testDelay))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,16 +60,16 @@ func TestLockDelay_revoke_nextGrantAfterTheDelay(t *testing.T) {
 			if len(info.Holders) != 1 || info.Holders[0].LockDelay != testDelay || !info.DelayedUntil.IsZero() {
 				t.Fatalf("Inspect of the holder: %+v, DelayedUntil %v; want one holder with LockDelay %v and no delay in force", info.Holders, info.DelayedUntil, testDelay)
 			}
-			revoked, err := rv.Revoke(ctx, key, h.Token())
+			revoked, err := rv.Revoke(ctx, key, dlock.RevokeToken(h.Token()))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if len(revoked) != 1 || revoked[0].LockDelay != testDelay {
 				t.Fatalf("Revoke returned %+v", revoked)
 			}
-			waitLost(t, ctx, h, "a revoke")
-			if err := h.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
-				t.Errorf("revoked holder's Release = %v, want ErrNotHeld", err)
+			waitDone(t, ctx, h, "a revoke")
+			if err := h.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("revoked holder's Unlock = %v, want ErrNotHeld", err)
 			}
 
 			info, err = rv.Inspect(ctx, key)
@@ -156,11 +115,11 @@ func TestLockDelay_sessionEnds_waiterSitsItOut(t *testing.T) {
 	root := testRoot(t)
 	o := zkdlock.Options{Root: root}
 	hconn := dialZK(t, ctx, srv.Addr(), connOpts{})
-	hd := newRevoker(t, ctx, hconn, o)
+	hc := newClient(t, ctx, hconn, o)
 	c := plainClient(t, ctx, srv.Addr(), o)
 	const key = "job"
 
-	if _, err := hd.Acquire(ctx, delayedLock(key, testDelay, true)); err != nil {
+	if _, err := hc.Lock(ctx, key, dlock.WithLockDelay(testDelay)); err != nil {
 		t.Fatal(err)
 	}
 	w := startAcquire(ctx, func(ctx ctxT, opts ...dlock.LockOption) (*dlock.Lease, error) { return c.Lock(ctx, key) })
@@ -185,13 +144,13 @@ func TestLockDelay_granteeDiesSittingOut_nextSitsItOut(t *testing.T) {
 	root := testRoot(t)
 	o := zkdlock.Options{Root: root}
 	hconn := dialZK(t, ctx, srv.Addr(), connOpts{})
-	hd := newRevoker(t, ctx, hconn, o)
+	hc := newClient(t, ctx, hconn, o)
 	w1conn := dialZK(t, ctx, srv.Addr(), connOpts{})
 	c1 := newClient(t, ctx, w1conn, o)
 	c2 := plainClient(t, ctx, srv.Addr(), o)
 	const key = "job"
 
-	if _, err := hd.Acquire(ctx, delayedLock(key, testDelay, true)); err != nil {
+	if _, err := hc.Lock(ctx, key, dlock.WithLockDelay(testDelay)); err != nil {
 		t.Fatal(err)
 	}
 	// The first waiter's Lock, on a closed connection, would try until
@@ -250,11 +209,11 @@ func TestLockDelay_release_startsNoDelay(t *testing.T) {
 	admin := dialZK(t, ctx, srv.Addr(), connOpts{})
 	root := testRoot(t)
 	o := zkdlock.Options{Root: root}
-	hd := newRevoker(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{}), o)
+	hc := plainClient(t, ctx, srv.Addr(), o)
 	c := plainClient(t, ctx, srv.Addr(), o)
 	const key = "job"
 
-	h, err := hd.Acquire(ctx, delayedLock(key, testDelay, true))
+	h, err := hc.Lock(ctx, key, dlock.WithLockDelay(testDelay))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +221,7 @@ func TestLockDelay_release_startsNoDelay(t *testing.T) {
 	gctx, cancel := context.WithCancel(ctx)
 	gave := make(chan error, 1)
 	go func() {
-		_, err := hd.Acquire(gctx, delayedLock(key, testDelay, true))
+		_, err := hc.Lock(gctx, key, dlock.WithLockDelay(testDelay))
 		gave <- err
 	}()
 	waitWaiters(t, ctx, c, key, 1)
@@ -279,11 +238,9 @@ func TestLockDelay_release_startsNoDelay(t *testing.T) {
 
 	w := startAcquire(ctx, func(ctx ctxT, opts ...dlock.LockOption) (*dlock.Lease, error) { return c.Lock(ctx, key) })
 	waitWaiters(t, ctx, c, key, 1)
-	if err := h.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	mustUnlock(t, ctx, h)
 	l := w.lease(t, ctx, "the waiter")
-	info, err := hd.Inspect(ctx, key)
+	info, err := c.Inspect(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,15 +261,12 @@ func TestLockDelay_semaphore_revokedPermitStaysTaken(t *testing.T) {
 	srv := testserver.SharedZooKeeper(t)
 	root := testRoot(t)
 	o := zkdlock.Options{Root: root}
-	hd := newRevoker(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{}), o)
-	rv := newRevoker(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{}), o)
+	rv := plainClient(t, ctx, srv.Addr(), o)
 	c := plainClient(t, ctx, srv.Addr(), o)
 	const key = "pool"
 	sem := c.Semaphore(key, 2)
 
-	req := delayedLock(key, testDelay, true)
-	req.Kind, req.Limit, req.Mode = driver.KindSemaphore, 2, driver.Shared
-	a, err := hd.Acquire(ctx, req)
+	a, err := sem.Acquire(ctx, dlock.WithLockDelay(testDelay))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,10 +277,10 @@ func TestLockDelay_semaphore_revokedPermitStaysTaken(t *testing.T) {
 	w := startAcquire(ctx, func(ctx ctxT, opts ...dlock.LockOption) (*dlock.Lease, error) { return sem.Acquire(ctx) })
 	waitWaiters(t, ctx, c, key, 1)
 	began := time.Now()
-	if _, err := rv.Revoke(ctx, key, a.Token()); err != nil {
+	if _, err := rv.Revoke(ctx, key, dlock.RevokeToken(a.Token())); err != nil {
 		t.Fatal(err)
 	}
-	waitLost(t, ctx, a, "its revoke")
+	waitDone(t, ctx, a, "its revoke")
 	l := w.lease(t, ctx, "the waiter")
 	if waited := time.Since(began); waited < testDelay {
 		t.Errorf("granted %v after the revoke began, before the lock-delay of %v", waited, testDelay)

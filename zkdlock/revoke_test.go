@@ -19,18 +19,14 @@ func TestRevoke_holder_waiterGrantedWithGreaterToken(t *testing.T) {
 	root := testRoot(t)
 	holderC := plainClient(t, ctx, srv.Addr(), zkdlock.Options{Root: root})
 	waiterC := plainClient(t, ctx, srv.Addr(), zkdlock.Options{Root: root})
-	rv, closeRV, err := zkdlock.RevokerForTest(ctx, dialZK(t, ctx, srv.Addr(), connOpts{}), &zkdlock.Options{Root: root, SessionTimeout: testTTL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeRV()
+	rv := plainClient(t, ctx, srv.Addr(), zkdlock.Options{Root: root})
 	const key = "job"
 
 	h := mustLock(t, ctx, holderC, key)
 	w := startAcquire(ctx, func(ctx ctxT, opts ...dlock.LockOption) (*dlock.Lease, error) { return waiterC.Lock(ctx, key) })
 	waitWaiters(t, ctx, holderC, key, 1)
 
-	revoked, err := rv.Revoke(ctx, key, 0)
+	revoked, err := rv.Revoke(ctx, key)
 	if err != nil {
 		t.Fatalf("Revoke: %v", err)
 	}
@@ -64,15 +60,11 @@ func TestRevoke_byToken_onlyThatPermit(t *testing.T) {
 	srv := testserver.SharedZooKeeper(t)
 	root := testRoot(t)
 	c := plainClient(t, ctx, srv.Addr(), zkdlock.Options{Root: root})
-	rv, closeRV, err := zkdlock.RevokerForTest(ctx, dialZK(t, ctx, srv.Addr(), connOpts{}), &zkdlock.Options{Root: root, SessionTimeout: testTTL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeRV()
+	rv := plainClient(t, ctx, srv.Addr(), zkdlock.Options{Root: root})
 	const key = "pool"
 	sem := c.Semaphore(key, 2)
 
-	if got, err := rv.Revoke(ctx, key, 0); err != nil || len(got) != 0 {
+	if got, err := rv.Revoke(ctx, key); err != nil || len(got) != 0 {
 		t.Fatalf("Revoke of a free key = %+v, %v; want nothing, no error", got, err)
 	}
 	a, err := sem.Acquire(ctx)
@@ -86,14 +78,14 @@ func TestRevoke_byToken_onlyThatPermit(t *testing.T) {
 	w := startAcquire(ctx, func(ctx ctxT, opts ...dlock.LockOption) (*dlock.Lease, error) { return sem.Acquire(ctx) })
 	waitWaiters(t, ctx, c, key, 1)
 
-	if _, err := rv.Revoke(ctx, key, b.Token()+1_000_000); !errors.Is(err, dlock.ErrNotHeld) {
+	if _, err := rv.Revoke(ctx, key, dlock.RevokeToken(b.Token()+1_000_000)); !errors.Is(err, dlock.ErrNotHeld) {
 		t.Fatalf("Revoke of an unknown token = %v, want ErrNotHeld", err)
 	}
 	if info := waitWaiters(t, ctx, c, key, 1); len(info.Holders) != 2 {
 		t.Fatalf("after a refused revoke: %d holders, want 2", len(info.Holders))
 	}
 
-	revoked, err := rv.Revoke(ctx, key, a.Token())
+	revoked, err := rv.Revoke(ctx, key, dlock.RevokeToken(a.Token()))
 	if err != nil {
 		t.Fatalf("Revoke(token %d): %v", a.Token(), err)
 	}
