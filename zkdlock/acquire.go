@@ -111,6 +111,11 @@ type attempt struct {
 	createReq zk.CreateRequest
 	markReq   zk.SetDataRequest
 	createOps [2]any
+	// delayReq and delayOps: the create's multi with the lock-delay's
+	// mark (see lockdelay.go), used until the mark exists.
+	delayReq zk.CreateRequest
+	delayOps [3]any
+	marked   bool // our mark exists: a create made it, or said it exists
 
 	step step
 
@@ -148,6 +153,12 @@ type attempt struct {
 	q        []lockNode
 	es       []planner.Entry
 	listSent time.Time
+	// marks are q's listing's lock-delay marks; delayAhead is set when
+	// one of them may delay our grant (see lockdelay.go and handOff);
+	// seen is when each orphan we sit out was first seen to end.
+	marks      []mark
+	delayAhead bool
+	seen       map[string]time.Time
 	// plan is what stepWait waits for.
 	plan plan
 	// ahead and held: a semaphore waiter's entries ahead of it, and its
@@ -232,6 +243,7 @@ func (a *attempt) place(ctx context.Context) (*grant, error) {
 		return nil, nil
 	}
 	a.d.setHint(a.keyPath, q, len(q) == 1)
+	a.delayAhead = a.marks != nil && markAhead(a.marks, q, mine, a.req.Owner)
 	p := a.decide(a.es, mine)
 	if p.Verdict == planner.Mismatch {
 		return nil, a.leave(ctx, driver.KindMismatch(q[p.Target].label, a.req.Kind, a.req.Limit))
@@ -317,6 +329,14 @@ func (a *attempt) take(ctx context.Context, q []lockNode, mine int, notify bool)
 			return nil, nil
 		}
 	}
+	if os := orphans(a.marks, q, a.req.Owner); os != nil && grantedBehind(os, q, a.req.Limit) <= mine {
+		// A lock-delay in force: an entry ahead ended without a
+		// release (see lockdelay.go).
+		if !a.req.Wait {
+			return nil, a.leave(ctx, errDelayed(os))
+		}
+		return nil, a.sitOut(ctx, os)
+	}
 	a.step = stepList
 	g, err := a.grant(ctx, a.listSent)
 	if err != nil {
@@ -329,7 +349,7 @@ func (a *attempt) take(ctx context.Context, q []lockNode, mine int, notify bool)
 // (TryLock that would wait, or a kind mismatch). cleanup tries again if
 // the delete fails.
 func (a *attempt) leave(ctx context.Context, err error) error {
-	if a.deleteNode(ctx, a.me.name) == nil {
+	if a.deleteNode(ctx, a.me.name) == nil && a.dropMark(ctx) == nil {
 		a.forget()
 		a.clean = a.created == 1 // else an earlier create may yet land
 	}

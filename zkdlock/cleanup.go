@@ -73,7 +73,7 @@ func (a *attempt) cleanup(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx)
 	if (a.node == nodeKnown || a.node == nodeAdopted) && a.created == 1 {
 		// The one create answered: the only node of ours is a.me.
-		if err := a.deleteNodeWithin(ctx, a.me.name, a.d.timeout()); err == nil {
+		if err := a.deleteNodeWithin(ctx, a.me.name, a.d.timeout()); err == nil && a.dropMark(ctx) == nil {
 			return
 		}
 	}
@@ -123,6 +123,9 @@ func (a *attempt) removeAll(ctx context.Context, settled <-chan struct{}, limit 
 				ok = false
 			}
 		}
+	}
+	if ok && a.dropMark(ctx) != nil {
+		ok = false
 	}
 	return ok
 }

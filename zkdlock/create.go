@@ -17,6 +17,7 @@ import (
 type preview struct {
 	q        []lockNode
 	es       []planner.Entry // entries(q)
+	ms       []mark          // the lock-delay marks
 	noNode   bool            // there was no key node
 	czxid    int64           // the key node's creation zxid
 	cversion int32           // its child version: one more for every child created or deleted
@@ -73,7 +74,7 @@ func (a *attempt) queue(ctx context.Context) error {
 				a.clean = a.created == 0
 				return a.locked(l.q, len(l.q))
 			}
-			a.pre = &preview{q: l.q, es: l.es, czxid: l.stat.Czxid, cversion: l.stat.Cversion}
+			a.pre = &preview{q: l.q, es: l.es, ms: l.ms, czxid: l.stat.Czxid, cversion: l.stat.Cversion}
 		}
 	}
 	sent := time.Now()
@@ -100,6 +101,7 @@ func (a *attempt) queue(ctx context.Context) error {
 	if pre != nil && a.node == nodeKnown && pre.after(ks) {
 		a.q = append(pre.q[:len(pre.q):len(pre.q)], a.me)
 		a.es = append(pre.es[:len(pre.es):len(pre.es)], planner.Entry{Mode: a.me.mode, Label: a.me.label})
+		a.marks = pre.ms
 		a.listSent = sent
 		a.step = stepPlace
 	}
@@ -141,13 +143,29 @@ func (a *attempt) create(ctx context.Context) (*zk.Stat, error) {
 		a.createOps = [2]any{&a.createReq, &a.markReq}
 	}
 	ops := a.createOps[:]
+	if a.req.LockDelay > 0 && !a.marked {
+		if a.delayOps[0] == nil {
+			// The lock-delay's mark, persistent, in the same
+			// transaction (see lockdelay.go).
+			a.delayReq = zk.CreateRequest{Path: a.markPath(), Data: a.req.Metadata, Acl: d.acl, Flags: 0}
+			a.delayOps = [3]any{&a.createReq, &a.markReq, &a.delayReq}
+		}
+		ops = a.delayOps[:]
+	}
 	rs, err := call(ctx, &a.creates, a.callTimeout(), func() ([]zk.MultiResponse, error) {
 		return d.conn.Multi(ops...)
 	})
-	if err == nil && (len(rs) != 2 || rs[0].Error != nil || rs[1].Error != nil || rs[1].Stat == nil) {
+	if err == nil && (len(rs) != len(ops) || rs[0].Error != nil || rs[1].Error != nil || rs[1].Stat == nil) {
 		err = fmt.Errorf("unexpected reply to a multi: %+v", rs)
 	}
 	if err != nil {
+		if errors.Is(err, zk.ErrNodeExists) && len(ops) == 3 {
+			// Our mark is there already, from a create whose reply was
+			// lost or whose node went with its session: keep it.
+			a.created--
+			a.marked = true
+			return a.create(ctx)
+		}
 		if errors.Is(err, zk.ErrNoNode) {
 			a.created-- // answered: no key node, so no node made
 		} else {
@@ -162,6 +180,7 @@ func (a *attempt) create(ctx context.Context) (*zk.Stat, error) {
 		return nil, fmt.Errorf("create returned %q, not a lock node", path)
 	}
 	a.forget()
+	a.marked = len(ops) == 3 || a.marked
 	a.me, a.node = n, nodeAdopted
 	if sid != 0 && d.conn.SessionID() == sid {
 		// Answered on the session it was sent on (session ids never come

@@ -61,6 +61,9 @@ type grant struct {
 	// which its release removes with a plain delete (see
 	// attempt.take and remove).
 	last bool
+	// mark is the path of the grant's lock-delay mark, "" without a
+	// delay: its release deletes it with the node (see removeMarked).
+	mark string
 	// noticed is closed once the grant notice of a semaphore's entry (see
 	// writeNotice) has landed or will never be written; nil when the
 	// grant writes none.

@@ -17,8 +17,29 @@ import (
 // first node's name carries; the holders are the nodes the grant rule
 // admits (a prefix of the queue, see rule.go), each with its token, its
 // creation zxid; the rest wait. TTL is unknown (-1): a node lives as long
-// as its owner's session, whose timeout only the owner knows.
+// as its owner's session, whose timeout only the owner knows. An entry
+// with a lock-delay shows it (Entry.LockDelay); one that ended without a
+// release and whose delay is not over yet is shown as a holder ahead of
+// the nodes, with no metadata, and DelayedUntil says when its delay ends
+// (see lockdelay.go).
 func (d *zkDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo, error) {
+	info, _, err := d.inspect(ctx, key)
+	return info, err
+}
+
+// inspected is what inspect read besides the LockInfo: the live holders'
+// nodes, in the order of the LockInfo's Holders after its first orphans
+// (ended entries still in their lock-delay, see lockdelay.go), and the
+// key's lock-delay marks.
+type inspected struct {
+	holders []lockNode
+	orphans int
+	marks   []mark
+}
+
+// inspect is Inspect, which also returns what Revoke needs.
+func (d *zkDriver) inspect(ctx context.Context, key string) (*driver.LockInfo, inspected, error) {
+	var in inspected
 	path := d.keyPath(key)
 	info := &driver.LockInfo{Key: key, Limit: 1}
 	children, err := call(ctx, nil, d.timeout(), func() ([]string, error) {
@@ -26,20 +47,25 @@ func (d *zkDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo, e
 		return children, err
 	})
 	if errors.Is(err, zk.ErrNoNode) {
-		return info, nil
+		return info, in, nil
 	}
 	if err != nil {
-		return nil, d.wrapErr("list the queue", err)
+		return nil, in, d.wrapErr("list the queue", err)
 	}
 	q := queue(children)
-	if len(q) == 0 {
-		return info, nil
+	in.marks = marks(children)
+	limit := 1
+	if len(q) > 0 {
+		kind, l, err := driver.ParseKindLabel(q[0].label)
+		if err != nil {
+			return nil, in, fmt.Errorf("zkdlock: node %s: %w", q[0].name, err) // parseLockNode accepts no such label
+		}
+		info.Kind, info.Limit, limit = kind, l, l
 	}
-	kind, limit, err := driver.ParseKindLabel(q[0].label)
+	ended, os, err := d.delayInfo(ctx, path, in.marks, q, info)
 	if err != nil {
-		return nil, fmt.Errorf("zkdlock: node %s: %w", q[0].name, err) // parseLockNode accepts no such label
+		return nil, in, err
 	}
-	info.Kind, info.Limit = kind, limit
 	var (
 		left    []lockNode // the nodes still there when read
 		entries []driver.Entry
@@ -57,18 +83,24 @@ func (d *zkDriver) Inspect(ctx context.Context, key string) (*driver.LockInfo, e
 			continue // it left while we looked
 		}
 		if err != nil {
-			return nil, d.wrapErr("read "+n.name, err)
+			return nil, in, d.wrapErr("read "+n.name, err)
 		}
 		left = append(left, n)
-		entries = append(entries, driver.Entry{Token: uint64(r.stat.Czxid), Metadata: r.data, Since: time.UnixMilli(r.stat.Ctime), TTL: -1, Mode: n.mode})
+		e := driver.Entry{Token: uint64(r.stat.Czxid), Metadata: r.data, Since: time.UnixMilli(r.stat.Ctime), TTL: -1, Mode: n.mode}
+		if m, ok := markOf(in.marks, n.owner); ok {
+			e.LockDelay = m.delay
+		}
+		entries = append(entries, e)
 	}
-	granted := grantedPrefix(left, limit)
-	info.Holders = entries[:granted:granted]
+	// The orphans hold ahead of every node until their delay is over.
+	granted := grantedBehind(os, left, limit)
+	info.Holders = append(ended, entries[:granted]...)
 	info.Waiters = entries[granted:]
 	for i := range info.Waiters {
 		info.Waiters[i].Token = 0
 	}
-	return info, nil
+	in.holders, in.orphans = left[:granted], len(ended)
+	return info, in, nil
 }
 
 // List implements driver.Inspector: it lists the root's children, keeps the

@@ -24,6 +24,7 @@ type listing struct {
 	done chan struct{}   // closed when the fields below are set
 	q    []lockNode      // the key's queue, sorted; shared: read only
 	es   []planner.Entry // entries(q); shared: read only
+	ms   []mark          // the lock-delay marks (see lockdelay.go)
 	stat *zk.Stat        // the key node's
 	sent time.Time       // when the request was sent
 	sid  int64           // the session it was sent on
@@ -70,7 +71,7 @@ func (d *zkDriver) sendListings(keyPath string, l *listing) {
 		l.sent = time.Now()
 		children, stat, err := d.conn.Children(keyPath)
 		if err == nil {
-			l.q, l.stat = queue(children), stat
+			l.q, l.ms, l.stat = queue(children), marks(children), stat
 			l.es = entries(l.q)
 		}
 		l.err = err

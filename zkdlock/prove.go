@@ -60,7 +60,11 @@ func (a *attempt) grantFrom(ctx context.Context, validFrom time.Time) (*grant, e
 		d.noteAlive(sid, sent)
 		validFrom = sent
 	}
-	return newGrant(d, a.req.Key, a.keyPath+"/"+a.me.name, sid, a.czxid, publishes(a.label), a.notify, a.last, a.req.Metadata, validFrom, a.own), nil
+	g := newGrant(d, a.req.Key, a.keyPath+"/"+a.me.name, sid, a.czxid, publishes(a.label), a.notify, a.last, a.req.Metadata, validFrom, a.own)
+	if a.req.LockDelay > 0 {
+		g.mark = a.markPath()
+	}
+	return g, nil
 }
 
 // proveHeard makes sure, before a grant, that the leader is known to have
@@ -144,5 +148,11 @@ func (a *attempt) handOff(ctx context.Context) (*grant, error) {
 		return nil, nil
 	}
 	a.last = false // waiters may have listed behind ours before its grant
+	if a.delayAhead {
+		// An entry ahead may have ended without a release: the listing
+		// shows whether a lock-delay is in force (see lockdelay.go).
+		a.step = stepList
+		return nil, nil
+	}
 	return a.grantFrom(ctx, time.Time{})
 }

@@ -62,6 +62,9 @@ func (g *grant) Release(ctx context.Context) error {
 // (Options.ACL) does not let us write to it, a plain delete, which only
 // costs the waiter behind a listing.
 func (g *grant) remove(ctx context.Context, version int32) error {
+	if g.mark != "" {
+		return g.removeMarked(ctx, version)
+	}
 	d := g.d
 	sent := time.Now()
 	var err error

@@ -13,7 +13,7 @@ import (
 // list is stepList: list the queue (setting the watches the next steps
 // need) and look for our node in it.
 func (a *attempt) list(ctx context.Context) error {
-	q, es, listSent, err := a.listAndWatch(ctx)
+	q, es, ms, listSent, err := a.listAndWatch(ctx)
 	if errors.Is(err, zk.ErrNoNode) {
 		a.forget() // no key node, so no node of ours: create one
 		return nil
@@ -25,7 +25,7 @@ func (a *attempt) list(ctx context.Context) error {
 		a.forget() // the watch found our node gone: queue again
 		return nil
 	}
-	a.q, a.es, a.listSent, a.step = q, es, listSent, stepPlace
+	a.q, a.es, a.marks, a.listSent, a.step = q, es, ms, listSent, stepPlace
 	return nil
 }
 
@@ -43,7 +43,7 @@ func (a *attempt) ownWhileWaiting() bool {
 // watched yet, it sets the watch on it in the same round trip: an exists
 // watch, or a child watch on the key node set by the listing itself when
 // the key was free last time.
-func (a *attempt) listAndWatch(ctx context.Context) ([]lockNode, []planner.Entry, time.Time, error) {
+func (a *attempt) listAndWatch(ctx context.Context) ([]lockNode, []planner.Entry, []mark, time.Time, error) {
 	d := a.d
 	if a.syncFirst {
 		// Sync: bring the server we talk to up to date with the leader, so
@@ -56,7 +56,7 @@ func (a *attempt) listAndWatch(ctx context.Context) ([]lockNode, []planner.Entry
 			return err
 		})
 		if err != nil && !errors.Is(err, zk.ErrNoNode) {
-			return nil, nil, time.Time{}, err
+			return nil, nil, nil, time.Time{}, err
 		}
 		if err == nil {
 			d.noteViaLeader(sid, sent)
@@ -74,6 +74,7 @@ func (a *attempt) listAndWatch(ctx context.Context) ([]lockNode, []planner.Entry
 	var (
 		q    []lockNode
 		es   []planner.Entry
+		ms   []mark
 		sent time.Time
 		sid  int64
 		err  error
@@ -87,7 +88,7 @@ func (a *attempt) listAndWatch(ctx context.Context) ([]lockNode, []planner.Entry
 			return childrenW{children, ch}, err
 		})
 		if err == nil {
-			q = queue(r.children)
+			q, ms = queue(r.children), marks(r.children)
 			es = entries(q)
 			if sid == a.sid && d.conn.SessionID() == sid {
 				// Fires when any child of the key node changes, our
@@ -101,7 +102,7 @@ func (a *attempt) listAndWatch(ctx context.Context) ([]lockNode, []planner.Entry
 		var l *listing
 		l, err = d.listQueue(ctx, a.keyPath, a.callTimeout())
 		if err == nil {
-			q, es, sent, sid = l.q, l.es, l.sent, l.sid
+			q, es, ms, sent, sid = l.q, l.es, l.ms, l.sent, l.sid
 		}
 	}
 	if watched != nil {
@@ -110,10 +111,10 @@ func (a *attempt) listAndWatch(ctx context.Context) ([]lockNode, []planner.Entry
 		}
 	}
 	if err != nil {
-		return nil, nil, time.Time{}, err
+		return nil, nil, nil, time.Time{}, err
 	}
 	d.noteAlive(sid, sent)
-	return q, es, sent, nil
+	return q, es, ms, sent, nil
 }
 
 type childrenW struct {

@@ -72,6 +72,18 @@
 // check op for a Multi of your own): a holder paused past its session
 // timeout gets dlock.ErrStaleToken, and nothing is written.
 // docs/fencing.md, section ZooKeeper says what it guarantees and what it does not.
+//
+// # Revoke and lock-delay
+//
+// The driver implements driver.Revoker: a revoke deletes the holders' nodes
+// (one multi, from the revoking Client's session), the revoked lease ends at
+// once through its node's watch, and the waiter behind is granted as after
+// an expiry, with a greater token. An entry with a lock-delay keeps a
+// persistent mark beside its node, which a release deletes with the node;
+// a mark left without its node delays the next grant by its delay, counted
+// on the next grantee's clock from the moment it saw the mark. Keys without
+// a delay pay nothing for it. docs/zookeeper.md, section Revoke and
+// lock-delay, has the details.
 package zkdlock
 
 import (
@@ -142,7 +154,8 @@ func New(ctx context.Context, conn Conn, opts *Options) (*dlock.Client, error) {
 	return c, nil
 }
 
-// zkDriver implements driver.Driver and driver.Inspector on one session.
+// zkDriver implements driver.Driver, driver.Inspector and driver.Revoker
+// on one session.
 type zkDriver struct {
 	conn      Conn
 	closeConn func()    // closes conn if the driver opened it; nil otherwise

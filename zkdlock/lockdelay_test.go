@@ -1,0 +1,295 @@
+package zkdlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
+	"github.com/dlockdev/dlock/zkdlock"
+	"github.com/go-zookeeper/zk"
+)
+
+// testDelay is the lock-delay of these tests: long enough that a grant
+// that ignored it would come well before it ends.
+const testDelay = 1500 * time.Millisecond
+
+// marksOf returns the lock-delay marks under the key node.
+func marksOf(t *testing.T, admin *zk.Conn, root, key string) []string {
+	t.Helper()
+	var out []string
+	for _, c := range children(t, admin, zkdlock.KeyPathForTest(root, key)) {
+		if strings.HasPrefix(c, "delay-") {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// TestLockDelay_revoke_nextGrantAfterTheDelay: a revoked holder with a
+// lock-delay keeps the key from everyone for the delay: Inspect shows the
+// ended entry as a holder with its LockDelay and a DelayedUntil in force,
+// TryLock is refused, and the next Lock is granted no earlier than the
+// delay after it began (a lower bound only), with a greater token; then
+// nothing of the delay is left. On a standalone server and with the
+// ensemble rule.
+func TestLockDelay_revoke_nextGrantAfterTheDelay(t *testing.T) {
+	for _, dep := range []zkdlock.Deployment{zkdlock.Detect, zkdlock.Ensemble} {
+		t.Run(map[zkdlock.Deployment]string{zkdlock.Detect: "standalone", zkdlock.Ensemble: "ensemble"}[dep], func(t *testing.T) {
+			ctx := testCtx(t)
+			srv := testserver.SharedZooKeeper(t)
+			admin := dialZK(t, ctx, srv.Addr(), connOpts{})
+			root := testRoot(t)
+			o := zkdlock.Options{Root: root, Deployment: dep}
+			hc := plainClient(t, ctx, srv.Addr(), o)
+			rv := plainClient(t, ctx, srv.Addr(), o)
+			c := plainClient(t, ctx, srv.Addr(), o)
+			const key = "job"
+
+			h, err := hc.Lock(ctx, key, dlock.WithLockDelay(testDelay))
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := rv.Inspect(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(info.Holders) != 1 || info.Holders[0].LockDelay != testDelay || !info.DelayedUntil.IsZero() {
+				t.Fatalf("Inspect of the holder: %+v, DelayedUntil %v; want one holder with LockDelay %v and no delay in force", info.Holders, info.DelayedUntil, testDelay)
+			}
+			revoked, err := rv.Revoke(ctx, key, dlock.RevokeToken(h.Token()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(revoked) != 1 || revoked[0].LockDelay != testDelay {
+				t.Fatalf("Revoke returned %+v", revoked)
+			}
+			waitDone(t, ctx, h, "a revoke")
+			if err := h.Unlock(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+				t.Errorf("revoked holder's Unlock = %v, want ErrNotHeld", err)
+			}
+
+			info, err = rv.Inspect(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(info.Holders) != 1 || info.Holders[0].Token != h.Token() || info.Holders[0].LockDelay != testDelay || info.DelayedUntil.IsZero() {
+				t.Fatalf("Inspect after the revoke: holders %+v, DelayedUntil %v; want the ended holder (token %d) and a delay in force", info.Holders, info.DelayedUntil, h.Token())
+			}
+			if _, err := c.TryLock(ctx, key); !errors.Is(err, dlock.ErrLocked) {
+				t.Fatalf("TryLock during the delay = %v, want ErrLocked", err)
+			}
+
+			began := time.Now()
+			l := mustLock(t, ctx, c, key)
+			if waited := time.Since(began); waited < testDelay {
+				t.Errorf("granted %v after the Lock began, before the lock-delay of %v", waited, testDelay)
+			}
+			if l.Token() <= h.Token() {
+				t.Errorf("next token %d, not above the revoked %d", l.Token(), h.Token())
+			}
+			info, err = rv.Inspect(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !info.DelayedUntil.IsZero() || len(info.Holders) != 1 || info.Holders[0].Token != l.Token() {
+				t.Errorf("Inspect after the grant: holders %+v, DelayedUntil %v", info.Holders, info.DelayedUntil)
+			}
+			mustUnlock(t, ctx, l)
+			if m := marksOf(t, admin, root, key); len(m) != 0 {
+				t.Errorf("marks left: %v", m)
+			}
+		})
+	}
+}
+
+// TestLockDelay_sessionEnds_waiterSitsItOut: the session of a holder with
+// a lock-delay ends (its node goes with it, no release); the waiter behind
+// is granted no earlier than the delay after the session was closed.
+func TestLockDelay_sessionEnds_waiterSitsItOut(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	root := testRoot(t)
+	o := zkdlock.Options{Root: root}
+	hconn := dialZK(t, ctx, srv.Addr(), connOpts{})
+	hc := newClient(t, ctx, hconn, o)
+	c := plainClient(t, ctx, srv.Addr(), o)
+	const key = "job"
+
+	if _, err := hc.Lock(ctx, key, dlock.WithLockDelay(testDelay)); err != nil {
+		t.Fatal(err)
+	}
+	w := startAcquire(ctx, func(ctx ctxT, opts ...dlock.LockOption) (*dlock.Lease, error) { return c.Lock(ctx, key) })
+	waitWaiters(t, ctx, c, key, 1)
+	ended := time.Now()
+	hconn.Close()
+	l := w.lease(t, ctx, "the waiter")
+	if waited := time.Since(ended); waited < testDelay {
+		t.Errorf("granted %v after the holder's session was closed, before the lock-delay of %v", waited, testDelay)
+	}
+	mustUnlock(t, ctx, l)
+}
+
+// TestLockDelay_granteeDiesSittingOut_nextSitsItOut: a waiter sitting out
+// an ended holder's lock-delay dies; the mark stays, so the waiter behind
+// it sits out the delay again, granted no earlier than the delay after the
+// first one died.
+func TestLockDelay_granteeDiesSittingOut_nextSitsItOut(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	admin := dialZK(t, ctx, srv.Addr(), connOpts{})
+	root := testRoot(t)
+	o := zkdlock.Options{Root: root}
+	hconn := dialZK(t, ctx, srv.Addr(), connOpts{})
+	hc := newClient(t, ctx, hconn, o)
+	w1conn := dialZK(t, ctx, srv.Addr(), connOpts{})
+	c1 := newClient(t, ctx, w1conn, o)
+	c2 := plainClient(t, ctx, srv.Addr(), o)
+	const key = "job"
+
+	if _, err := hc.Lock(ctx, key, dlock.WithLockDelay(testDelay)); err != nil {
+		t.Fatal(err)
+	}
+	// The first waiter's Lock, on a closed connection, would try until
+	// its ctx ends (ErrUnavailable): the test ends it.
+	w1ctx, stopW1 := context.WithCancel(ctx)
+	defer stopW1()
+	w1 := startAcquire(w1ctx, func(ctx ctxT, opts ...dlock.LockOption) (*dlock.Lease, error) { return c1.Lock(ctx, key) })
+	waitWaiters(t, ctx, c2, key, 1)
+	w2 := startAcquire(ctx, func(ctx ctxT, opts ...dlock.LockOption) (*dlock.Lease, error) { return c2.Lock(ctx, key) })
+	waitWaiters(t, ctx, c2, key, 2)
+	hconn.Close()
+
+	// The first waiter writes when the delay ends into the mark as it
+	// starts sitting it out ("until=…").
+	m := marksOf(t, admin, root, key)
+	if len(m) != 1 {
+		t.Fatalf("marks %v, want the holder's", m)
+	}
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		data, _, err := admin.Get(zkdlock.KeyPathForTest(root, key) + "/" + m[0])
+		if err != nil {
+			t.Fatalf("read the mark: %v", err)
+		}
+		if strings.HasPrefix(string(data), "until=") {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatal("the first waiter never sat out the delay (watchdog)")
+		}
+	}
+	died := time.Now()
+	w1conn.Close()
+	l := w2.lease(t, ctx, "the second waiter")
+	if waited := time.Since(died); waited < testDelay {
+		t.Errorf("granted %v after the first waiter died sitting out the delay, before the lock-delay of %v", waited, testDelay)
+	}
+	stopW1()
+	<-w1.done
+	if w1.err == nil {
+		t.Errorf("the dead waiter was granted")
+	}
+	mustUnlock(t, ctx, l)
+}
+
+// TestLockDelay_release_startsNoDelay: a holder with a lock-delay that
+// releases starts none: the waiter is granted, Inspect shows no delay, and
+// the mark went with the node. A waiter with a delay that gives up leaves
+// no mark either.
+func TestLockDelay_release_startsNoDelay(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	admin := dialZK(t, ctx, srv.Addr(), connOpts{})
+	root := testRoot(t)
+	o := zkdlock.Options{Root: root}
+	hc := plainClient(t, ctx, srv.Addr(), o)
+	c := plainClient(t, ctx, srv.Addr(), o)
+	const key = "job"
+
+	h, err := hc.Lock(ctx, key, dlock.WithLockDelay(testDelay))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A waiter with a delay that gives up.
+	gctx, cancel := context.WithCancel(ctx)
+	gave := make(chan error, 1)
+	go func() {
+		_, err := hc.Lock(gctx, key, dlock.WithLockDelay(testDelay))
+		gave <- err
+	}()
+	waitWaiters(t, ctx, c, key, 1)
+	if m := marksOf(t, admin, root, key); len(m) != 2 {
+		t.Fatalf("marks %v, want the holder's and the waiter's", m)
+	}
+	cancel()
+	if err := <-gave; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled waiter: %v", err)
+	}
+	if m := marksOf(t, admin, root, key); len(m) != 1 {
+		t.Fatalf("marks after the waiter gave up: %v, want the holder's only", m)
+	}
+
+	w := startAcquire(ctx, func(ctx ctxT, opts ...dlock.LockOption) (*dlock.Lease, error) { return c.Lock(ctx, key) })
+	waitWaiters(t, ctx, c, key, 1)
+	mustUnlock(t, ctx, h)
+	l := w.lease(t, ctx, "the waiter")
+	info, err := c.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.DelayedUntil.IsZero() || len(info.Holders) != 1 || info.Holders[0].Token != l.Token() {
+		t.Errorf("after a release: holders %+v, DelayedUntil %v; want the waiter, no delay", info.Holders, info.DelayedUntil)
+	}
+	if m := marksOf(t, admin, root, key); len(m) != 0 {
+		t.Errorf("marks after the release: %v", m)
+	}
+	mustUnlock(t, ctx, l)
+}
+
+// TestLockDelay_semaphore_revokedPermitStaysTaken: a revoked permit with a
+// lock-delay stays taken for the delay (the other permit holds on); the
+// waiter is granted no earlier than the delay after the revoke began.
+func TestLockDelay_semaphore_revokedPermitStaysTaken(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	root := testRoot(t)
+	o := zkdlock.Options{Root: root}
+	rv := plainClient(t, ctx, srv.Addr(), o)
+	c := plainClient(t, ctx, srv.Addr(), o)
+	const key = "pool"
+	sem := c.Semaphore(key, 2)
+
+	a, err := sem.Acquire(ctx, dlock.WithLockDelay(testDelay))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sem.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startAcquire(ctx, func(ctx ctxT, opts ...dlock.LockOption) (*dlock.Lease, error) { return sem.Acquire(ctx) })
+	waitWaiters(t, ctx, c, key, 1)
+	began := time.Now()
+	if _, err := rv.Revoke(ctx, key, dlock.RevokeToken(a.Token())); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, ctx, a, "its revoke")
+	l := w.lease(t, ctx, "the waiter")
+	if waited := time.Since(began); waited < testDelay {
+		t.Errorf("granted %v after the revoke began, before the lock-delay of %v", waited, testDelay)
+	}
+	select {
+	case <-b.Done():
+		t.Fatalf("the other permit was lost: %v", b.Err())
+	default:
+	}
+	mustUnlock(t, ctx, b)
+	mustUnlock(t, ctx, l)
+}
