@@ -15,11 +15,19 @@ import (
 )
 
 // InstanceHeader names the response header that carries the gateway
-// instance's id. Leases and tickets live in the instance that granted
-// them (it renews them on the backend for its client): a client behind a
-// load balancer sends a lease's renew and release to the instance named
-// here, and gets lease_not_found from any other.
+// instance's id. Tickets, streamed leases and sticky leases (StickyHeader)
+// live in the instance that granted them: a client behind a load balancer
+// sends their requests to the instance named here.
 const InstanceHeader = "Dlock-Gateway-Instance"
+
+// StickyHeader names the response header of a lease's replies that says
+// whether only the instance that granted it (InstanceHeader) serves its
+// renew and release: "true" on a backend whose grant lives in the
+// gateway's connection (a ZooKeeper session lives in one process) and for
+// an election's term; "false" where the backend keeps the lease's state
+// and instances sharing a LeaseKey serve each other's leases. Another
+// instance answers a sticky lease's requests with 421 wrong_instance.
+const StickyHeader = "Dlock-Gateway-Sticky"
 
 // Gateway serves dlock's locks, semaphores, read-write locks and elections
 // over HTTP/JSON (see docs/gateway.md and the OpenAPI document it serves at
@@ -31,6 +39,7 @@ type Gateway struct {
 	cfg      config
 	mux      *http.ServeMux
 	instance string
+	keyID    []byte // the lease key's (leaseid.go)
 
 	// ctx ends with Close, ending the waits and the streams.
 	ctx    context.Context
@@ -84,6 +93,7 @@ func New(client *dlock.Client, opts ...Option) (*Gateway, error) {
 		client:   client,
 		cfg:      cfg,
 		instance: randomID("g_")[:14],
+		keyID:    keyID(cfg.leaseKey),
 		ctx:      ctx,
 		cancel:   cancel,
 		leases:   make(map[string]*held),
