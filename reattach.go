@@ -29,8 +29,8 @@ func init() {
 			return driver.GrantRef{}, false
 		}
 		// Not released: the grant lives on, on the server, for whoever
-		// renews it by reference. A Referrer is no Abandoner (its server
-		// frees it by itself), so Abandon sends nothing.
+		// renews it by reference. Abandon stops what the grant runs in
+		// the background; the server frees it by itself.
 		_ = l.eng.Abandon(ctx, errHandedOff)
 		l.client.forget(l)
 		q := &l.req
