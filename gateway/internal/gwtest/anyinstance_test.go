@@ -53,6 +53,7 @@ var portableBackends = []struct {
 	url  func(t *testing.T) string
 }{
 	{"redis", func(*testing.T) string { return "redis://" + redisAddr + "/0" }},
+	{"etcd", func(t *testing.T) string { return testserver.SharedEtcd(t).URL() + "?lease_per_grant=true" }},
 }
 
 // Acquired through one instance, a lease is renewed, inspected and
@@ -226,33 +227,44 @@ func TestLease_otherInstanceWithoutLeaseKey(t *testing.T) {
 }
 
 // On ZooKeeper a lease lives in the session of the instance that granted
-// it: its replies say it is sticky, and another instance refuses its
-// requests with 421 wrong_instance naming the granting one, changing
-// nothing.
-func TestLease_zooKeeperSticky(t *testing.T) {
-	a, b := twoGateways(t, "zk://"+testserver.SharedZooKeeper(t).Addr())
-	ctx := context.Background()
-	key := a.key("k")
-	g := a.acquire(map[string]any{"key": key})
-	a.want(g, http.StatusOK, "")
-	if h := g.header.Get(gateway.StickyHeader); h != "true" {
-		t.Fatalf("sticky header %q on ZooKeeper, want true", h)
+// it (and on etcd without lease_per_grant, on the lease its Client shares
+// with its other locks): its replies say it is sticky, and another
+// instance refuses its requests with 421 wrong_instance naming the
+// granting one, changing nothing.
+func TestLease_sticky(t *testing.T) {
+	for _, be := range []struct {
+		name string
+		url  func(t *testing.T) string
+	}{
+		{"zk", func(t *testing.T) string { return "zk://" + testserver.SharedZooKeeper(t).Addr() }},
+		{"etcd shared lease", func(t *testing.T) string { return testserver.SharedEtcd(t).URL() }},
+	} {
+		t.Run(be.name, func(t *testing.T) {
+			a, b := twoGateways(t, be.url(t))
+			ctx := context.Background()
+			key := a.key("k")
+			g := a.acquire(map[string]any{"key": key})
+			a.want(g, http.StatusOK, "")
+			if h := g.header.Get(gateway.StickyHeader); h != "true" {
+				t.Fatalf("sticky header %q, want true", h)
+			}
+			id, tok := g.str("lease_id"), uint64(g.num("token"))
+			for _, req := range [][2]string{{http.MethodPost, "/renew"}, {http.MethodGet, ""}, {http.MethodDelete, ""}, {http.MethodPost, "/release"}} {
+				r := b.do(ctx, req[0], "/v1/leases/"+id+req[1], nil)
+				b.want(r, http.StatusMisdirectedRequest, "wrong_instance")
+				if !strings.Contains(r.raw, a.gw.Instance()) || r.header.Get(gateway.StickyHeader) != "true" {
+					t.Fatalf("%s %s on the other instance: %s (sticky %q): want the granting instance %s named, sticky", req[0], req[1], r.raw, r.header.Get(gateway.StickyHeader), a.gw.Instance())
+				}
+			}
+			if in := a.info(key); len(in.Holders) != 1 || in.Holders[0].Token != tok {
+				t.Fatalf("holders %+v, want token %d still", in.Holders, tok)
+			}
+			rn := a.do(ctx, http.MethodPost, "/v1/leases/"+id+"/renew", nil)
+			a.want(rn, http.StatusOK, "")
+			if rn.header.Get(gateway.StickyHeader) != "true" {
+				t.Fatalf("renew reply's sticky header %q", rn.header.Get(gateway.StickyHeader))
+			}
+			a.want(a.do(ctx, http.MethodDelete, "/v1/leases/"+id, nil), http.StatusOK, "")
+		})
 	}
-	id, tok := g.str("lease_id"), uint64(g.num("token"))
-	for _, req := range [][2]string{{http.MethodPost, "/renew"}, {http.MethodGet, ""}, {http.MethodDelete, ""}, {http.MethodPost, "/release"}} {
-		r := b.do(ctx, req[0], "/v1/leases/"+id+req[1], nil)
-		b.want(r, http.StatusMisdirectedRequest, "wrong_instance")
-		if !strings.Contains(r.raw, a.gw.Instance()) || r.header.Get(gateway.StickyHeader) != "true" {
-			t.Fatalf("%s %s on the other instance: %s (sticky %q): want the granting instance %s named, sticky", req[0], req[1], r.raw, r.header.Get(gateway.StickyHeader), a.gw.Instance())
-		}
-	}
-	if in := a.info(key); len(in.Holders) != 1 || in.Holders[0].Token != tok {
-		t.Fatalf("holders %+v, want token %d still", in.Holders, tok)
-	}
-	rn := a.do(ctx, http.MethodPost, "/v1/leases/"+id+"/renew", nil)
-	a.want(rn, http.StatusOK, "")
-	if rn.header.Get(gateway.StickyHeader) != "true" {
-		t.Fatalf("renew reply's sticky header %q", rn.header.Get(gateway.StickyHeader))
-	}
-	a.want(a.do(ctx, http.MethodDelete, "/v1/leases/"+id, nil), http.StatusOK, "")
 }
