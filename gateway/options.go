@@ -103,8 +103,9 @@ func MaxBodyBytes(n int64) Option {
 }
 
 // MaxLeases sets how many leases the gateway holds at once, explicit and
-// streamed together, default DefaultMaxLeases. An acquire beyond it is
-// refused with 429 too_many_leases.
+// streamed together, default DefaultMaxLeases; an explicit lease that any
+// instance serves counts only while it is acquired, as no instance holds
+// it afterwards. An acquire beyond it is refused with 429 too_many_leases.
 func MaxLeases(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
