@@ -159,10 +159,16 @@ func (g *Gateway) inspectPortable(w http.ResponseWriter, r *http.Request, p *lea
 		return
 	}
 	for _, e := range in.Holders {
-		if e.Token == p.Token && e.TTL >= 0 {
-			_ = writeJSON(w, http.StatusOK, g.portableReply(id, p, recv, sent.Add(safeFor(e.TTL))))
-			return
+		if e.Token != p.Token {
+			continue
 		}
+		// A backend that cannot tell the time left leaves nothing known.
+		until := recv
+		if e.TTL >= 0 {
+			until = sent.Add(safeFor(e.TTL))
+		}
+		_ = writeJSON(w, http.StatusOK, g.portableReply(id, p, recv, until))
+		return
 	}
 	writeError(w, notHeld(id, errors.New("no holder with its token")))
 }
