@@ -268,3 +268,32 @@ func TestLease_sticky(t *testing.T) {
 		})
 	}
 }
+
+// The id is the capability only for a principal allowed on its key, on
+// every instance: another principal's renew and release through the other
+// instance are refused, and change nothing.
+func TestLease_anyInstance_permissions(t *testing.T) {
+	k := make([]byte, gateway.MinLeaseKeyLen)
+	_, _ = rand.Read(k)
+	a := newAuthEnv(t, gateway.LeaseKey(k))
+	var creds *gateway.Credentials
+	b := newEnv(t, gateway.LeaseKey(k), gateway.Authenticate(func(r *http.Request) (gateway.Principal, error) {
+		return creds.Authenticate(r)
+	}))
+	b.prefix = a.prefix
+	creds = b.credentials()
+	ctx := context.Background()
+	key := a.key("orders/1")
+	g := a.as(tokOrders).acquire(map[string]any{"key": key, "ttl_ms": 10000})
+	a.want(g, http.StatusOK, "")
+	id, tok := g.str("lease_id"), uint64(g.num("token"))
+	reader := b.as(tokReader)
+	reader.want(reader.do(ctx, http.MethodPost, "/v1/leases/"+id+"/renew", nil), http.StatusForbidden, "forbidden")
+	reader.want(reader.do(ctx, http.MethodDelete, "/v1/leases/"+id, nil), http.StatusForbidden, "forbidden")
+	if in := b.info(key); len(in.Holders) != 1 || in.Holders[0].Token != tok {
+		t.Fatalf("holders %+v, want token %d still", in.Holders, tok)
+	}
+	orders := b.as(tokOrders)
+	orders.want(orders.do(ctx, http.MethodPost, "/v1/leases/"+id+"/renew", nil), http.StatusOK, "")
+	orders.want(orders.do(ctx, http.MethodDelete, "/v1/leases/"+id, nil), http.StatusOK, "")
+}
