@@ -195,6 +195,8 @@ func TestLease_forgedIDs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, e := range []*env{a, b} {
+				e := *e
+				e.t = t // the subtest's: want fails it
 				for _, path := range []string{"/renew", "/release", ""} {
 					method := http.MethodPost
 					if path == "" {
