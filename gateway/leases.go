@@ -114,10 +114,7 @@ func (g *Gateway) release(l *dlock.Lease) {
 func (g *Gateway) lookupLocked(r *http.Request, id string) (*held, *apiError) {
 	h, ok := g.leases[id]
 	if !ok {
-		if err := g.endedLocked(id); err != nil {
-			return nil, err
-		}
-		return nil, errorf(http.StatusNotFound, CodeLeaseNotFound, "no lease %s on gateway instance %s", id, g.instance)
+		return nil, g.goneLocked(id)
 	}
 	// The id is the capability, but only for a principal allowed on the
 	// key: a leaked id is no use to another.
@@ -147,6 +144,15 @@ func (g *Gateway) endedLocked(id string) *apiError {
 		return errorf(http.StatusGone, CodeLeaseReleased, "lease %s was released when the gateway closed", id)
 	}
 	return nil
+}
+
+// goneLocked is the reply for a sticky lease id not in the table. g.mu
+// must be held.
+func (g *Gateway) goneLocked(id string) *apiError {
+	if err := g.endedLocked(id); err != nil {
+		return err
+	}
+	return errorf(http.StatusNotFound, CodeLeaseNotFound, "no lease %s on gateway instance %s", id, g.instance)
 }
 
 // lookup resolves the request's lease id: a portable lease (p, and h nil),
@@ -210,7 +216,7 @@ func (g *Gateway) handleRenew(w http.ResponseWriter, r *http.Request) {
 	g.mu.Lock()
 	if g.leases[h.id] != h {
 		// Ended since lookup.
-		err = g.endedLocked(h.id)
+		err = g.goneLocked(h.id)
 		g.mu.Unlock()
 		writeError(w, err)
 		return
@@ -260,7 +266,7 @@ func (g *Gateway) handleRelease(w http.ResponseWriter, r *http.Request) {
 	}
 	g.mu.Lock()
 	if g.leases[h.id] != h {
-		err = g.endedLocked(h.id)
+		err = g.goneLocked(h.id)
 		g.mu.Unlock()
 		writeError(w, err)
 		return
