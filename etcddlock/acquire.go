@@ -162,7 +162,7 @@ func (a *attempt) run(ctx context.Context) (*grant, error) {
 // takeLease takes a lease for our entry (stepLease).
 func (a *attempt) takeLease(ctx context.Context) error {
 	if a.l == nil {
-		l, s, err := a.d.takeLease(ctx, seconds(a.req.TTL))
+		l, s, err := a.d.takeCallLease(ctx, seconds(a.req.TTL))
 		if err != nil {
 			return err
 		}

@@ -30,6 +30,9 @@
 //	allow_unsafe_version=true
 //	                    accept etcd versions that revoke live leases (see
 //	                    Options.AllowUnsafeVersion; default false)
+//	lease_per_grant=true
+//	                    an etcd lease per call instead of one shared by the
+//	                    Client (see Options.LeasePerGrant; default false)
 //
 // Or build a Client from an etcd client the program already has with New.
 //

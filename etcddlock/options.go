@@ -40,6 +40,15 @@ type Options struct {
 	// allow_unsafe_version=true.
 	AllowUnsafeVersion bool
 
+	// LeasePerGrant gives every call's entry an etcd lease of its own
+	// instead of the Client's shared one (docs/etcd.md, One lease per
+	// Client and TTL): one more Raft write per call, and one keep-alive
+	// per held lock. It lets a grant be renewed and released by reference
+	// from another process (the gateway's leases served by any instance)
+	// without renewing the Client's other locks. URL parameter:
+	// lease_per_grant=true.
+	LeasePerGrant bool
+
 	// ClientOptions are passed to dlock.NewClient (WithTTL, WithMetadata,
 	// WithLogger defaults for every lock).
 	ClientOptions []dlock.Option

@@ -31,7 +31,7 @@ func Open(ctx context.Context, rawURL string, opts ...dlock.Option) (*dlock.Clie
 }
 
 // urlParams are the query parameters an etcd URL may carry.
-var urlParams = []string{"allow_unsafe_version", "cacert", "cert", "dial_timeout", "key", "server_name"}
+var urlParams = []string{"allow_unsafe_version", "cacert", "cert", "dial_timeout", "key", "lease_per_grant", "server_name"}
 
 // config is what an etcd URL says.
 type config struct {
@@ -41,6 +41,7 @@ type config struct {
 	tls         *tls.Config // nil for etcd://
 	dialTimeout time.Duration
 	allowUnsafe bool // allow_unsafe_version
+	perGrant    bool // lease_per_grant
 }
 
 // parseURL reads etcd://[user:password@]host[:port][,host[:port]…][/prefix][?params]
@@ -97,6 +98,13 @@ func parseURL(u *url.URL) (*config, error) {
 		}
 		c.allowUnsafe = b
 	}
+	if s := q.Get("lease_per_grant"); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return nil, fmt.Errorf("lease_per_grant=%q: want true or false", s)
+		}
+		c.perGrant = b
+	}
 	var err error
 	c.tls, err = tlsurl.Config(u.Scheme == "etcds", "etcds", q)
 	return c, err
@@ -142,7 +150,7 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		d := &etcdDriver{addr: addr, prefix: c.prefix}
 		return nil, d.checkErr(ctx, err, time.Since(start))
 	}
-	d, err := newDriver(ctx, cli, cli.KV, clientv3.NewLease(cli), clientv3.NewWatcher(cli), &Options{Prefix: c.prefix, AllowUnsafeVersion: c.allowUnsafe}, cli, addr)
+	d, err := newDriver(ctx, cli, cli.KV, clientv3.NewLease(cli), clientv3.NewWatcher(cli), &Options{Prefix: c.prefix, AllowUnsafeVersion: c.allowUnsafe, LeasePerGrant: c.perGrant}, cli, addr)
 	if err != nil {
 		return nil, err
 	}

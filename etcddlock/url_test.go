@@ -37,6 +37,7 @@ func TestOpen_badURL(t *testing.T) {
 		"etcds://host?cacert=/does/not/exist":    "cacert",
 		"etcds://host?cert=/tmp/c.pem":           "both cert= and key=",
 		"etcd://host?allow_unsafe_version=maybe": "allow_unsafe_version",
+		"etcd://host?lease_per_grant=maybe":      "lease_per_grant",
 	} {
 		_, err := dlock.Open(ctx, raw)
 		if !errors.Is(err, dlock.ErrInvalidURL) || !strings.Contains(err.Error(), want) {

@@ -313,6 +313,20 @@ func (g *Gateway) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		_ = writeJSON(w, http.StatusAccepted, out.waiting)
 		return
 	}
+	if p, until := g.handOff(out.lease, out.term); p != nil {
+		w.Header().Set(StickyHeader, "false")
+		if r.Context().Err() != nil {
+			// The client went away as the grant landed: nobody would
+			// renew or release it.
+			g.releaseRef(p)
+			return
+		}
+		if writeJSON(w, http.StatusOK, g.portableReply(g.leaseID(p), p, recv, until)) != nil || http.NewResponseController(w).Flush() != nil {
+			g.releaseRef(p)
+		}
+		return
+	}
+	w.Header().Set(StickyHeader, "true")
 	granted := time.Now()
 	h, err := g.register(out.lease, out.term, wnt, granted, false)
 	if err != nil {
@@ -419,6 +433,7 @@ func (g *Gateway) handleHold(w http.ResponseWriter, r *http.Request) {
 		rep.Event, rep.KeepAliveMs = name, every.Milliseconds()
 		return rep
 	}
+	w.Header().Set(StickyHeader, "true") // its stream holds it
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)

@@ -10,18 +10,32 @@
 // An acquire returns an explicit lease: an unguessable id (the capability
 // to renew and release it), its fencing token, and how long it is valid
 // counted from when the gateway received the request. The client renews
-// it within its TTL, or the gateway gives it up. A streaming hold keeps
-// the lease for as long as its response stays open instead.
+// it within its TTL, or the lease ends. A streaming hold keeps the lease
+// for as long as its response stays open instead.
+//
+// # Several instances
+//
+// Where the backend keeps a grant's state (Redis; etcd with a lease per
+// grant), an explicit lease is held by no instance: its id carries a
+// reference to the grant, signed with the LeaseKey, and each renew or
+// release through any instance with that key is one request to the
+// backend. Elsewhere (ZooKeeper, whose session lives in one process; etcd's
+// shared lease; an election's term) the lease is sticky: it lives in the
+// instance that granted it, and another answers 421 wrong_instance. Every
+// lease reply says which in StickyHeader.
 //
 // # Safety
 //
-// The gateway holds every lease through its dlock.Client, which renews it
-// on the backend; the lease is lost, as any dlock lease, when renewals fail
-// for its TTL. A client that trusts its lease past the validity the gateway
-// last told it, or that does not pass the fencing token to the systems it
-// writes to, is not protected: see dlock's package documentation, section
-// Safety. If the gateway process dies, its leases expire on the backend
-// within their TTL, and their tokens are never granted again.
+// The gateway holds a sticky lease through its dlock.Client, which renews
+// it on the backend until its client stops renewing; the lease is lost,
+// as any dlock lease, when renewals fail for its TTL. A lease any instance
+// serves is renewed on the backend by its client's renews alone, and ends
+// when the backend's TTL runs out. A client that trusts its lease past the
+// validity the gateway last told it, or that does not pass the fencing
+// token to the systems it writes to, is not protected: see dlock's package
+// documentation, section Safety. If the gateway process dies, the leases
+// it holds expire on the backend within their TTL, and their tokens are
+// never granted again.
 //
 // # Watching and the dashboard
 //

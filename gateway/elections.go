@@ -68,12 +68,13 @@ func (g *Gateway) handleProclaim(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusBadRequest, CodeInvalidRequest, "value is missing"))
 		return
 	}
-	g.mu.Lock()
-	h, err := g.lookupLocked(r)
-	if err == nil && h.term == nil {
+	h, p, err := g.lookup(w, r)
+	switch {
+	case err == nil && p != nil:
+		err = errorf(http.StatusBadRequest, CodeInvalidRequest, "lease %s is a %v's, not an election's: nothing to proclaim", r.PathValue("id"), p.Kind)
+	case err == nil && h.term == nil:
 		err = errorf(http.StatusBadRequest, CodeInvalidRequest, "lease %s is a %v's, not an election's: nothing to proclaim", h.id, h.want.kind)
 	}
-	g.mu.Unlock()
 	if err != nil {
 		writeError(w, err)
 		return

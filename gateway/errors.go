@@ -40,6 +40,7 @@ const (
 	CodeLeaseReleased   = "lease_released"      // 410: released already (a replayed release)
 	CodeLeaseLost       = "lease_lost"          // 410: the backend ended the lease: work under it may have overlapped
 	CodeLeaseStreamed   = "lease_streamed"      // 409: held by a stream, which keeps it alive: nothing to renew
+	CodeWrongInstance   = "wrong_instance"      // 421: the lease lives in another gateway instance, named in the message
 	CodeTicketNotFound  = "ticket_not_found"    // 404: the ticket is unknown or its place expired
 	CodeTicketMismatch  = "ticket_mismatch"     // 400: the ticket waits for another key, kind or mode
 	CodeTicketInUse     = "ticket_in_use"       // 409: another poll is waiting with this ticket

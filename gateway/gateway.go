@@ -15,22 +15,32 @@ import (
 )
 
 // InstanceHeader names the response header that carries the gateway
-// instance's id. Leases and tickets live in the instance that granted
-// them (it renews them on the backend for its client): a client behind a
-// load balancer sends a lease's renew and release to the instance named
-// here, and gets lease_not_found from any other.
+// instance's id. Tickets, streamed leases and sticky leases (StickyHeader)
+// live in the instance that granted them: a client behind a load balancer
+// sends their requests to the instance named here.
 const InstanceHeader = "Dlock-Gateway-Instance"
+
+// StickyHeader names the response header of a lease's replies that says
+// whether only the instance that granted it (InstanceHeader) serves its
+// renew and release: "true" on a backend whose grant lives in the
+// gateway's connection (a ZooKeeper session lives in one process) and for
+// an election's term; "false" where the backend keeps the lease's state
+// and instances sharing a LeaseKey serve each other's leases. Another
+// instance answers a sticky lease's requests with 421 wrong_instance.
+const StickyHeader = "Dlock-Gateway-Sticky"
 
 // Gateway serves dlock's locks, semaphores, read-write locks and elections
 // over HTTP/JSON (see docs/gateway.md and the OpenAPI document it serves at
-// /openapi.yaml). It holds the leases it grants through its Client and
-// gives each up when its client stops renewing it. It is safe for
-// concurrent use.
+// /openapi.yaml). It holds its sticky and streamed leases through its
+// Client and gives each up when its client stops renewing it; the other
+// explicit leases it hands off to the backend (see StickyHeader). It is
+// safe for concurrent use.
 type Gateway struct {
 	client   *dlock.Client
 	cfg      config
 	mux      *http.ServeMux
 	instance string
+	keyID    []byte // the lease key's (leaseid.go)
 
 	// ctx ends with Close, ending the waits and the streams.
 	ctx    context.Context
@@ -66,8 +76,10 @@ type Gateway struct {
 const maxEnded = 10000
 
 // New returns a Gateway taking its leases through client. The Gateway
-// does not close client: close the Gateway first (Close releases its
-// leases), then the client. It returns an error satisfying
+// does not close client: close the Gateway first (Close releases the
+// leases it holds), then the client. For explicit leases that any
+// instance serves on etcd, open client with a lease per grant
+// (etcddlock.Options.LeasePerGrant, lease_per_grant=true). It returns an error satisfying
 // errors.Is(err, ErrInvalidOption) for a bad option.
 func New(client *dlock.Client, opts ...Option) (*Gateway, error) {
 	if client == nil {
@@ -84,6 +96,7 @@ func New(client *dlock.Client, opts ...Option) (*Gateway, error) {
 		client:   client,
 		cfg:      cfg,
 		instance: randomID("g_")[:14],
+		keyID:    keyID(cfg.leaseKey),
 		ctx:      ctx,
 		cancel:   cancel,
 		leases:   make(map[string]*held),
@@ -185,7 +198,8 @@ func (g *Gateway) Instance() string { return g.instance }
 
 // Close ends the waits in progress (their polls answer gateway_closing),
 // ends the streaming holds with a lost event, and releases every lease the
-// gateway holds, waiting for the releases at most until ctx ends (the
+// gateway holds (not the explicit leases any instance serves: they stay
+// with their clients, to renew through another instance or let expire), waiting for the releases at most until ctx ends (the
 // backend frees what is left when its TTL runs out). Requests after Close
 // are refused with gateway_closing. It returns the releases' errors.
 func (g *Gateway) Close(ctx context.Context) error {

@@ -31,7 +31,7 @@ type held struct {
 // reserved. An explicit lease is given up at granted plus its TTL unless
 // renewed; a streamed one lives as long as its stream.
 func (g *Gateway) register(l *dlock.Lease, term *dlock.Leadership, w *want, granted time.Time, streamed bool) (*held, *apiError) {
-	h := &held{id: randomID("l_"), lease: l, term: term, want: w}
+	h := &held{id: g.leaseID(&leaseRef{Instance: g.instance, Nonce: randomID("")}), lease: l, term: term, want: w}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
@@ -107,27 +107,14 @@ func (g *Gateway) release(l *dlock.Lease) {
 	})
 }
 
-// lookup finds the lease of the request's id, or the reply for an id
-// that is malformed, unknown or ended. A lease the backend lost is ended
-// here, so that every later request says lease_lost too.
-func (g *Gateway) lookupLocked(r *http.Request) (*held, *apiError) {
-	id := r.PathValue("id")
-	if !validID("l_", id) {
-		return nil, errorf(http.StatusBadRequest, CodeInvalidRequest, "lease id %q is malformed: want the lease_id of an acquire's reply", id)
-	}
+// lookupLocked finds the sticky lease id names (parseLeaseID checked it),
+// or the reply for an id that is unknown or ended. A lease the backend lost
+// is ended here, so that every later request says lease_lost too. g.mu
+// must be held.
+func (g *Gateway) lookupLocked(r *http.Request, id string) (*held, *apiError) {
 	h, ok := g.leases[id]
 	if !ok {
-		switch code := g.ended[id]; code {
-		case CodeLeaseExpired:
-			return nil, errorf(http.StatusGone, code, "lease %s was not renewed within its TTL: the gateway released it", id)
-		case CodeLeaseReleased:
-			return nil, errorf(http.StatusGone, code, "lease %s was released already", id)
-		case CodeLeaseLost:
-			return nil, errorf(http.StatusGone, code, "lease %s was lost: the backend ended it", id)
-		case CodeClosing:
-			return nil, errorf(http.StatusGone, CodeLeaseReleased, "lease %s was released when the gateway closed", id)
-		}
-		return nil, errorf(http.StatusNotFound, CodeLeaseNotFound, "no lease %s on gateway instance %s", id, g.instance)
+		return nil, g.goneLocked(id)
 	}
 	// The id is the capability, but only for a principal allowed on the
 	// key: a leaked id is no use to another.
@@ -141,6 +128,53 @@ func (g *Gateway) lookupLocked(r *http.Request) (*held, *apiError) {
 	default:
 	}
 	return h, nil
+}
+
+// endedLocked is the reply for a lease id this instance saw end, or nil.
+// g.mu must be held.
+func (g *Gateway) endedLocked(id string) *apiError {
+	switch code := g.ended[id]; code {
+	case CodeLeaseExpired:
+		return errorf(http.StatusGone, code, "lease %s was not renewed within its TTL: the gateway released it", id)
+	case CodeLeaseReleased:
+		return errorf(http.StatusGone, code, "lease %s was released already", id)
+	case CodeLeaseLost:
+		return errorf(http.StatusGone, code, "lease %s was lost: the backend ended it", id)
+	case CodeClosing:
+		return errorf(http.StatusGone, CodeLeaseReleased, "lease %s was released when the gateway closed", id)
+	}
+	return nil
+}
+
+// goneLocked is the reply for a sticky lease id not in the table. g.mu
+// must be held.
+func (g *Gateway) goneLocked(id string) *apiError {
+	if err := g.endedLocked(id); err != nil {
+		return err
+	}
+	return errorf(http.StatusNotFound, CodeLeaseNotFound, "no lease %s on gateway instance %s", id, g.instance)
+}
+
+// lookup resolves the request's lease id: a portable lease (p, and h nil),
+// or a sticky one of this instance (h). It sets StickyHeader.
+func (g *Gateway) lookup(w http.ResponseWriter, r *http.Request) (h *held, p *leaseRef, err *apiError) {
+	id := r.PathValue("id")
+	p, err = g.parseLeaseID(id)
+	if err != nil {
+		if err.code == CodeWrongInstance {
+			w.Header().Set(StickyHeader, "true")
+		}
+		return nil, nil, err
+	}
+	if p.portable() {
+		w.Header().Set(StickyHeader, "false")
+		return nil, p, nil
+	}
+	w.Header().Set(StickyHeader, "true")
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h, err = g.lookupLocked(r, id)
+	return h, nil, err
 }
 
 func (g *Gateway) reply(h *held, recv time.Time, until time.Time) leaseReply {
@@ -167,12 +201,22 @@ func (g *Gateway) reply(h *held, recv time.Time, until time.Time) leaseReply {
 // the request's receipt plus its TTL.
 func (g *Gateway) handleRenew(w http.ResponseWriter, r *http.Request) {
 	recv := time.Now()
-	g.mu.Lock()
-	h, err := g.lookupLocked(r)
+	h, p, err := g.lookup(w, r)
+	if err == nil && p != nil {
+		g.renewPortable(w, r, p, recv)
+		return
+	}
 	if err == nil && h.stream != nil {
 		err = errorf(http.StatusConflict, CodeLeaseStreamed, "lease %s is held by its stream, which keeps it alive", h.id)
 	}
 	if err != nil {
+		writeError(w, err)
+		return
+	}
+	g.mu.Lock()
+	if g.leases[h.id] != h {
+		// Ended since lookup.
+		err = g.goneLocked(h.id)
 		g.mu.Unlock()
 		writeError(w, err)
 		return
@@ -188,13 +232,16 @@ func (g *Gateway) handleRenew(w http.ResponseWriter, r *http.Request) {
 // without renewing it.
 func (g *Gateway) handleLease(w http.ResponseWriter, r *http.Request) {
 	recv := time.Now()
-	g.mu.Lock()
-	h, err := g.lookupLocked(r)
+	h, p, err := g.lookup(w, r)
+	if err == nil && p != nil {
+		g.inspectPortable(w, r, p, recv)
+		return
+	}
 	if err != nil {
-		g.mu.Unlock()
 		writeError(w, err)
 		return
 	}
+	g.mu.Lock()
 	until := h.deadline
 	if h.stream != nil {
 		until = h.lease.Deadline()
@@ -208,9 +255,18 @@ func (g *Gateway) handleLease(w http.ResponseWriter, r *http.Request) {
 // the lease and hands the key to the next waiter.
 func (g *Gateway) handleRelease(w http.ResponseWriter, r *http.Request) {
 	recv := time.Now()
-	g.mu.Lock()
-	h, err := g.lookupLocked(r)
+	h, p, err := g.lookup(w, r)
+	if err == nil && p != nil {
+		g.releasePortable(w, r, p, recv)
+		return
+	}
 	if err != nil {
+		writeError(w, err)
+		return
+	}
+	g.mu.Lock()
+	if g.leases[h.id] != h {
+		err = g.goneLocked(h.id)
 		g.mu.Unlock()
 		writeError(w, err)
 		return
@@ -229,9 +285,13 @@ func (g *Gateway) handleRelease(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusServiceUnavailable, CodeUnavailable, "release of lease %s not confirmed; the backend frees the key when its TTL runs out: %v", h.id, err))
 		return
 	}
+	writeReleased(w, h.id, recv)
+}
+
+func writeReleased(w http.ResponseWriter, id string, recv time.Time) {
 	_ = writeJSON(w, http.StatusOK, struct {
 		LeaseID    string `json:"lease_id"`
 		Released   bool   `json:"released"`
 		ReceivedAt string `json:"received_at"`
-	}{h.id, true, stamp(recv)})
+	}{id, true, stamp(recv)})
 }

@@ -72,6 +72,7 @@ type config struct {
 	rate       float64       // requests a second per client; 0: no limit
 	burst      int
 	maxStreams int // per client; 0: no limit
+	leaseKey   []byte
 }
 
 func defaultConfig() config {
@@ -85,6 +86,7 @@ func defaultConfig() config {
 		maxWatches: DefaultMaxWatches,
 		watchList:  DefaultWatchListInterval,
 		log:        slog.New(slog.DiscardHandler),
+		leaseKey:   newLeaseKey(),
 	}
 }
 
@@ -101,8 +103,9 @@ func MaxBodyBytes(n int64) Option {
 }
 
 // MaxLeases sets how many leases the gateway holds at once, explicit and
-// streamed together, default DefaultMaxLeases. An acquire beyond it is
-// refused with 429 too_many_leases.
+// streamed together, default DefaultMaxLeases; an explicit lease that any
+// instance serves counts only while it is acquired, as no instance holds
+// it afterwards. An acquire beyond it is refused with 429 too_many_leases.
 func MaxLeases(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
@@ -226,6 +229,28 @@ func MaxStreamsPerClient(n int) Option {
 			return fmt.Errorf("%w: MaxStreamsPerClient %d is below 1", ErrInvalidOption, n)
 		}
 		c.maxStreams = n
+		return nil
+	}
+}
+
+// MinLeaseKeyLen is the shortest key LeaseKey takes: 256 bits, HMAC-SHA256's
+// own strength.
+const MinLeaseKeyLen = 32
+
+// LeaseKey sets the secret that signs the lease ids (HMAC-SHA256), so that
+// no client can forge or alter one. Gateway instances in front of one
+// backend given the same key renew and release each other's leases where
+// the backend keeps a lease's state (Redis): any instance then serves a
+// lease's requests. Default: a random key of the instance's own, which
+// accepts only the ids it issued and answers another's with 421
+// wrong_instance. The key must be at least MinLeaseKeyLen bytes; keep it
+// as secret as the credentials.
+func LeaseKey(key []byte) Option {
+	return func(c *config) error {
+		if len(key) < MinLeaseKeyLen {
+			return fmt.Errorf("%w: LeaseKey of %d bytes: want at least %d", ErrInvalidOption, len(key), MinLeaseKeyLen)
+		}
+		c.leaseKey = append([]byte(nil), key...)
 		return nil
 	}
 }

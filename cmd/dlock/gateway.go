@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os/signal"
 	"syscall"
 	"time"
@@ -48,6 +49,10 @@ func (c *cli) cmdGateway(ctx context.Context, args []string) int {
 			return c.usageError("gateway", "%s %d: must be at least 1", f.source(o.flag), o.n)
 		}
 		opts = append(opts, o.opt(o.n))
+	}
+
+	if *sf.leaseKey != "" {
+		*b.url = leasePerGrant(*b.url)
 	}
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
@@ -102,4 +107,19 @@ func (c *cli) cmdGateway(ctx context.Context, args []string) int {
 	}
 	fmt.Fprintln(c.stderr, "dlock: gateway stopped, its leases released")
 	return exitOK
+}
+
+// leasePerGrant returns an etcd backend URL with lease_per_grant=true
+// unless it says otherwise: instances sharing a lease key then serve each
+// other's leases on etcd too, each grant on an etcd lease of its own. Any
+// other URL is returned as it is.
+func leasePerGrant(backend string) string {
+	u, err := url.Parse(backend)
+	if err != nil || (u.Scheme != "etcd" && u.Scheme != "etcds") || u.Query().Has("lease_per_grant") {
+		return backend // a bad URL is Open's to report
+	}
+	q := u.Query()
+	q.Set("lease_per_grant", "true")
+	u.RawQuery = q.Encode()
+	return u.String()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -26,6 +27,7 @@ type gatewaySecurity struct {
 type gatewaySecurityFlags struct {
 	cert, key, clientCA, tokens *string
 	rate, maxStreams            *int
+	leaseKey                    *string
 }
 
 func addGatewaySecurityFlags(f *flags) gatewaySecurityFlags {
@@ -36,6 +38,7 @@ func addGatewaySecurityFlags(f *flags) gatewaySecurityFlags {
 		tokens:     f.String("auth-tokens", "", ""),
 		rate:       f.Int("rate-limit", 0, ""),
 		maxStreams: f.Int("max-streams", 0, ""),
+		leaseKey:   f.String("lease-key-file", "", ""),
 	}
 }
 
@@ -115,7 +118,37 @@ func (c *cli) gatewaySecurity(f *flags, sf gatewaySecurityFlags, listen string) 
 	if s.auth != nil {
 		s.opts = append(s.opts, gateway.Authenticate(s.auth))
 	}
+	if *sf.leaseKey != "" {
+		key, err := readLeaseKey(*sf.leaseKey)
+		if err != nil {
+			return nil, c.fail(exitConfig, fmt.Errorf("%s: %w", f.source("lease-key-file"), err),
+				"make one with: head -c 32 /dev/urandom | base64 > FILE && chmod 600 FILE, and give every instance the same file"), false
+		}
+		s.opts = append(s.opts, gateway.LeaseKey(key))
+	}
 	return s, exitOK, true
+}
+
+// readLeaseKey reads the secret that signs lease ids: the file's bytes,
+// less a final newline. Anybody who can read it can forge lease ids, as
+// with a tokens file.
+func readLeaseKey(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%s is readable by others (mode %v): whoever reads it can forge lease ids; chmod 600 it", path, st.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	b = bytes.TrimRight(b, "\r\n")
+	if len(b) < gateway.MinLeaseKeyLen {
+		return nil, fmt.Errorf("%s has %d bytes: a lease key needs at least %d", path, len(b), gateway.MinLeaseKeyLen)
+	}
+	return b, nil
 }
 
 // reloadOnHUP reads the credentials file again on each SIGHUP, until stop

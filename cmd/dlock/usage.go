@@ -265,6 +265,12 @@ Flags:
                             default 0: none)
     --max-streams N         streams open at once per principal
                             (DLOCK_MAX_STREAMS; default 0: none)
+    --lease-key-file FILE   sign lease ids with the secret in this file
+                            (DLOCK_LEASE_KEY_FILE; 32 bytes or more; mode 600):
+                            instances given the same file renew and release
+                            each other's leases on Redis and etcd (an etcd
+                            URL gets lease_per_grant=true unless it says
+                            otherwise)
     --max-leases N          leases held at once, waits included (DLOCK_MAX_LEASES;
                             default 10000)
     --max-waiters N         long polls, waiting holds, tickets and election

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/gateway"
 )
 
 // grant is one grant as a client of the gateway saw it: from the moment the
@@ -43,14 +44,17 @@ func checkGrants(grants []grant) []error {
 }
 
 // Two gateways in front of one backend never grant a key twice, on each
-// backend: clients contend through both with long polls, record each
-// grant's interval and token, and the checker finds no overlap and tokens
-// that go up with time.
+// backend: clients contend through both with long polls, renew and
+// release through the two in turn where the backend lets any instance
+// serve a lease (through the granting one elsewhere), record each grant's
+// interval and token, and the checker finds no overlap and tokens that go
+// up with time.
 func TestTwoGateways_checker(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			url := b.url(t)
-			gws := []string{serveGateway(t, url), serveGateway(t, url)}
+			k := newLeaseKey()
+			gws := []string{serveGateway(t, url, gateway.LeaseKey(k)), serveGateway(t, url, gateway.LeaseKey(k))}
 			ctx := context.Background()
 			direct, err := dlock.Open(ctx, url)
 			if err != nil {
@@ -73,7 +77,7 @@ func TestTwoGateways_checker(t *testing.T) {
 			for c := range clients {
 				wg.Go(func() {
 					base := gws[c%2]
-					for range rounds {
+					for round := range rounds {
 						body := map[string]any{"key": key, "wait_ms": 30000}
 						r, err := call(ctx, http.MethodPost, base, "/v1/acquire", body)
 						for tries := 0; err == nil && r.status == http.StatusAccepted && tries < 10; tries++ {
@@ -85,8 +89,18 @@ func TestTwoGateways_checker(t *testing.T) {
 							return
 						}
 						g := grant{client: c, token: r.num("token"), from: time.Now()}
-						// The critical section: one round trip to the
-						// backend, so that holders have time to overlap.
+						// The critical section: a renewal and a round trip
+						// to the backend, so that holders have time to
+						// overlap. Round-robin over the instances where any
+						// serves the lease.
+						id, via := r.str("lease_id"), base
+						if b.portable {
+							via = gws[(c+round+1)%2]
+						}
+						rn, err := call(ctx, http.MethodPost, via, "/v1/leases/"+id+"/renew", nil)
+						if err != nil || rn.status != http.StatusOK {
+							fail(fmt.Errorf("client %d: renew: %v %d %s", c, err, rn.status, rn.raw))
+						}
 						if _, err := direct.Inspect(ctx, key); err != nil {
 							fail(err)
 						}
@@ -94,7 +108,10 @@ func TestTwoGateways_checker(t *testing.T) {
 						mu.Lock()
 						grants = append(grants, g)
 						mu.Unlock()
-						rel, err := call(ctx, http.MethodDelete, base, "/v1/leases/"+r.str("lease_id"), nil)
+						if b.portable {
+							via = gws[(c+round)%2]
+						}
+						rel, err := call(ctx, http.MethodDelete, via, "/v1/leases/"+id, nil)
 						if err != nil || rel.status != http.StatusOK {
 							fail(fmt.Errorf("client %d: release: %v %d %s", c, err, rel.status, rel.raw))
 							return

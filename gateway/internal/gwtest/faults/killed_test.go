@@ -2,6 +2,8 @@ package faults
 
 import (
 	"context"
+	"encoding/hex"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -16,16 +18,24 @@ import (
 	"github.com/dlockdev/dlock/internal/testing/testproc"
 )
 
-// gatewayProcess serves a gateway over the backend at $BACKEND on a
-// loopback port and says its URL and pid, then serves until it is killed
-// or its stdin closes.
+// gatewayProcess serves a gateway over the backend at $BACKEND (with the
+// lease key $LEASE_KEY, in hex, if set) on a loopback port and says its
+// URL and pid, then serves until it is killed or its stdin closes.
 func gatewayProcess(ctx context.Context, p *testproc.Peer) error {
 	client, err := dlock.Open(ctx, p.Env("BACKEND"))
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	gw, err := gateway.New(client)
+	var opts []gateway.Option
+	if k := p.Env("LEASE_KEY"); k != "" {
+		key, err := hex.DecodeString(k)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, gateway.LeaseKey(key))
+	}
+	gw, err := gateway.New(client, opts...)
 	if err != nil {
 		return err
 	}
@@ -111,6 +121,73 @@ func TestGatewayKilled_leaseExpiresTokensGoUp(t *testing.T) {
 			defer func() { _ = lease.Unlock(context.Background()) }()
 			if lease.Token() <= first {
 				t.Fatalf("token %d granted after the killed gateway's %d: want it higher", lease.Token(), first)
+			}
+		})
+	}
+}
+
+// A gateway killed with SIGKILL right after a grant takes the lease with
+// it only where the lease lives in it: where any instance serves a lease
+// (Redis; etcd with a lease per grant), the client goes on renewing it
+// through another instance, past its TTL, then releases it there, and the
+// next grant carries a higher token.
+func TestGatewayKilled_leaseRenewedThroughAnother(t *testing.T) {
+	const ttl = 2 * time.Second
+	for _, b := range backends {
+		if !b.portable {
+			continue
+		}
+		t.Run(b.name, func(t *testing.T) {
+			url := b.url(t)
+			ctx := context.Background()
+			direct, err := dlock.Open(ctx, url, dlock.WithTTL(ttl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer direct.Close()
+			key := key(t, "killed")
+			k := newLeaseKey()
+			other := serveGateway(t, url, gateway.LeaseKey(k))
+
+			child := testproc.Start(t, "gateway", "BACKEND="+url, "LEASE_KEY="+hex.EncodeToString(k))
+			base := child.Expect(t, "url")
+			pid, err := strconv.Atoi(child.Expect(t, "pid"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := call(ctx, http.MethodPost, base, "/v1/acquire", map[string]any{"key": key, "ttl_ms": ttl.Milliseconds()})
+			if err != nil || r.status != http.StatusOK {
+				t.Fatalf("acquire through the gateway: %v %d %s", err, r.status, r.raw)
+			}
+			first, id := uint64(r.num("token")), r.str("lease_id")
+			granted := time.Now()
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			// The client renews a few times a TTL, for two TTLs, through
+			// the instance left.
+			for time.Since(granted) < 2*ttl {
+				rn, err := call(ctx, http.MethodPost, other, "/v1/leases/"+id+"/renew", nil)
+				if err != nil || rn.status != http.StatusOK {
+					t.Fatalf("renew through the other instance %v after the grant: %v %d %s", time.Since(granted), err, rn.status, rn.raw)
+				}
+				time.Sleep(ttl / 5) // the client's renewal interval, not a wait for an event
+			}
+			if _, err := direct.TryLock(ctx, key); !errors.Is(err, dlock.ErrLocked) {
+				t.Fatalf("TryLock beside the lease renewed through the other instance: %v, want ErrLocked", err)
+			}
+			rel, err := call(ctx, http.MethodDelete, other, "/v1/leases/"+id, nil)
+			if err != nil || rel.status != http.StatusOK {
+				t.Fatalf("release through the other instance: %v %d %s", err, rel.status, rel.raw)
+			}
+			// Released, not left to expire: free at once.
+			lease, err := direct.TryLock(ctx, key)
+			if err != nil {
+				t.Fatalf("TryLock after the release through the other instance: %v", err)
+			}
+			defer func() { _ = lease.Unlock(context.Background()) }()
+			if lease.Token() <= first {
+				t.Fatalf("token %d after the released %d: want it higher", lease.Token(), first)
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package faults
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,10 +58,20 @@ const waitFor = 20 * time.Second
 var backends = []struct {
 	name string
 	url  func(t *testing.T) string
+	// portable: the gateways' explicit leases are served by any
+	// instance sharing their LeaseKey (etcd with a lease per grant).
+	portable bool
 }{
-	{"redis", func(*testing.T) string { return "redis://" + redisAddr + "/0" }},
-	{"etcd", func(t *testing.T) string { return testserver.SharedEtcd(t).URL() }},
-	{"zk", func(t *testing.T) string { return "zk://" + testserver.SharedZooKeeper(t).Addr() }},
+	{"redis", func(*testing.T) string { return "redis://" + redisAddr + "/0" }, true},
+	{"etcd", func(t *testing.T) string { return testserver.SharedEtcd(t).URL() + "?lease_per_grant=true" }, true},
+	{"zk", func(t *testing.T) string { return "zk://" + testserver.SharedZooKeeper(t).Addr() }, false},
+}
+
+// newLeaseKey returns a LeaseKey for gateways that share leases.
+func newLeaseKey() []byte {
+	k := make([]byte, gateway.MinLeaseKeyLen)
+	_, _ = rand.Read(k)
+	return k
 }
 
 var keySeq atomic.Int64
@@ -72,13 +83,15 @@ func key(t *testing.T, name string) string {
 
 // serveGateway serves a gateway over a Client of the backend at url on a
 // loopback port, until the test ends; it returns the gateway's base URL.
-func serveGateway(t *testing.T, url string) string {
+// Gateways given one LeaseKey serve each other's leases where the backend
+// keeps them (backend.portable).
+func serveGateway(t *testing.T, url string, opts ...gateway.Option) string {
 	t.Helper()
 	c, err := dlock.Open(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := gateway.New(c)
+	gw, err := gateway.New(c, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
