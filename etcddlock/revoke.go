@@ -72,7 +72,7 @@ func (d *etcdDriver) Revoke(ctx context.Context, key string, token uint64) ([]dr
 		}
 		switch {
 		case len(revoked) == 0 && token != 0:
-			return nil, fmt.Errorf("%w: no holder of key %q has token %d", driver.ErrNotHeld, key, token)
+			return nil, fmt.Errorf("%w: no holder has fencing token %d", driver.ErrNotHeld, token)
 		case len(revoked) == 0:
 			return nil, nil
 		}

@@ -62,7 +62,7 @@ func (d *zkDriver) Revoke(ctx context.Context, key string, token uint64) ([]driv
 		}
 		if len(ops) == 0 {
 			if token != 0 {
-				return nil, fmt.Errorf("%w: key %q has no holder with token %d", driver.ErrNotHeld, key, token)
+				return nil, fmt.Errorf("%w: no holder has fencing token %d", driver.ErrNotHeld, token)
 			}
 			return nil, nil
 		}
