@@ -3,7 +3,9 @@ package redisdlock
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"time"
 
@@ -89,18 +91,29 @@ func (d *redisDriver) RenewBatch(ctx context.Context, grants []driver.Grant) []e
 		items = items[n:]
 	}
 
-	d.send(ctx, runs)
-	// The server lost its script cache (a restart, SCRIPT FLUSH; a node
-	// that never ran it): send the source of the runs it refused, as
-	// script.run does.
-	var again []*renewRun
-	for _, r := range runs {
-		if err := r.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			r.args[0], r.args[1] = "eval", renewScript.src
-			again = append(again, r)
+	pending := runs
+	untilAnswered(ctx, func(ctx context.Context) bool {
+		d.send(ctx, pending)
+		// The server lost its script cache (a restart, SCRIPT FLUSH; a
+		// node that never ran it): send the source of the runs it
+		// refused, as script.run does.
+		var again []*renewRun
+		for _, r := range pending {
+			if err := r.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				r.args[0], r.args[1] = "eval", renewScript.src
+				again = append(again, r)
+			}
 		}
-	}
-	d.send(ctx, again)
+		d.send(ctx, again)
+		again = again[:0]
+		for _, r := range pending {
+			if silent(r.cmd.Err()) {
+				again = append(again, r)
+			}
+		}
+		pending = again
+		return len(pending) > 0
+	})
 	received := time.Now()
 
 	for _, r := range runs {
@@ -124,6 +137,42 @@ func (d *redisDriver) RenewBatch(ctx context.Context, grants []driver.Grant) []e
 		}
 	}
 	return errs
+}
+
+// renewTries bounds the tries of one renewal on connections that stay
+// silent: see untilAnswered.
+const renewTries = 3
+
+// untilAnswered runs try, a renewal's request, with a deadline of a third of
+// what is left of ctx, and runs it again while it reports that its
+// connection gave no answer by then, the last time with all that is left,
+// at most renewTries times in all. A connection can go silent while new
+// ones work (a NAT or a load balancer that lost its state, a half-open
+// TCP connection): waiting for it until the lease's deadline would lose a
+// lease that a new connection could renew. go-redis drops a connection
+// whose read timed out from its pool, so each try goes out on another one;
+// with ContextTimeoutEnabled, which gives go-redis ctx's deadline as the
+// read deadline. The renewal counts from the moment the first try was sent
+// (the caller's), never from a later one: an unanswered try may have acted.
+func untilAnswered(ctx context.Context, try func(ctx context.Context) (silent bool)) {
+	for i := 1; ; i++ {
+		tctx, cancel := ctx, context.CancelFunc(func() {})
+		if deadline, ok := ctx.Deadline(); ok && i < renewTries {
+			tctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)/3))
+		}
+		again := try(tctx)
+		cancel()
+		if !again || i == renewTries || ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// silent reports whether err says that a request got no answer in time:
+// its deadline passed, or its connection's read or write timed out.
+func silent(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // renewRun is one run of renew.lua in a RenewBatch: its grants, their
