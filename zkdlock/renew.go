@@ -188,9 +188,11 @@ func (d *zkDriver) renew(ctx context.Context, sid int64, gs []*grant) []error {
 // session timeout earlier than from this one. It returns when the sync (or
 // the check) was sent.
 func (d *zkDriver) proveSession(ctx context.Context, sid int64, gs []*grant) (time.Time, error) {
-	timeout := gs[0].validity
+	gen := d.connGen()
+	timeout := d.answerWithin(ctx, gs[0].validity)
 	sent, proved, err := d.checkStandalone(ctx, timeout)
 	if err != nil || proved {
+		d.dropIfSilent(gen, err)
 		return sent, err
 	}
 	var proofSent, proofAnswered time.Time
@@ -204,16 +206,48 @@ func (d *zkDriver) proveSession(ctx context.Context, sid int64, gs []*grant) (ti
 	if err := d.awaitProvable(ctx, sid, proofSent, proofAnswered); err != nil {
 		return time.Time{}, err
 	}
+	gen = d.connGen()
+	timeout = d.answerWithin(ctx, gs[0].validity)
 	sent = time.Now()
 	// sync: through the leader, after the follower's ping replies.
 	if err := call0(ctx, nil, timeout, func() error {
 		_, err := d.conn.Sync(gs[0].path)
 		return err
 	}); err != nil {
+		d.dropIfSilent(gen, err)
 		return time.Time{}, err
 	}
 	d.noteViaLeader(sid, sent)
 	return sent, nil
+}
+
+// answerWithin is how long a renewal's request, sent now, waits for its
+// answer: a third of what is left of ctx (the lease's deadline), and at
+// most limit, when the driver can drop a silent connection (see
+// dropIfSilent); otherwise limit. A connection can go silent while new ones
+// work (a NAT or a load balancer that lost its state, a half-open TCP
+// connection), and go-zookeeper gives up on it only after two thirds of
+// the session timeout without a packet: later than the deadline of a lease
+// counted from what an ensemble's leader heard (see heard), which is up to
+// a third of the session timeout older than the last renewal.
+func (d *zkDriver) answerWithin(ctx context.Context, limit time.Duration) time.Duration {
+	if deadline, ok := ctx.Deadline(); ok && d.dropConn != nil {
+		return max(min(limit, time.Until(deadline)/3), time.Millisecond)
+	}
+	return limit
+}
+
+// dropIfSilent drops connection number gen when err says that a renewal's
+// request got no answer on it within answerWithin: go-zookeeper reconnects
+// at once, and the engine's retry, soon after, goes out on the new
+// connection. The session survives: the server keeps it a session timeout
+// after it last heard from it, and reopening it counts as hearing from it
+// (see heard); the renewal counts from a request sent on the new
+// connection, never from the one that got no answer.
+func (d *zkDriver) dropIfSilent(gen uint64, err error) {
+	if d.dropConn != nil && gen != 0 && errors.Is(err, errNoAnswer) {
+		d.dropConn(gen)
+	}
 }
 
 // awaitProvable waits until a request through the leader sent now proves

@@ -154,6 +154,9 @@ type zkDriver struct {
 	// conns counts the connections of conn that got a session, when the
 	// driver dialed them (see connGen); nil with a conn given to New.
 	conns *atomic.Uint64
+	// dropConn closes connection number gen (see connGen) if the Conn is
+	// still on it; nil with a conn given to New.
+	dropConn func(gen uint64)
 
 	// ctx is cancelled by Close, which stops the janitors.
 	ctx    context.Context
