@@ -73,7 +73,7 @@ const confirmPause = time.Second
 // node is gone, deleted by the first release or by this one; and err, or
 // the session's end, when the session changed (the server expired it, and
 // the node with it, at a moment nobody can tell) or no answer came within
-// ctx and confirmWithin. A node that somebody else deleted just before
+// ctx and a session timeout plus confirmPause. A node that somebody else deleted just before
 // the first release arrived (a revoke) looks the same: the key is free of
 // it either way, and a deletion seen before Release ended the lease, which
 // Unlock then reports as lost.

@@ -192,8 +192,7 @@ func (d *zkDriver) proveSession(ctx context.Context, sid int64, gs []*grant) (ti
 	timeout := d.answerWithin(ctx, gs[0].validity)
 	sent, proved, err := d.checkStandalone(ctx, timeout)
 	if err != nil || proved {
-		d.dropIfSilent(gen, err)
-		return sent, err
+		return sent, d.dropIfSilent(gen, timeout, err)
 	}
 	var proofSent, proofAnswered time.Time
 	for _, g := range gs {
@@ -214,8 +213,7 @@ func (d *zkDriver) proveSession(ctx context.Context, sid int64, gs []*grant) (ti
 		_, err := d.conn.Sync(gs[0].path)
 		return err
 	}); err != nil {
-		d.dropIfSilent(gen, err)
-		return time.Time{}, err
+		return time.Time{}, d.dropIfSilent(gen, timeout, err)
 	}
 	d.noteViaLeader(sid, sent)
 	return sent, nil
@@ -238,16 +236,19 @@ func (d *zkDriver) answerWithin(ctx context.Context, limit time.Duration) time.D
 }
 
 // dropIfSilent drops connection number gen when err says that a renewal's
-// request got no answer on it within answerWithin: go-zookeeper reconnects
-// at once, and the engine's retry, soon after, goes out on the new
-// connection. The session survives: the server keeps it a session timeout
-// after it last heard from it, and reopening it counts as hearing from it
-// (see heard); the renewal counts from a request sent on the new
-// connection, never from the one that got no answer.
-func (d *zkDriver) dropIfSilent(gen uint64, err error) {
-	if d.dropConn != nil && gen != 0 && errors.Is(err, errNoAnswer) {
-		d.dropConn(gen)
+// request got no answer on it within timeout (answerWithin's), and returns
+// errSilent then, and err otherwise: go-zookeeper reconnects at once, and
+// the engine's retry, soon after, goes out on the new connection. The
+// session survives: the server keeps it a session timeout after it last
+// heard from it, and reopening it counts as hearing from it (see heard);
+// the renewal counts from a request sent on the new connection, never from
+// the one that got no answer.
+func (d *zkDriver) dropIfSilent(gen uint64, timeout time.Duration, err error) error {
+	if d.dropConn == nil || gen == 0 || !errors.Is(err, errNoAnswer) {
+		return err
 	}
+	d.dropConn(gen)
+	return fmt.Errorf("%w: no answer within %v, a third of what was left of the lease: connection dropped for a new one", errSilent, timeout)
 }
 
 // awaitProvable waits until a request through the leader sent now proves
