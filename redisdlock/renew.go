@@ -143,10 +143,12 @@ func (d *redisDriver) RenewBatch(ctx context.Context, grants []driver.Grant) []e
 // silent: see untilAnswered.
 const renewTries = 3
 
-// untilAnswered runs try, a renewal's request, with a deadline of a third of
+// untilAnswered runs try, a renewal's request, with a deadline of half of
 // what is left of ctx, and runs it again while it reports that its
 // connection gave no answer by then, the last time with all that is left,
-// at most renewTries times in all. A connection can go silent while new
+// at most renewTries times in all. Half, not less: a reply that is only
+// slow (a loaded server, a long path) must still make it, and a retry on
+// a new connection costs a few round trips more (connect, HELLO). A connection can go silent while new
 // ones work (a NAT or a load balancer that lost its state, a half-open
 // TCP connection): waiting for it until the lease's deadline would lose a
 // lease that a new connection could renew. go-redis drops a connection
@@ -158,7 +160,7 @@ func untilAnswered(ctx context.Context, try func(ctx context.Context) (silent bo
 	for i := 1; ; i++ {
 		tctx, cancel := ctx, context.CancelFunc(func() {})
 		if deadline, ok := ctx.Deadline(); ok && i < renewTries {
-			tctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)/3))
+			tctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)/2))
 		}
 		again := try(tctx)
 		cancel()

@@ -18,7 +18,7 @@ import (
 var errNoAnswer = errors.New("zk: no answer within the session timeout")
 
 // errSilent is the error of a renewal's request that got no answer within
-// a third of what was left of the lease: its connection was dropped, and a
+// half of what was left of the lease: its connection was dropped, and a
 // retry goes out on a new one (see zkDriver.dropIfSilent).
 var errSilent = errors.New("zk: connection silent")
 

@@ -220,17 +220,19 @@ func (d *zkDriver) proveSession(ctx context.Context, sid int64, gs []*grant) (ti
 }
 
 // answerWithin is how long a renewal's request, sent now, waits for its
-// answer: a third of what is left of ctx (the lease's deadline), and at
+// answer: half of what is left of ctx (the lease's deadline), and at
 // most limit, when the driver can drop a silent connection (see
 // dropIfSilent); otherwise limit. A connection can go silent while new ones
 // work (a NAT or a load balancer that lost its state, a half-open TCP
 // connection), and go-zookeeper gives up on it only after two thirds of
 // the session timeout without a packet: later than the deadline of a lease
 // counted from what an ensemble's leader heard (see heard), which is up to
-// a third of the session timeout older than the last renewal.
+// a third of the session timeout older than the last renewal. Half, not
+// less: a reply that is only slow must still make it, and the retry needs
+// a reconnect first.
 func (d *zkDriver) answerWithin(ctx context.Context, limit time.Duration) time.Duration {
 	if deadline, ok := ctx.Deadline(); ok && d.dropConn != nil {
-		return max(min(limit, time.Until(deadline)/3), time.Millisecond)
+		return max(min(limit, time.Until(deadline)/2), time.Millisecond)
 	}
 	return limit
 }
@@ -248,7 +250,7 @@ func (d *zkDriver) dropIfSilent(gen uint64, timeout time.Duration, err error) er
 		return err
 	}
 	d.dropConn(gen)
-	return fmt.Errorf("%w: no answer within %v, a third of what was left of the lease: connection dropped for a new one", errSilent, timeout)
+	return fmt.Errorf("%w: no answer within %v, half of what was left of the lease: connection dropped for a new one", errSilent, timeout)
 }
 
 // awaitProvable waits until a request through the leader sent now proves

@@ -62,7 +62,7 @@
 // that its node was deleted, every lease concerned is lost at once. A lease
 // lost at its deadline while the session lives on (the reconnect came in
 // time) does not keep the key: its node is deleted once the connection is
-// back, Unlock or not. A renewal unanswered within a third of what is left
+// back, Unlock or not. A renewal unanswered within half of what is left
 // of its lease drops the connection, on a Client of Open, so that it is
 // retried on a new one before the deadline (a connection can go silent while
 // new ones work). An Unlock whose reply was lost is sent again on the same
