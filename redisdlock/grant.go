@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // grant is a lock held on Redis. It implements driver.Grant.
@@ -62,7 +64,12 @@ func (g *grant) Lost() <-chan error { return nil }
 func (g *grant) Renew(ctx context.Context) error {
 	sent := time.Now()
 	g.renewCmd = [...]any{nil, nil, numKeysArgs[1], g.keys[0], &g.ttlMs, &g.owner}
-	cmd, ack := renewScript.sendAcked(ctx, g.d, g.renewCmd[:])
+	var cmd *redis.Cmd
+	var ack acked
+	untilAnswered(ctx, func(ctx context.Context) bool {
+		cmd, ack = renewScript.sendAcked(ctx, g.d, g.renewCmd[:])
+		return silent(cmd.Err())
+	})
 	v, err := cmd.Slice()
 	received := time.Now()
 	if err != nil {

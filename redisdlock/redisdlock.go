@@ -80,7 +80,8 @@ import (
 //
 // Set ContextTimeoutEnabled in rdb's options so that cancelling a Lock
 // interrupts a request blocked on a dead connection at once, rather than
-// after the read timeout.
+// after the read timeout, and so that a renewal on a connection gone silent
+// is retried on another one while the lease lasts.
 func New(ctx context.Context, rdb redis.UniversalClient, opts *Options) (*dlock.Client, error) {
 	d, err := newDriver(ctx, rdb, opts, false, clientAddr(rdb))
 	if err != nil {

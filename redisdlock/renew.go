@@ -3,7 +3,9 @@ package redisdlock
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"time"
 
@@ -89,21 +91,50 @@ func (d *redisDriver) RenewBatch(ctx context.Context, grants []driver.Grant) []e
 		items = items[n:]
 	}
 
-	acks := d.sendRuns(ctx, runs)
-	// The server lost its script cache (a restart, SCRIPT FLUSH; a node
-	// that never ran it): send the source of the runs it refused, as
-	// script.run does.
-	var again []*renewRun
-	var at []int
-	for i, r := range runs {
-		if err := r.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			r.args[0], r.args[1] = "eval", renewScript.src
-			again, at = append(again, r), append(at, i)
+	var acks []acked // by run, with WAIT
+	if d.waits() {
+		acks = make([]acked, len(runs))
+	}
+	sendAt := func(ctx context.Context, at []int) {
+		sent := runs
+		if len(at) < len(runs) {
+			sent = make([]*renewRun, len(at))
+			for k, i := range at {
+				sent[k] = runs[i]
+			}
+		}
+		for k, ack := range d.sendRuns(ctx, sent) { // none without WAIT
+			acks[at[k]] = ack
 		}
 	}
-	for k, ack := range d.sendRuns(ctx, again) { // none without WAIT
-		acks[at[k]] = ack
+	pending := make([]int, len(runs))
+	for i := range pending {
+		pending[i] = i
 	}
+	untilAnswered(ctx, func(ctx context.Context) bool {
+		sendAt(ctx, pending)
+		// The server lost its script cache (a restart, SCRIPT FLUSH; a
+		// node that never ran it): send the source of the runs it
+		// refused, as script.run does.
+		var again []int
+		for _, i := range pending {
+			if err := runs[i].cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				runs[i].args[0], runs[i].args[1] = "eval", renewScript.src
+				again = append(again, i)
+			}
+		}
+		if len(again) > 0 {
+			sendAt(ctx, again)
+		}
+		again = again[:0]
+		for _, i := range pending {
+			if silent(runs[i].cmd.Err()) {
+				again = append(again, i)
+			}
+		}
+		pending = again
+		return len(pending) > 0
+	})
 	received := time.Now()
 
 	for i, r := range runs {
@@ -134,6 +165,44 @@ func (d *redisDriver) RenewBatch(ctx context.Context, grants []driver.Grant) []e
 		}
 	}
 	return errs
+}
+
+// renewTries bounds the tries of one renewal on connections that stay
+// silent: see untilAnswered.
+const renewTries = 3
+
+// untilAnswered runs try, a renewal's request, with a deadline of half of
+// what is left of ctx, and runs it again while it reports that its
+// connection gave no answer by then, the last time with all that is left,
+// at most renewTries times in all. Half, not less: a reply that is only
+// slow (a loaded server, a long path) must still make it, and a retry on
+// a new connection costs a few round trips more (connect, HELLO). A connection can go silent while new
+// ones work (a NAT or a load balancer that lost its state, a half-open
+// TCP connection): waiting for it until the lease's deadline would lose a
+// lease that a new connection could renew. go-redis drops a connection
+// whose read timed out from its pool, so each try goes out on another one;
+// with ContextTimeoutEnabled, which gives go-redis ctx's deadline as the
+// read deadline. The renewal counts from the moment the first try was sent
+// (the caller's), never from a later one: an unanswered try may have acted.
+func untilAnswered(ctx context.Context, try func(ctx context.Context) (silent bool)) {
+	for i := 1; ; i++ {
+		tctx, cancel := ctx, context.CancelFunc(func() {})
+		if deadline, ok := ctx.Deadline(); ok && i < renewTries {
+			tctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)/2))
+		}
+		again := try(tctx)
+		cancel()
+		if !again || i == renewTries || ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// silent reports whether err says that a request got no answer in time:
+// its deadline passed, or its connection's read or write timed out.
+func silent(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // renewRun is one run of renew.lua in a RenewBatch: its grants, their

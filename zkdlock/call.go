@@ -17,6 +17,11 @@ import (
 // does after two thirds of it), so waiting longer only waits for a reconnect.
 var errNoAnswer = errors.New("zk: no answer within the session timeout")
 
+// errSilent is the error of a renewal's request that got no answer within
+// half of what was left of the lease: its connection was dropped, and a
+// retry goes out on a new one (see zkDriver.dropIfSilent).
+var errSilent = errors.New("zk: connection silent")
+
 type result[T any] struct {
 	v   T
 	err error
@@ -77,7 +82,7 @@ func call0(ctx context.Context, inflight *sync.WaitGroup, timeout time.Duration,
 func transient(err error) bool {
 	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
 		errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved) ||
-		errors.Is(err, errNoAnswer)
+		errors.Is(err, errNoAnswer) || errors.Is(err, errSilent)
 }
 
 // isCtxErr reports whether err is the end of a context.

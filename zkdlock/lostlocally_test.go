@@ -233,3 +233,37 @@ func lockFunc(c *dlock.Client, key string) acquireFunc {
 func semaphoreFunc(c *dlock.Client, key string) acquireFunc { return c.Semaphore(key, 1).Acquire }
 func writeFunc(c *dlock.Client, key string) acquireFunc     { return c.RWMutex(key).Lock }
 func readFunc(c *dlock.Client, key string) acquireFunc      { return c.RWMutex(key).RLock }
+
+// TestLease_lostLocallyLinkBack_waiterGranted: a holder's link is
+// blackholed for longer than its lease and shorter than its session, and
+// comes back without the connection breaking (go-zookeeper's own timeout,
+// two thirds of the 10 s session, never passes). The lease ends at its
+// local deadline; the waiter queued behind it is granted once the link is
+// back, without the holder calling Unlock.
+func TestLease_lostLocallyLinkBack_waiterGranted(t *testing.T) {
+	ctx := testCtx(t)
+	srv, admin, opts := sharedServer(t, ctx)
+	proxy := dlocktest.NewProxy(t, srv.Addr())
+	conn := dialZK(t, ctx, proxy.Addr(), connOpts{timeout: 10 * time.Second})
+	a := newClient(t, ctx, conn, opts)
+	b := plainClient(t, ctx, srv.Addr(), opts)
+	l := mustLock(t, ctx, a, "k")
+	w := startAcquire(ctx, lockFunc(b, "k"))
+	waitWaiters(t, ctx, a, "k", 1)
+
+	sid := conn.SessionID()
+	proxy.Blackhole()
+	waitDone(t, ctx, l, "its link was blackholed")
+	if err := l.Err(); !errors.Is(err, dlock.ErrLeaseLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost", err)
+	}
+	if w.returned() {
+		t.Fatal("the waiter was granted while the holder's node was still there")
+	}
+	proxy.Restore()
+	mustUnlock(t, ctx, w.lease(t, ctx, "the waiter behind a lease lost locally"))
+	if now := conn.SessionID(); now != sid {
+		t.Fatalf("a's session changed from 0x%x to 0x%x: the test needs it kept", sid, now)
+	}
+	checkNothingLeft(t, admin, zkdlock.KeyPathForTest(opts.Root, "k"))
+}

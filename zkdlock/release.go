@@ -27,9 +27,11 @@ import (
 //
 // The node's name carries this grant's owner, so the release can never
 // remove anybody else's node, even when retried: a retry after a lost reply
-// finds no node and does nothing. When the release cannot be confirmed, a
-// janitor keeps trying: otherwise the node would block the key for as long
-// as the session lives.
+// finds no node and does nothing. A release whose answer was lost (the
+// connection broke, or it got none within the session timeout) is
+// confirmed within the session (confirmRelease) rather than reported
+// unsure. When the release cannot be confirmed, a janitor keeps trying:
+// otherwise the node would block the key for as long as the session lives.
 func (g *grant) Release(ctx context.Context) error {
 	g.cancel()
 	d := g.d
@@ -39,6 +41,10 @@ func (g *grant) Release(ctx context.Context) error {
 		return nil
 	case errors.Is(err, zk.ErrNoNode):
 		return fmt.Errorf("%w: lock node %s was already gone (session expired or node deleted)", driver.ErrNotHeld, g.nodeName())
+	case transient(err):
+		if err = g.confirmRelease(ctx, err); err == nil {
+			return nil
+		}
 	}
 	d.goJanitor(func(ctx context.Context) {
 		for i := 0; ; i++ {
@@ -52,6 +58,47 @@ func (g *grant) Release(ctx context.Context) error {
 		}
 	})
 	return d.wrapErr("delete lock node "+g.nodeName(), err)
+}
+
+// confirmPause is how long go-zookeeper's default host provider pauses
+// before it dials a server it tried last (Open's does not): a release is
+// confirmed for up to a session timeout (the server's at least, after the
+// last it heard) after that, while the session may still be alive.
+const confirmPause = time.Second
+
+// confirmRelease finds out what a release whose answer was lost (err) did,
+// by sending it again on the same session once go-zookeeper has
+// reconnected: a write goes through the leader, after the first release if
+// that was applied, so its answer is the truth. It returns nil when the
+// node is gone, deleted by the first release or by this one; and err, or
+// the session's end, when the session changed (the server expired it, and
+// the node with it, at a moment nobody can tell) or no answer came within
+// ctx and a session timeout plus confirmPause. A node that somebody else deleted just before
+// the first release arrived (a revoke) looks the same: the key is free of
+// it either way, and a deletion seen before Release ended the lease, which
+// Unlock then reports as lost.
+func (g *grant) confirmRelease(ctx context.Context, err error) error {
+	ctx, cancel := context.WithTimeout(ctx, g.validity+confirmPause)
+	defer cancel()
+	for i := 0; ; i++ {
+		if g.d.conn.SessionID() != g.sid {
+			return fmt.Errorf("%w (the session ended before the release was confirmed: its node is gone with it)", err)
+		}
+		if backoff(ctx, i, g.validity/10) != nil {
+			return err
+		}
+		again := g.remove(ctx, -1)
+		if g.d.conn.SessionID() != g.sid {
+			continue // answered on another session: proves nothing
+		}
+		switch {
+		case again == nil, errors.Is(again, zk.ErrNoNode):
+			return nil
+		case !transient(again):
+			return again
+		}
+		err = again
+	}
 }
 
 // remove releases the node at data version version (-1: any): with the

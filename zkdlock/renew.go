@@ -188,10 +188,11 @@ func (d *zkDriver) renew(ctx context.Context, sid int64, gs []*grant) []error {
 // session timeout earlier than from this one. It returns when the sync (or
 // the check) was sent.
 func (d *zkDriver) proveSession(ctx context.Context, sid int64, gs []*grant) (time.Time, error) {
-	timeout := gs[0].validity
+	gen := d.connGen()
+	timeout := d.answerWithin(ctx, gs[0].validity)
 	sent, proved, err := d.checkStandalone(ctx, timeout)
 	if err != nil || proved {
-		return sent, err
+		return sent, d.dropIfSilent(gen, timeout, err)
 	}
 	var proofSent, proofAnswered time.Time
 	for _, g := range gs {
@@ -204,16 +205,52 @@ func (d *zkDriver) proveSession(ctx context.Context, sid int64, gs []*grant) (ti
 	if err := d.awaitProvable(ctx, sid, proofSent, proofAnswered); err != nil {
 		return time.Time{}, err
 	}
+	gen = d.connGen()
+	timeout = d.answerWithin(ctx, gs[0].validity)
 	sent = time.Now()
 	// sync: through the leader, after the follower's ping replies.
 	if err := call0(ctx, nil, timeout, func() error {
 		_, err := d.conn.Sync(gs[0].path)
 		return err
 	}); err != nil {
-		return time.Time{}, err
+		return time.Time{}, d.dropIfSilent(gen, timeout, err)
 	}
 	d.noteViaLeader(sid, sent)
 	return sent, nil
+}
+
+// answerWithin is how long a renewal's request, sent now, waits for its
+// answer: half of what is left of ctx (the lease's deadline), and at
+// most limit, when the driver can drop a silent connection (see
+// dropIfSilent); otherwise limit. A connection can go silent while new ones
+// work (a NAT or a load balancer that lost its state, a half-open TCP
+// connection), and go-zookeeper gives up on it only after two thirds of
+// the session timeout without a packet: later than the deadline of a lease
+// counted from what an ensemble's leader heard (see heard), which is up to
+// a third of the session timeout older than the last renewal. Half, not
+// less: a reply that is only slow must still make it, and the retry needs
+// a reconnect first.
+func (d *zkDriver) answerWithin(ctx context.Context, limit time.Duration) time.Duration {
+	if deadline, ok := ctx.Deadline(); ok && d.dropConn != nil {
+		return max(min(limit, time.Until(deadline)/2), time.Millisecond)
+	}
+	return limit
+}
+
+// dropIfSilent drops connection number gen when err says that a renewal's
+// request got no answer on it within timeout (answerWithin's), and returns
+// errSilent then, and err otherwise: go-zookeeper reconnects at once, and
+// the engine's retry, soon after, goes out on the new connection. The
+// session survives: the server keeps it a session timeout after it last
+// heard from it, and reopening it counts as hearing from it (see heard);
+// the renewal counts from a request sent on the new connection, never from
+// the one that got no answer.
+func (d *zkDriver) dropIfSilent(gen uint64, timeout time.Duration, err error) error {
+	if d.dropConn == nil || gen == 0 || !errors.Is(err, errNoAnswer) {
+		return err
+	}
+	d.dropConn(gen)
+	return fmt.Errorf("%w: no answer within %v, half of what was left of the lease: connection dropped for a new one", errSilent, timeout)
 }
 
 // awaitProvable waits until a request through the leader sent now proves

@@ -30,6 +30,8 @@ type sessionInfo struct {
 	// go-zookeeper sends any request on a new connection (see
 	// zkDriver.connGen).
 	conns atomic.Uint64
+	// live is the connection that got session number conns, for dropConn.
+	live atomic.Pointer[liveConn]
 	// tls, if not nil, makes every connection TLS (zks://); names maps the
 	// addresses go-zookeeper dials (it resolves host names first) back to
 	// the names in the URL, to verify certificates against.
@@ -99,6 +101,22 @@ func serverNames(ctx context.Context, servers []string) map[string]string {
 		}
 	}
 	return names
+}
+
+// liveConn is a connection that got a session, numbered as conns counts.
+type liveConn struct {
+	gen uint64
+	c   net.Conn
+}
+
+// dropConn closes connection number gen if go-zookeeper is still on it:
+// go-zookeeper then fails the requests in flight on it with
+// ErrConnectionClosed and reconnects at once (quickRetry), keeping the
+// session if the server still has it. A later connection stays.
+func (s *sessionInfo) dropConn(gen uint64) {
+	if l := s.live.Load(); l != nil && l.gen == gen {
+		_ = l.c.Close()
+	}
 }
 
 func (s *sessionInfo) lastDialErr() error {
@@ -203,7 +221,7 @@ func (c *sniffConn) handshake(b []byte) {
 		sid := int64(binary.BigEndian.Uint64(body[8:16]))
 		if sid != 0 && timeout > 0 {
 			c.info.timeoutMs.Store(int64(timeout))
-			c.info.conns.Add(1)
+			c.info.live.Store(&liveConn{gen: c.info.conns.Add(1), c: c.Conn})
 			c.sid = sid
 			if c.info.heard != nil {
 				c.info.heard.leaderTouched(sid, c.dialed)

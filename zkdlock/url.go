@@ -187,7 +187,7 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		identities = []string{"digest:" + mine[0].ID}
 	}
 	d := newDriver(conn, o, addr, timeout, info.heard)
-	d.closeConn, d.zkLog, d.conns = conn.Close, log, &info.conns
+	d.closeConn, d.zkLog, d.conns, d.dropConn = conn.Close, log, &info.conns, info.dropConn
 	if err := d.init(ctx, identities); err != nil {
 		_ = d.Close()
 		return nil, err

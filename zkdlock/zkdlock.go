@@ -62,8 +62,14 @@
 // that its node was deleted, every lease concerned is lost at once. A lease
 // lost at its deadline while the session lives on (the reconnect came in
 // time) does not keep the key: its node is deleted once the connection is
-// back, Unlock or not. A waiting Lock keeps its place through connection
-// loss, and joins the end of the queue again if its session expired.
+// back, Unlock or not. A renewal unanswered within half of what is left
+// of its lease drops the connection, on a Client of Open, so that it is
+// retried on a new one before the deadline (a connection can go silent while
+// new ones work). An Unlock whose reply was lost is sent again on the same
+// session after the reconnect, and returns nil when the node is gone;
+// dlock.ErrUnavailable only when the session ended or nothing answered. A
+// waiting Lock keeps its place through connection loss, and joins the end of
+// the queue again if its session expired.
 //
 // # Fenced writes
 //
@@ -167,6 +173,9 @@ type zkDriver struct {
 	// conns counts the connections of conn that got a session, when the
 	// driver dialed them (see connGen); nil with a conn given to New.
 	conns *atomic.Uint64
+	// dropConn closes connection number gen (see connGen) if the Conn is
+	// still on it; nil with a conn given to New.
+	dropConn func(gen uint64)
 
 	// ctx is cancelled by Close, which stops the janitors.
 	ctx    context.Context

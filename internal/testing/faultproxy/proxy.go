@@ -24,6 +24,8 @@ import (
 //     Restore), as a partition or a frozen peer would;
 //   - HalfOpen discards all traffic and never closes a connection: no RST,
 //     no data, as a dead peer behind a NAT;
+//   - Stall holds the traffic of the connections open now, and only
+//     theirs, as a NAT that lost their state would: new connections flow;
 //   - Reset closes every connection at once;
 //   - DropReply forwards the next request matching a predicate, discards
 //     its reply and closes the connection: the server acted, the client
@@ -122,6 +124,16 @@ func (p *Proxy) Blackhole() {
 	p.hold = true
 }
 
+// Stall holds all traffic, both ways, on the connections open now, without
+// closing them; connections accepted later flow as usual. Restore ends it.
+func (p *Proxy) Stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.stalled = true
+	}
+}
+
 // HalfOpen silently discards all traffic in both directions from now on,
 // on existing and new connections, and never closes a connection.
 func (p *Proxy) HalfOpen() {
@@ -155,13 +167,15 @@ func (p *Proxy) DiscardRequests(match func(*Frame) bool) {
 	p.filter = match
 }
 
-// Restore ends Blackhole and HalfOpen. Held data flows again; connections
-// that lost data to HalfOpen are closed, since their streams are broken.
+// Restore ends Blackhole, Stall and HalfOpen. Held data flows again;
+// connections that lost data to HalfOpen are closed, since their streams
+// are broken.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
 	p.hold, p.discard, p.holdReq = false, false, nil
 	var broken []*pconn
 	for c := range p.conns {
+		c.stalled = false
 		if c.discarded {
 			broken = append(broken, c)
 		}
@@ -285,6 +299,7 @@ type pconn struct {
 	// Guarded by p.mu:
 	tagged    bool
 	discarded bool
+	stalled   bool // Stall
 	isDead    bool
 	ups       int          // client frames seen
 	replies   int          // server replies seen (RESP: not counting pushes)
@@ -475,7 +490,7 @@ func (c *pconn) onFrame(f *Frame) (forward, kill bool) {
 }
 
 func (p *Proxy) holding(c *pconn, f *Frame) bool {
-	return p.hold || (p.holdTagged && c.tagged) || (f.Up && p.holdReq != nil && p.holdReq(f))
+	return p.hold || c.stalled || (p.holdTagged && c.tagged) || (f.Up && p.holdReq != nil && p.holdReq(f))
 }
 
 // write delivers queued frames, after the latency, while not held.
