@@ -72,7 +72,7 @@
 // # Network blips
 //
 // A keep-alive left unanswered — a frozen leader behind the follower that
-// forwards it, a connection gone silent — is sent again with a third of
+// forwards it, a connection gone silent — is sent again with half of
 // the time left before the lease's deadline, alternately on the client's
 // connection and on a fresh one, so a lease survives a leader change or a
 // dead connection when the cluster answers again in time; it counts only

@@ -14,7 +14,7 @@ import (
 )
 
 // minKeepAliveAttempt is the shortest time a keep-alive attempt is given
-// before another is sent: below three of these left, the last attempt gets
+// before another is sent: below two of these left, the last attempt gets
 // all that is left. A keep-alive is answered in a round trip to the leader,
 // a few milliseconds on a healthy cluster.
 const minKeepAliveAttempt = 200 * time.Millisecond
@@ -28,7 +28,9 @@ const minKeepAliveAttempt = 200 * time.Millisecond
 // (a new leader is elected within one or two election timeouts, but the
 // forward is not sent again); or the connection went silent (a dropped NAT
 // entry, a peer gone without a reset), which gRPC's pings notice only after
-// 15 s. So each attempt gets a third of the time left, and the next one is
+// 15 s. So each attempt gets half of the time left (half, not less: a
+// reply that is only slow, on a loaded cluster or a long path, must still
+// make it; the retry costs a dial), and the next one is
 // sent on the other of two paths: the client's connection, where the
 // request goes on a new stream (to the next member, with several
 // endpoints), and a connection of the driver's own to one endpoint, dialled
@@ -45,7 +47,7 @@ func (d *etcdDriver) renewLease(ctx context.Context, l *etcdLease) error {
 	fresh := d.spare.preferred()
 	for {
 		actx, cancel := ctx, context.CancelFunc(func() {})
-		if share := time.Until(until) / 3; share >= minKeepAliveAttempt {
+		if share := time.Until(until) / 2; share >= minKeepAliveAttempt {
 			actx, cancel = context.WithTimeout(ctx, share)
 		}
 		var err error
