@@ -106,7 +106,7 @@ func entryKey(dir string, id clientv3.LeaseID, n uint32) string {
 	if id < 0 { // etcd grants none; %x would write a sign
 		return fmt.Sprintf("%s%016x-%08x", dir, int64(id), n)
 	}
-	var b strings.Builder // one allocation, where Sprintf takes three
+	var b strings.Builder // one allocation; Sprintf made two or three
 	b.Grow(len(dir) + 16 + 1 + 8)
 	b.WriteString(dir)
 	writeHex(&b, uint64(id), 16)
