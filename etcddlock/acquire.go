@@ -100,6 +100,7 @@ type attempt struct {
 	l     *etcdLease // nil until taken, and after it was given up
 	slot  *slot      // the name l lends us, with l
 	key   string     // our entry: dir + the lease's id and the slot's number
+	keyB  []byte     // key, shared by the messages that name it (never changed)
 	dirty bool       // a request that may have created our entry failed: its outcome is unknown
 
 	place
@@ -167,6 +168,7 @@ func (a *attempt) takeLease(ctx context.Context) error {
 			return err
 		}
 		a.l, a.slot, a.key = l, s, entryKey(a.dir, l.id, s.n)
+		a.keyB = []byte(a.key)
 	}
 	a.step = stepJoin
 	if !a.req.Wait {
@@ -193,7 +195,7 @@ func (a *attempt) freshen(ctx context.Context) error {
 	if a.waited && a.semaphore() {
 		// Txn: if our entry is the one we created, put it again, same value
 		// and lease (a retry only wakes that waiter once more).
-		if r, err := a.commit(ctx, []*pb.Compare{cmpCreate(a.key, pb.Compare_EQUAL, a.rev)}, opTouch(a.key)); err != nil || !r.put {
+		if r, err := a.commit(ctx, []*pb.Compare{cmpCreate(a.keyB, pb.Compare_EQUAL, a.rev)}, opTouch(a.keyB)); err != nil || !r.put {
 			return cmp.Or(err, errRequeue) // errRequeue: our entry is gone
 		}
 	}
@@ -224,6 +226,7 @@ func (a *attempt) grant(ctx context.Context) *grant {
 		slot:      a.slot,
 		dir:       a.dir,
 		key:       a.key,
+		keyB:      a.keyB,
 		token:     a.rev,
 		seen:      a.seen,
 		validFrom: a.l.since(),
@@ -231,7 +234,6 @@ func (a *attempt) grant(ctx context.Context) *grant {
 		mode:      a.req.Mode,
 		label:     a.label,
 		delayKey:  a.delayRecord(),
-		lost:      make(chan error, 1),
 	}
 	switch {
 	case a.semaphore():

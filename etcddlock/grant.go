@@ -22,6 +22,7 @@ type grant struct {
 	slot  *slot      // the name l lent our entry
 	dir   string     // the lock's queue directory
 	key   string     // our entry
+	keyB  []byte     // key, shared by the messages that name it (never changed)
 	token int64      // its create revision
 	// markers are release markers that our release deletes: that of the
 	// entry we waited for last, written for us, which has served (or
@@ -51,9 +52,11 @@ type grant struct {
 	label     string // driver.KindLabel of the key: the entry's header (keys.go)
 	delayKey  string // our lock-delay's record (lockdelay.go); "" without one
 
-	lost chan error // receives once if the entry is deleted behind our back, unless onLost is set
-
-	mu          sync.Mutex
+	mu sync.Mutex
+	// lost receives once if the entry is deleted behind our back, unless
+	// onLost is set; made by the first Lost or lose, as the lease engine
+	// takes AfterLost instead. Guarded by mu.
+	lost        chan error
 	onLost      func(reason error) // AfterLost's function; guarded by mu
 	lostErr     error              // why our entry is gone, once known; guarded by mu
 	watchCancel context.CancelFunc // non-nil once the watch runs; guarded by mu
@@ -87,7 +90,19 @@ func (g *grant) Validity() time.Duration { return g.l.ttl }
 
 // Lost fires if our entry is deleted while we hold it, unless AfterLost
 // was called.
-func (g *grant) Lost() <-chan error { return g.lost }
+func (g *grant) Lost() <-chan error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.lostChan()
+}
+
+// lostChan returns lost, made if need be. Its caller holds mu.
+func (g *grant) lostChan() chan error {
+	if g.lost == nil {
+		g.lost = make(chan error, 1)
+	}
+	return g.lost
+}
 
 // AfterLost has f called, in a goroutine of its own, if our entry is
 // deleted while we hold it (driver.LostNotifier): the lease engine then
@@ -107,12 +122,16 @@ func (g *grant) lose(reason error) {
 	g.mu.Lock()
 	f := g.onLost
 	g.lostErr = reason
+	var lost chan error
+	if f == nil {
+		lost = g.lostChan()
+	}
 	g.mu.Unlock()
 	if f != nil {
 		go f(reason)
 		return
 	}
-	g.lost <- reason
+	lost <- reason
 }
 
 // Renew renews the lease, which keeps our entry (and the others of the
@@ -212,8 +231,6 @@ func (g *grant) Release(ctx context.Context) error {
 			return g.d.wrapErr("fence the lease", err)
 		}
 	}
-	tail, marker := tailKey(g.dir), markerKey(g.key)
-	then := []*pb.RequestOp{opDelete(g.key)}
 	if g.strays {
 		for _, m := range g.d.strayMarkers(ctx, g.dir, g.key) {
 			if !slices.Contains(g.markers, m) { // a Txn may not name a key twice
@@ -222,6 +239,14 @@ func (g *grant) Release(ctx context.Context) error {
 		}
 		g.strays = false
 	}
+	// The request's slices, in one allocation: this Txn is half of every
+	// uncontended Lock and Unlock.
+	s := new(struct {
+		ours, newer [1]*pb.Compare
+		mark, els   [1]*pb.RequestOp
+	})
+	then := make([]*pb.RequestOp, 0, 3+len(g.markers))
+	then = append(then, opDelete(g.keyB))
 	for _, m := range g.markers {
 		then = append(then, opDelete(m))
 	}
@@ -233,15 +258,19 @@ func (g *grant) Release(ctx context.Context) error {
 	// ahead of it, and a marker tells the waiter behind that nothing is.
 	var mark []*pb.RequestOp
 	if g.mode == driver.Exclusive {
-		mark = []*pb.RequestOp{opPut(marker, "", g.l.id)}
+		marker := append(g.keyB[:len(g.keyB):len(g.keyB)], markerSuffix...)
+		s.mark[0], mark = opPut(marker, "", g.l.id), s.mark[:]
 		// The marker is attached to our lease; the next entry-creating
 		// write of our name deletes it if no waiter did. Recorded
 		// before sending, as the write may be applied even if its
 		// reply is lost.
 		g.slot.marker = marker
 	}
-	then = append(then, opTxn([]*pb.Compare{cmpMod(tail, pb.Compare_GREATER, g.token)}, mark, []*pb.RequestOp{opDelete(tail)}))
-	ours := []*pb.Compare{cmpCreate(g.key, pb.Compare_EQUAL, g.token)}
+	tail := tailBytes(g.dir)
+	s.newer[0], s.els[0] = cmpMod(tail, pb.Compare_GREATER, g.token), opDelete(tail)
+	then = append(then, opTxn(s.newer[:], mark, s.els[:]))
+	s.ours[0] = cmpCreate(g.keyB, pb.Compare_EQUAL, g.token)
+	ours := s.ours[:]
 	var resp *pb.TxnResponse
 	uncertain := false // a try failed after etcd may have applied it
 	send := func(ctx context.Context) error {
@@ -287,7 +316,7 @@ func (g *grant) Release(ctx context.Context) error {
 	}
 	if !resp.Succeeded {
 		if !uncertain {
-			g.slot.marker = "" // not written
+			g.slot.marker = nil // not written
 		}
 		if uncertain && g.leaseAlive(ctx) {
 			// An earlier try, whose reply was lost ("timed out",
@@ -306,7 +335,7 @@ func (g *grant) Release(ctx context.Context) error {
 		return fmt.Errorf("%w: its etcd key was gone already (lease expired or key deleted)", driver.ErrNotHeld)
 	}
 	if !resp.Responses[len(resp.Responses)-1].GetResponseTxn().Succeeded {
-		g.slot.marker = "" // nobody waited: no marker
+		g.slot.marker = nil // nobody waited: no marker
 	}
 	g.l.putSlot(g.slot)
 	return nil

@@ -19,7 +19,7 @@ import (
 // nothing (etcdDriver.fence). commit sends again when only the guard
 // differs.
 func (a *attempt) absent(more ...*pb.Compare) []*pb.Compare {
-	return append([]*pb.Compare{cmpCreate(a.key, pb.Compare_EQUAL, 0), a.l.guardUnchanged()}, more...)
+	return append(append(make([]*pb.Compare, 0, 2+len(more)), cmpCreate(a.keyB, pb.Compare_EQUAL, 0), a.l.guardUnchanged()), more...)
 }
 
 // puts create our entry and the tail naming it, on our lease, and delete
@@ -33,7 +33,7 @@ func (a *attempt) puts() []*pb.RequestOp {
 // where a lone holder is one etcd key (docs/etcd.md, Keys). The first
 // joiner behind it finds no tail and queues behind it (behind).
 func (a *attempt) putAlone() []*pb.RequestOp {
-	ops := append([]*pb.RequestOp{opPut(a.key, entryValue(a.label, a.req.Mode, a.req.Metadata), a.l.id)}, a.putDelay()...)
+	ops := append([]*pb.RequestOp{opPut(a.keyB, entryValue(a.label, a.req.Mode, a.req.Metadata), a.l.id)}, a.putDelay()...)
 	return append(ops, a.slot.dropMarker()...)
 }
 
@@ -136,7 +136,7 @@ func (a *attempt) commitElse(ctx context.Context, readBack bool, cmps []*pb.Comp
 	guard, els := -1, []*pb.RequestOp(nil)
 	if readBack {
 		guard = slices.IndexFunc(cmps, func(c *pb.Compare) bool { return string(c.Key) == a.l.guard })
-		els = []*pb.RequestOp{opGet(a.key)}
+		els = []*pb.RequestOp{opGet(a.keyB)}
 		if guard >= 0 {
 			els = append(els, a.l.readGuard)
 		}
@@ -182,7 +182,7 @@ func (a *attempt) commitElse(ctx context.Context, readBack bool, cmps []*pb.Comp
 	}
 	r := txnReply{rev: resp.Header.Revision}
 	if resp.Succeeded {
-		r.decode(resp.Responses, tailKey(a.dir))
+		r.decode(resp.Responses, a.dir)
 	} else if kvs := resp.Responses; readBack && len(kvs[0].GetResponseRange().Kvs) == 1 {
 		r.ours = kvs[0].GetResponseRange().Kvs[0]
 	}
@@ -190,7 +190,7 @@ func (a *attempt) commitElse(ctx context.Context, readBack bool, cmps []*pb.Comp
 	case a.rev != 0:
 	case r.put:
 		a.rev, a.seen = r.rev, r.rev
-		a.slot.marker = "" // the puts deleted it
+		a.slot.marker = nil // the puts deleted it
 	case r.ours != nil: // made by an earlier Txn whose reply was lost
 		a.rev, a.seen, a.lostCreate = r.ours.CreateRevision, r.rev, true
 	}
@@ -199,7 +199,7 @@ func (a *attempt) commitElse(ctx context.Context, readBack bool, cmps []*pb.Comp
 
 // decode walks the branches the Txn took: a put is of our entry; a read of
 // the tail key is the tail, any other read the queue's newest keys.
-func (r *txnReply) decode(ops []*pb.ResponseOp, tail string) {
+func (r *txnReply) decode(ops []*pb.ResponseOp, dir string) {
 	for _, op := range ops {
 		switch {
 		case op.GetResponsePut() != nil:
@@ -207,10 +207,10 @@ func (r *txnReply) decode(ops []*pb.ResponseOp, tail string) {
 		case op.GetResponseTxn() != nil && len(op.GetResponseTxn().Responses) == 0:
 			r.unchanged = op.GetResponseTxn().Succeeded
 		case op.GetResponseTxn() != nil:
-			r.decode(op.GetResponseTxn().Responses, tail)
+			r.decode(op.GetResponseTxn().Responses, dir)
 		case op.GetResponseRange() != nil:
 			kvs := op.GetResponseRange().Kvs
-			if len(kvs) == 1 && string(kvs[0].Key) == tail {
+			if len(kvs) == 1 && isTail(dir, kvs[0].Key) {
 				r.tail = kvs[0]
 			} else {
 				r.newest = kvs

@@ -3,6 +3,7 @@ package etcddlock
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/dlockdev/dlock/driver"
@@ -102,7 +103,26 @@ func (d *etcdDriver) queueDir(key string) string { return d.prefix + escapeKey(k
 // have a fixed length, so that no entry's key is a prefix of another's: a
 // watch of one entry's prefix sees that entry and its marker only.
 func entryKey(dir string, id clientv3.LeaseID, n uint32) string {
-	return fmt.Sprintf("%s%016x-%08x", dir, int64(id), n)
+	if id < 0 { // etcd grants none; %x would write a sign
+		return fmt.Sprintf("%s%016x-%08x", dir, int64(id), n)
+	}
+	var b strings.Builder // one allocation; Sprintf made two or three
+	b.Grow(len(dir) + 16 + 1 + 8)
+	b.WriteString(dir)
+	writeHex(&b, uint64(id), 16)
+	b.WriteByte('-')
+	writeHex(&b, uint64(n), 8)
+	return b.String()
+}
+
+// writeHex writes v in lower-case hexadecimal, zero-padded to width digits.
+func writeHex(b *strings.Builder, v uint64, width int) {
+	var buf [16]byte
+	s := strconv.AppendUint(buf[:0], v, 16)
+	for range width - len(s) {
+		b.WriteByte('0')
+	}
+	b.Write(s)
 }
 
 // guardKey returns the key of a lease's guard (lease.go, fence): outside
@@ -124,7 +144,22 @@ const markerSuffix = "/released"
 // outside the directory, so that reads of the queue, and TryLock's check
 // that the queue is empty, never see it; no directory contains it, as an
 // escaped lock key never contains a '/'.
-func tailKey(dir string) string { return strings.TrimSuffix(dir, "/") + "\x00tail" }
+func tailKey(dir string) string { return strings.TrimSuffix(dir, "/") + tailSuffix }
+
+const tailSuffix = "\x00tail"
+
+// tailBytes is tailKey as bytes, for the messages of a request that names
+// the tail more than once.
+func tailBytes(dir string) []byte {
+	d := strings.TrimSuffix(dir, "/")
+	return append(append(make([]byte, 0, len(d)+len(tailSuffix)), d...), tailSuffix...)
+}
+
+// isTail reports whether key is tailKey(dir), without building it.
+func isTail(dir string, key []byte) bool {
+	d := strings.TrimSuffix(dir, "/")
+	return len(key) == len(d)+len(tailSuffix) && string(key[:len(d)]) == d && string(key[len(d):]) == tailSuffix
+}
 
 // isEntry reports whether an etcd key read from the directory dir is the
 // entry of a holder or a waiter, not a release marker.
@@ -198,7 +233,7 @@ func parseHeader(v []byte) (label string, m driver.Mode, rest []byte, ok bool) {
 // values) from one with entries.
 func entryValue(label string, m driver.Mode, md []byte) string {
 	if len(md) == 0 {
-		md = []byte("{}")
+		return header(label, m) + "{}"
 	}
 	return header(label, m) + string(md)
 }

@@ -54,7 +54,7 @@ type slot struct {
 	// written; the slot's next entry-creating write deletes it. At most
 	// one per slot, and the slots of a lease are as many as the calls it
 	// served at once: markers do not pile up.
-	marker string
+	marker []byte
 }
 
 // dropMarker returns the operation that deletes the release marker of the
@@ -62,7 +62,7 @@ type slot struct {
 // markers that no waiter cleared (a waiter that gave up or died after the
 // release) thus never outlive the slot's next use, nor the lease.
 func (s *slot) dropMarker() []*pb.RequestOp {
-	if s.marker == "" {
+	if s.marker == nil {
 		return nil
 	}
 	return []*pb.RequestOp{opDelete(s.marker)}
