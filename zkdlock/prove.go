@@ -88,11 +88,8 @@ func (a *attempt) proveHeard(ctx context.Context) (synced time.Time, ok bool, er
 	d := a.d
 	sid := a.sid
 	for i := 0; ; i++ {
-		if from, known := d.heard.since(sid); known {
-			safe := d.timeout() - time.Duration(float64(d.timeout())*lease.DriftFactor) - lease.DriftMargin
-			if from.Add(safe - d.timeout()/3).After(time.Now()) {
-				return synced, true, nil
-			}
+		if from, known := d.heard.since(sid); known && d.heardDue(from).After(time.Now()) {
+			return synced, true, nil
 		}
 		if i == 2 {
 			// A sync proves the one lag before it (the lag is at most 9/32
@@ -138,6 +135,101 @@ func (a *attempt) proveHeard(ctx context.Context) (synced time.Time, ok bool, er
 			return time.Time{}, false, nil
 		}
 	}
+}
+
+// heardDue returns the moment after which a grant can no longer count its
+// lease from from, a moment the leader heard from the session, without a
+// request first (see proveHeard): the lease must then have a third of the
+// session timeout left, after the engine's margins.
+func (d *zkDriver) heardDue(from time.Time) time.Time {
+	safe := d.timeout() - time.Duration(float64(d.timeout())*lease.DriftFactor) - lease.DriftMargin
+	return from.Add(safe - d.timeout()/3)
+}
+
+// proofDue returns the moment after which grantFrom would send a request
+// before granting our node, to prove that the session is alive: the zero
+// time when it would now.
+func (a *attempt) proofDue() time.Time {
+	d := a.d
+	if d.lag() > 0 {
+		if from, known := d.heard.since(a.sid); known {
+			return d.heardDue(from)
+		}
+		return time.Time{}
+	}
+	if sent, known := d.aliveSince(a.sid); known {
+		return sent.Add(d.timeout() / 3)
+	}
+	return time.Time{}
+}
+
+// freshenAfter returns how long a waiter waits before it renews the proof
+// that its grant will need (see freshen): until a twelfth of the session
+// timeout before the proof is due, so that a release meanwhile finds it
+// renewed, and at least until a request through the leader would prove
+// something new (the last answered request, lag after its reply); never
+// less than min.
+func (a *attempt) freshenAfter(min time.Duration) time.Duration {
+	d := a.d
+	due := a.proofDue()
+	if !due.IsZero() {
+		due = due.Add(-d.timeout() / 12)
+	}
+	if d.lag() > 0 {
+		if _, replied, known := d.heard.last(a.sid); known {
+			due = later(due, d.heard.provableAt(replied))
+		}
+	}
+	return max(time.Until(due), min)
+}
+
+// freshen sends, while our node waits, the request that its grant would
+// otherwise send after the release (see grantFrom): the standalone check,
+// a sync, or on a server stated standalone a read, so that a hand-off after
+// a long wait still needs no request. It proves what proveHeard's does, by
+// the same rule, only sooner; and it proves nothing about our node, which
+// the grant's own checks still do. One request at a time per Client: the
+// other waiters of the Client then find the proof renewed. Errors are left
+// to the grant, which proves again if need be.
+func (a *attempt) freshen(ctx context.Context) {
+	d := a.d
+	if !d.freshening.CompareAndSwap(false, true) {
+		return
+	}
+	defer d.freshening.Store(false)
+	sid := a.sid
+	if d.conn.SessionID() != sid {
+		return
+	}
+	if d.lag() == 0 {
+		// Any answered request: the server expires the session itself.
+		sent := time.Now()
+		if call0(ctx, nil, a.callTimeout(), func() error {
+			_, _, err := d.conn.Exists(a.keyPath)
+			return err
+		}) == nil {
+			d.noteAlive(sid, sent)
+		}
+		return
+	}
+	if _, proved, err := d.checkStandalone(ctx, a.callTimeout()); err != nil || proved {
+		return
+	}
+	sent := time.Now()
+	if call0(ctx, nil, a.callTimeout(), func() error {
+		_, err := d.conn.Sync(a.keyPath)
+		return err
+	}) == nil {
+		d.noteViaLeader(sid, sent)
+	}
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // handOff makes the grant of a waiter whose predecessor released the key

@@ -186,6 +186,10 @@ type zkDriver struct {
 	// tick, until an answer shows an ensemble.
 	checking atomic.Bool
 
+	// freshening is set while a waiter renews the session's proof for
+	// the Client's waiters (see attempt.freshen): one request at a time.
+	freshening atomic.Bool
+
 	// listNext and listBusy coalesce listings (see listing): the listing
 	// of a key node to send when the one in flight returns, and the key
 	// nodes with one in flight.
