@@ -75,7 +75,8 @@ func (a *attempt) grantFrom(ctx context.Context, validFrom time.Time) (*grant, e
 // engine's margins). An uncontended Lock has its proof already, mostly: a
 // fresh session's handshake, or the session's pings, which the create (a
 // write through the leader) proves reported. A waiter that waited long on
-// an otherwise idle Client sends a sync, which proves the pings (or the
+// an otherwise idle Client has renewed it while it waited (see freshen);
+// without that, it sends a sync, which proves the pings (or the
 // waiter's own requests) answered half a tick and more before it; when the
 // Client saw nothing answered in that window (a Client made with New,
 // which cannot see the pings), it waits until the sync it just sent can be
