@@ -204,6 +204,51 @@ func TestLock_handOff_afterLongWait_noRequest(t *testing.T) {
 	}
 }
 
+// TestLock_headGoneBeforeWatch_noListing: when the node a waiter found at
+// the head of the queue, just ahead of its own, is gone by the time the
+// waiter's watch on it arrives (the holder released in between, as a
+// contender that has just released and queued again sees when the other
+// releases at once), the server's "no node" proves the grant as the
+// deletion's notification would: the waiter takes the key with no listing
+// after it.
+func TestLock_headGoneBeforeWatch_noListing(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
+	holder := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
+	hook := &hookConn{Conn: dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession})}
+	const key = "head-gone"
+	var (
+		lh         atomic.Pointer[dlock.Lease]
+		lists      atomic.Int64 // the waiter's listings when it sets its watch
+		watchedFor atomic.Int64 // rounds whose watch came after the release
+	)
+	lists.Store(-1)
+	hook.beforeGetW = func(string) {
+		// The waiter's watch on its predecessor, the holder's node:
+		// release the key first.
+		if l := lh.Swap(nil); l != nil {
+			if err := l.Unlock(ctx); err != nil {
+				t.Errorf("holder's Unlock: %v", err)
+			}
+			lists.Store(hook.lists.Load())
+			watchedFor.Add(1)
+		}
+	}
+	w := newClient(t, ctx, hook, opts)
+	for round := range 3 {
+		lh.Store(mustLock(t, ctx, holder, key))
+		lw := mustLock(t, ctx, w, key)
+		if watchedFor.Load() != int64(round+1) {
+			t.Fatalf("round %d: the waiter never watched the holder's node", round)
+		}
+		if d := hook.lists.Load() - lists.Load(); d != 0 {
+			t.Errorf("round %d: the waiter listed the queue %d times after its watch found the head gone, want 0", round, d)
+		}
+		mustUnlock(t, ctx, lw)
+	}
+}
+
 // TestLock_manyWaiters_servedInOrder queues 500 waiters on one key (on 8
 // Clients) behind a holder, then lets them drain: every one is served,
 // in arrival order (the fencing token, the node's creation zxid, goes up
