@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -158,8 +159,10 @@ func serverCounts(b *testing.B, ctx context.Context, srv *testserver.ZooKeeper) 
 // (the bench module's contended section in small), on zkdlock and on
 // go-zookeeper's Lock. An op is one grant: ns/op is the time per grant and
 // allocs/op everything the process allocates for it, the other
-// contenders' waiting and re-queueing included; handoff-p50-ns is the time
-// from a holder starting its release to the next holder's Lock returning.
+// contenders' waiting and re-queueing included; cpu-ns/op the process's
+// CPU time per grant (the clients' only: the server is another process);
+// handoff-p50-ns the time from a holder starting its release to the next
+// holder's Lock returning.
 //
 //	go -C zkdlock test -run '^$' -bench Contended -benchmem .
 func BenchmarkContended(b *testing.B) {
@@ -209,6 +212,7 @@ func runContended(b *testing.B, cs []func() (func() error, error)) {
 	)
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := cpuTime(b)
 	var wg sync.WaitGroup
 	for i, lock := range cs {
 		wg.Go(func() {
@@ -239,8 +243,18 @@ func runContended(b *testing.B, cs []func() (func() error, error)) {
 	}
 	wg.Wait()
 	b.StopTimer()
+	b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
 	if len(handoffs) > 0 {
 		slices.Sort(handoffs)
 		b.ReportMetric(float64(handoffs[len(handoffs)/2]), "handoff-p50-ns")
 	}
+}
+
+// cpuTime returns the CPU time (user and system) the process has used.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

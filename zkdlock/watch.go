@@ -294,53 +294,42 @@ func (a *attempt) waitFor(ctx context.Context, p plan) (*grant, error) {
 		// first limit waiters now.
 		return nil, nil
 	}
-	// When the event can grant without a listing, the proof that the grant
-	// needs is renewed while we wait rather than after the release (see
-	// freshen).
-	var (
-		t   *time.Timer
-		due <-chan time.Time
-	)
 	if p.shortcut() {
-		t = time.NewTimer(a.freshenAfter(0))
-		defer t.Stop()
-		due = t.C
+		// The proof that the grant needs is kept fresh meanwhile, rather
+		// than sent after the release (see keepFresh).
+		d.beginWait()
+		defer d.endWait()
 	}
 	// own is nil here when our node is not watched while we wait (a
 	// semaphore's waiter): that case never fires.
-	for {
-		select {
-		case <-due:
-			a.freshen(ctx)
-			t.Reset(a.freshenAfter(d.timeout() / 16))
-		case ev := <-r.ch:
-			if p.Publishes && ev.Type == zk.EventNodeDataChanged {
-				// The leader ahead of us published, or released (a setData
-				// and the delete in one transaction): it holds or held the
-				// key. Read it again, with a new watch (see plan).
-				a.plan.proven = true
-				a.step = stepWait
-				return nil, nil
-			}
-			if !p.grants(ev) {
-				// A waiter ahead of us left, or the session ended: the
-				// listing says what to do next.
-				return nil, nil
-			}
-			// Ours is granted now — if it still exists: ZooKeeper sends a
-			// session its notifications in order, and go-zookeeper hands
-			// them out in that order, so had our node been deleted before
-			// the target's event, its watch would have fired already.
-			if a.ownFired() {
-				return nil, nil
-			}
-			return a.handOff(ctx)
-		case ev := <-a.own:
-			a.ownEvent(ev)
+	select {
+	case ev := <-r.ch:
+		if p.Publishes && ev.Type == zk.EventNodeDataChanged {
+			// The leader ahead of us published, or released (a setData
+			// and the delete in one transaction): it holds or held the
+			// key. Read it again, with a new watch (see plan).
+			a.plan.proven = true
+			a.step = stepWait
 			return nil, nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
 		}
+		if !p.grants(ev) {
+			// A waiter ahead of us left, or the session ended: the
+			// listing says what to do next.
+			return nil, nil
+		}
+		// Ours is granted now — if it still exists: ZooKeeper sends a
+		// session its notifications in order, and go-zookeeper hands
+		// them out in that order, so had our node been deleted before
+		// the target's event, its watch would have fired already.
+		if a.ownFired() {
+			return nil, nil
+		}
+		return a.handOff(ctx)
+	case ev := <-a.own:
+		a.ownEvent(ev)
+		return nil, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 }
 

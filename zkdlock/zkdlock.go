@@ -186,9 +186,12 @@ type zkDriver struct {
 	// tick, until an answer shows an ensemble.
 	checking atomic.Bool
 
-	// freshening is set while a waiter renews the session's proof for
-	// the Client's waiters (see attempt.freshen): one request at a time.
-	freshening atomic.Bool
+	// waiters counts the attempts waiting for a notification that may
+	// grant them without a listing, and freshening is set while keepFresh
+	// runs for them; both guarded by freshMu.
+	freshMu    sync.Mutex
+	waiters    int
+	freshening bool
 
 	// listNext and listBusy coalesce listings (see listing): the listing
 	// of a key node to send when the one in flight returns, and the key
