@@ -2,10 +2,14 @@ package zkdlock_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/dlockdev/dlock/zkdlock"
@@ -148,4 +152,109 @@ func serverCounts(b *testing.B, ctx context.Context, srv *testserver.ZooKeeper) 
 		}
 	}
 	return packets, zxid
+}
+
+// BenchmarkContended is eight contenders on one key, each on a Client and
+// connection of its own, taking the lock again as soon as they release it
+// (the bench module's contended section in small), on zkdlock and on
+// go-zookeeper's Lock. An op is one grant: ns/op is the time per grant and
+// allocs/op everything the process allocates for it, the other
+// contenders' waiting and re-queueing included; cpu-ns/op the process's
+// CPU time per grant (the clients' only: the server is another process);
+// handoff-p50-ns the time from a holder starting its release to the next
+// holder's Lock returning.
+//
+//	go -C zkdlock test -run '^$' -bench Contended -benchmem .
+func BenchmarkContended(b *testing.B) {
+	ctx := testCtx(b)
+	srv := testserver.SharedZooKeeper(b)
+	const n = 8
+	b.Run("zkdlock", func(b *testing.B) {
+		opts := zkdlock.Options{Root: testRoot(b), SessionTimeout: longSession}
+		cs := make([]func() (func() error, error), n)
+		for i := range cs {
+			c := newClient(b, ctx, dialZK(b, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
+			cs[i] = func() (func() error, error) {
+				l, err := c.Lock(ctx, "k")
+				if err != nil {
+					return nil, err
+				}
+				return func() error { return l.Unlock(ctx) }, nil
+			}
+		}
+		runContended(b, cs)
+	})
+	b.Run("go-zookeeper", func(b *testing.B) {
+		root := testRoot(b)
+		cs := make([]func() (func() error, error), n)
+		for i := range cs {
+			l := zk.NewLock(dialZK(b, ctx, srv.Addr(), connOpts{timeout: longSession}), root, zk.WorldACL(zk.PermAll))
+			cs[i] = func() (func() error, error) {
+				if err := l.LockWithData(nil); err != nil {
+					return nil, err
+				}
+				return l.Unlock, nil
+			}
+		}
+		runContended(b, cs)
+	})
+}
+
+// runContended runs b.N grants among the contenders of cs (each a lock
+// call returning its unlock) and reports the hand-offs' p50.
+func runContended(b *testing.B, cs []func() (func() error, error)) {
+	var (
+		mu        sync.Mutex
+		left      = b.N
+		last      = -1
+		releasing time.Time // when the last holder began its release
+		handoffs  []time.Duration
+	)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime(b)
+	var wg sync.WaitGroup
+	for i, lock := range cs {
+		wg.Go(func() {
+			for {
+				asked := time.Now()
+				unlock, err := lock()
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				mu.Lock()
+				if last >= 0 && last != i && asked.Before(releasing) {
+					handoffs = append(handoffs, time.Since(releasing))
+				}
+				left--
+				done := left < 0
+				last, releasing = i, time.Now()
+				mu.Unlock()
+				if err := unlock(); err != nil {
+					b.Error(err)
+					return
+				}
+				if done {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+	if len(handoffs) > 0 {
+		slices.Sort(handoffs)
+		b.ReportMetric(float64(handoffs[len(handoffs)/2]), "handoff-p50-ns")
+	}
+}
+
+// cpuTime returns the CPU time (user and system) the process has used.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

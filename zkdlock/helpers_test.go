@@ -200,6 +200,9 @@ type hookConn struct {
 	containers atomic.Int64
 	// deletes counts plain deletes.
 	deletes atomic.Int64
+	// proofs counts the answered requests that prove a session alive and
+	// nothing else: exists, sync, and getData of /zookeeper/config.
+	proofs atomic.Int64
 
 	// dropCreateReplies makes that many creates succeed on the server and
 	// then fail with zk.ErrConnectionClosed, as when the connection breaks
@@ -299,6 +302,7 @@ func (h *hookConn) Delete(path string, version int32) (err error) {
 
 func (h *hookConn) Exists(path string) (bool, *zk.Stat, error) {
 	h.requests.Add(1)
+	defer h.proofs.Add(1)
 	return h.Conn.Exists(path)
 }
 
@@ -311,6 +315,7 @@ func (h *hookConn) Get(path string) ([]byte, *zk.Stat, error) {
 	h.requests.Add(1)
 	if path == "/zookeeper/config" {
 		h.checks.Add(1)
+		defer h.proofs.Add(1)
 	}
 	return h.Conn.Get(path)
 }
@@ -323,6 +328,7 @@ func (h *hookConn) GetACL(path string) ([]zk.ACL, *zk.Stat, error) {
 func (h *hookConn) Sync(path string) (string, error) {
 	h.requests.Add(1)
 	h.syncs.Add(1)
+	defer h.proofs.Add(1)
 	return h.Conn.Sync(path)
 }
 

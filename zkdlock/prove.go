@@ -75,7 +75,8 @@ func (a *attempt) grantFrom(ctx context.Context, validFrom time.Time) (*grant, e
 // engine's margins). An uncontended Lock has its proof already, mostly: a
 // fresh session's handshake, or the session's pings, which the create (a
 // write through the leader) proves reported. A waiter that waited long on
-// an otherwise idle Client sends a sync, which proves the pings (or the
+// an otherwise idle Client has renewed it while it waited (see keepFresh);
+// without that, it sends a sync, which proves the pings (or the
 // waiter's own requests) answered half a tick and more before it; when the
 // Client saw nothing answered in that window (a Client made with New,
 // which cannot see the pings), it waits until the sync it just sent can be
@@ -88,11 +89,8 @@ func (a *attempt) proveHeard(ctx context.Context) (synced time.Time, ok bool, er
 	d := a.d
 	sid := a.sid
 	for i := 0; ; i++ {
-		if from, known := d.heard.since(sid); known {
-			safe := d.timeout() - time.Duration(float64(d.timeout())*lease.DriftFactor) - lease.DriftMargin
-			if from.Add(safe - d.timeout()/3).After(time.Now()) {
-				return synced, true, nil
-			}
+		if from, known := d.heard.since(sid); known && d.heardDue(from).After(time.Now()) {
+			return synced, true, nil
 		}
 		if i == 2 {
 			// A sync proves the one lag before it (the lag is at most 9/32
@@ -138,6 +136,147 @@ func (a *attempt) proveHeard(ctx context.Context) (synced time.Time, ok bool, er
 			return time.Time{}, false, nil
 		}
 	}
+}
+
+// heardDue returns the moment after which a grant can no longer count its
+// lease from from, a moment the leader heard from the session, without a
+// request first (see proveHeard): the lease must then have a third of the
+// session timeout left, after the engine's margins.
+func (d *zkDriver) heardDue(from time.Time) time.Time {
+	safe := d.timeout() - time.Duration(float64(d.timeout())*lease.DriftFactor) - lease.DriftMargin
+	return from.Add(safe - d.timeout()/3)
+}
+
+// proofDue returns the moment after which a grant on session sid would
+// send a request first, to prove that the session is alive (see
+// grantFrom): the zero time when it would now.
+func (d *zkDriver) proofDue(sid int64) time.Time {
+	if d.lag() > 0 {
+		if from, known := d.heard.since(sid); known {
+			return d.heardDue(from)
+		}
+		return time.Time{}
+	}
+	if sent, known := d.aliveSince(sid); known {
+		return sent.Add(d.timeout() / 3)
+	}
+	return time.Time{}
+}
+
+// beginWait counts an attempt that waits for a notification that may grant
+// it without a listing, until endWait, and makes sure that the proof its
+// grant needs is kept fresh meanwhile (see keepFresh).
+func (d *zkDriver) beginWait() {
+	d.freshMu.Lock()
+	d.waiters++
+	start := !d.freshening
+	d.freshening = true
+	d.freshMu.Unlock()
+	if start {
+		// Not a janitor: Close need not wait for it.
+		go d.keepFresh(d.ctx)
+	}
+}
+
+// endWait ends what beginWait began.
+func (d *zkDriver) endWait() {
+	d.freshMu.Lock()
+	d.waiters--
+	d.freshMu.Unlock()
+}
+
+// keepFresh renews, while the Client has waiters that a release may grant
+// without a listing, the proof of the session that their grants would
+// otherwise send after the release (see grantFrom): the standalone check, a
+// sync, or on a server stated standalone a read, a twelfth of the session
+// timeout before the proof is due, so that a hand-off after a long wait
+// needs no request. It proves what proveHeard's requests do, by the same
+// rule, only sooner, and nothing about any node, which each grant's own
+// checks still do. One request at a time, for all the Client's waiters; its
+// errors are left to the grants, which prove again if need be. It returns
+// when it finds no waiter, or when ctx (the driver's) ends.
+func (d *zkDriver) keepFresh(ctx context.Context) {
+	t := time.NewTimer(d.freshenAfter(0))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			d.freshMu.Lock()
+			d.freshening = false
+			d.freshMu.Unlock()
+			return
+		case <-t.C:
+		}
+		d.freshMu.Lock()
+		if d.waiters == 0 {
+			d.freshening = false
+			d.freshMu.Unlock()
+			return
+		}
+		d.freshMu.Unlock()
+		if time.Until(d.proofDue(d.conn.SessionID())) <= d.timeout()/12 {
+			d.freshen(ctx)
+		}
+		t.Reset(d.freshenAfter(d.timeout() / 16))
+	}
+}
+
+// freshenAfter returns how long keepFresh waits before it renews the proof:
+// until a twelfth of the session timeout before it is due, and at least
+// until a request through the leader would prove something new (the last
+// answered request, lag after its reply); never less than least, and never
+// more than a quarter of the session timeout, so that a new session is
+// seen to.
+func (d *zkDriver) freshenAfter(least time.Duration) time.Duration {
+	sid := d.conn.SessionID()
+	due := d.proofDue(sid)
+	if !due.IsZero() {
+		due = due.Add(-d.timeout() / 12)
+	}
+	if d.lag() > 0 {
+		if _, replied, known := d.heard.last(sid); known {
+			due = later(due, d.heard.provableAt(replied))
+		}
+	}
+	return min(max(time.Until(due), least), d.timeout()/4)
+}
+
+// freshen sends one request that renews the proof of the session (see
+// keepFresh).
+func (d *zkDriver) freshen(ctx context.Context) {
+	sid := d.conn.SessionID()
+	if sid == 0 {
+		return
+	}
+	if d.lag() == 0 {
+		// Any answered request: the server expires the session itself.
+		sent := time.Now()
+		if call0(ctx, nil, d.timeout(), func() error {
+			_, _, err := d.conn.Exists(d.root)
+			return err
+		}) == nil {
+			d.noteAlive(sid, sent)
+		}
+		return
+	}
+	if _, proved, err := d.checkStandalone(ctx, d.timeout()); err != nil || proved {
+		return
+	}
+	sent := time.Now()
+	if call0(ctx, nil, d.timeout(), func() error {
+		_, err := d.conn.Sync(d.root)
+		return err
+	}) == nil {
+		d.noteViaLeader(sid, sent)
+	}
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // handOff makes the grant of a waiter whose predecessor released the key

@@ -294,8 +294,9 @@ func TestLock_cancelDuringUnansweredCreate_leavesNothing(t *testing.T) {
 
 // TestLock_predecessorGoneBeforeWatch_rechecks: the predecessor is deleted
 // between the listing and the watch. The watch is then refused (no node), and
-// the waiter must look again rather than wait for a notification that will
-// never come.
+// the waiter must not wait for a notification that will never come: the
+// predecessor was the head of its listing, so its absence grants the key
+// (TestLock_headGoneBeforeWatch_noListing counts the requests).
 func TestLock_predecessorGoneBeforeWatch_rechecks(t *testing.T) {
 	ctx := testCtx(t)
 	srv, admin, opts := sharedServer(t, ctx)

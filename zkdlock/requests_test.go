@@ -149,6 +149,106 @@ func TestLock_handOff_noRequestWhenSecond(t *testing.T) {
 	}
 }
 
+// TestLock_handOff_afterLongWait_noRequest: a waiter that waited longer
+// than its session's proof lasts (the leader, or the standalone server, is
+// known to have heard from the session too long ago for a lease to start
+// from it) renews that proof while it waits, not after the release: it
+// takes the key without a request when the holder releases, and its lease
+// has at least a third of the session timeout before its deadline, as a
+// grant proved on the spot has.
+func TestLock_handOff_afterLongWait_noRequest(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: testTTL}
+	holder := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{}), opts)
+	const key = "long-wait"
+	for _, dep := range []zkdlock.Deployment{zkdlock.Detect, zkdlock.Standalone, zkdlock.Ensemble} {
+		t.Run(fmt.Sprint(dep), func(t *testing.T) {
+			o := opts
+			o.Deployment = dep
+			lh := mustLock(t, ctx, holder, key)
+			hook, p := queueWatching(t, ctx, srv.Addr(), o, holder, key, 1)
+			// The scenario is a long wait: longer than the session timeout,
+			// after which any proof the waiter had when it queued is stale.
+			select {
+			case <-time.After(2 * o.SessionTimeout):
+			case <-p.done:
+				t.Fatal("Lock returned while the key was held")
+			}
+			// Release just after the waiter renewed its proof (if it does),
+			// so that no renewal is in flight at the release: the count
+			// below is then the grant's alone.
+			proofs, renewed := hook.proofs.Load(), time.After(o.SessionTimeout)
+			for waiting := true; waiting && hook.proofs.Load() == proofs; {
+				select {
+				case <-renewed:
+					waiting = false
+				case <-p.done:
+					t.Fatal("Lock returned while the key was held")
+				default:
+					waitWaiters(t, ctx, holder, key, 1) // a round trip, as a pause
+				}
+			}
+			queued := hook.requests.Load()
+			mustUnlock(t, ctx, lh)
+			lw := p.lease(t, ctx, "the waiter")
+			granted := time.Now()
+			if d := hook.requests.Load() - queued; d != 0 {
+				t.Errorf("the waiter sent %d requests between the release and its grant, want 0", d)
+			}
+			if left, want := lw.Deadline().Sub(granted), o.SessionTimeout/3; left < want {
+				t.Errorf("lease granted with %v before its deadline, want at least %v", left, want)
+			}
+			mustUnlock(t, ctx, lw)
+		})
+	}
+}
+
+// TestLock_headGoneBeforeWatch_noListing: when the node a waiter found at
+// the head of the queue, just ahead of its own, is gone by the time the
+// waiter's watch on it arrives (the holder released in between, as a
+// contender that has just released and queued again sees when the other
+// releases at once), the server's "no node" proves the grant as the
+// deletion's notification would: the waiter takes the key with no listing
+// after it.
+func TestLock_headGoneBeforeWatch_noListing(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
+	holder := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
+	hook := &hookConn{Conn: dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession})}
+	const key = "head-gone"
+	var (
+		lh         atomic.Pointer[dlock.Lease]
+		lists      atomic.Int64 // the waiter's listings when it sets its watch
+		watchedFor atomic.Int64 // rounds whose watch came after the release
+	)
+	lists.Store(-1)
+	hook.beforeGetW = func(string) {
+		// The waiter's watch on its predecessor, the holder's node:
+		// release the key first.
+		if l := lh.Swap(nil); l != nil {
+			if err := l.Unlock(ctx); err != nil {
+				t.Errorf("holder's Unlock: %v", err)
+			}
+			lists.Store(hook.lists.Load())
+			watchedFor.Add(1)
+		}
+	}
+	w := newClient(t, ctx, hook, opts)
+	for round := range 3 {
+		lh.Store(mustLock(t, ctx, holder, key))
+		lw := mustLock(t, ctx, w, key)
+		if watchedFor.Load() != int64(round+1) {
+			t.Fatalf("round %d: the waiter never watched the holder's node", round)
+		}
+		if d := hook.lists.Load() - lists.Load(); d != 0 {
+			t.Errorf("round %d: the waiter listed the queue %d times after its watch found the head gone, want 0", round, d)
+		}
+		mustUnlock(t, ctx, lw)
+	}
+}
+
 // TestLock_manyWaiters_servedInOrder queues 500 waiters on one key (on 8
 // Clients) behind a holder, then lets them drain: every one is served,
 // in arrival order (the fencing token, the node's creation zxid, goes up

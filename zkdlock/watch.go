@@ -269,12 +269,14 @@ func (a *attempt) waitFor(ctx context.Context, p plan) (*grant, error) {
 			return nil, nil // our node is gone: queue again
 		}
 	}
-	if errors.Is(err, zk.ErrNoNode) && p.proven {
-		// A candidate's predecessor that was seen leading is gone: it
-		// released, or its session ended (see plan). Ours is first —
-		// if it still exists: ZooKeeper sends a session the
-		// notification of a change before the reply to a later request,
-		// so had our node gone first, its watch would have fired.
+	if errors.Is(err, zk.ErrNoNode) && (p.proven || p.Delete) {
+		// Target is gone since our listing, which proves our grant as
+		// its deletion's notification would (see plan): a candidate's
+		// predecessor seen leading released, or its session ended; a
+		// node at the head of the listing went. Ours is first — if it
+		// still exists: ZooKeeper sends a session the notification of a
+		// change before the reply to a later request, so had our node
+		// gone first, its watch would have fired.
 		if a.ownFired() {
 			return nil, nil
 		}
@@ -291,6 +293,12 @@ func (a *attempt) waitFor(ctx context.Context, p plan) (*grant, error) {
 		// Granted between our listing and the watch: we are one of the
 		// first limit waiters now.
 		return nil, nil
+	}
+	if p.shortcut() {
+		// The proof that the grant needs is kept fresh meanwhile, rather
+		// than sent after the release (see keepFresh).
+		d.beginWait()
+		defer d.endWait()
 	}
 	// own is nil here when our node is not watched while we wait (a
 	// semaphore's waiter): that case never fires.

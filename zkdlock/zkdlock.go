@@ -195,6 +195,13 @@ type zkDriver struct {
 	// tick, until an answer shows an ensemble.
 	checking atomic.Bool
 
+	// waiters counts the attempts waiting for a notification that may
+	// grant them without a listing, and freshening is set while keepFresh
+	// runs for them; both guarded by freshMu.
+	freshMu    sync.Mutex
+	waiters    int
+	freshening bool
+
 	// listNext and listBusy coalesce listings (see listing): the listing
 	// of a key node to send when the one in flight returns, and the key
 	// nodes with one in flight.
