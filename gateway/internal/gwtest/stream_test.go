@@ -1,0 +1,63 @@
+package gwtest
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// The watch and observe streams keep an idle stream alive each in its
+// format: an SSE comment, which EventSource ignores, or an NDJSON line
+// whose event is "keepalive" (observe's is a leader reply naming the key
+// and no leader).
+func TestStream_keepAlives(t *testing.T) {
+	e := newEnv(t, gatewayKeepAlive(10*time.Millisecond))
+	key := e.key("e")
+	e.want(e.acquire(map[string]any{"key": key, "kind": "election", "value": "one"}), http.StatusOK, "")
+	for _, tc := range []struct {
+		name, path string
+		sse        bool
+		want       string // the keep-alive's line
+	}{
+		{"watch/sse", "/v1/watch?prefix=" + escapeQuery(e.prefix), true, ": keepalive"},
+		{"watch/ndjson", "/v1/watch?prefix=" + escapeQuery(e.prefix), false, `{"event":"keepalive"}`},
+		{"observe/sse", "/v1/observe/" + escapePath(key), true, ": keepalive"},
+		{"observe/ndjson", "/v1/observe/" + escapePath(key), false, `{"event":"keepalive","key":"` + key + `","has_leader":false,"value":"","token":0,"token_str":""}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.srv.URL+tc.path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantType := "application/x-ndjson"
+			if tc.sse {
+				req.Header.Set("Accept", "text/event-stream")
+				wantType = "text/event-stream"
+			}
+			resp, err := e.srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != wantType || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+				t.Fatalf("got %d %v, want 200 %s nosniff", resp.StatusCode, resp.Header, wantType)
+			}
+			lines := bufio.NewScanner(resp.Body)
+			for lines.Scan() {
+				line := lines.Text()
+				if line == tc.want {
+					return
+				}
+				if !tc.sse && !json.Valid([]byte(line)) {
+					t.Fatalf("NDJSON line %q is not JSON", line)
+				}
+			}
+			t.Fatalf("no keep-alive %q before the stream ended: %v", tc.want, lines.Err())
+		})
+	}
+}
