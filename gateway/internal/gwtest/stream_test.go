@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/dlockdev/dlock/gateway"
 )
 
 // The watch and observe streams keep an idle stream alive each in its
@@ -60,4 +62,46 @@ func TestStream_keepAlives(t *testing.T) {
 			t.Fatalf("no keep-alive %q before the stream ended: %v", tc.want, lines.Err())
 		})
 	}
+}
+
+// A watch counts against MaxWatches and an observe against MaxWaiters
+// while open, and no longer once closed; a stream refused by either bound
+// does not count against MaxStreamsPerClient.
+func TestStream_countedWhileOpen(t *testing.T) {
+	e := newEnv(t, gateway.MaxWatches(1), gateway.MaxWaiters(1), gateway.MaxStreamsPerClient(3))
+	key := e.key("e")
+	e.want(e.acquire(map[string]any{"key": key, "kind": "election", "value": "one"}), http.StatusOK, "")
+	watchPath := "/v1/watch?prefix=" + escapeQuery(e.prefix)
+	observePath := "/v1/observe/" + escapePath(key)
+
+	w := e.watch("prefix="+escapeQuery(e.prefix), nil)
+	o := e.observe(key, nil)
+	for range 3 {
+		e.want(e.do(context.Background(), http.MethodGet, watchPath, nil), http.StatusTooManyRequests, gateway.CodeTooManyWatches)
+		e.want(e.do(context.Background(), http.MethodGet, observePath, nil), http.StatusTooManyRequests, gateway.CodeTooManyWaiters)
+	}
+	// Two streams open, six refused: a third stream is still the client's.
+	_ = e.hold(`{"key":"` + e.key("h") + `"}`)
+
+	w.resp.Body.Close()
+	o.resp.Body.Close()
+	e.eventually("a closed watch and observe no longer counted", func() bool {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		for _, path := range []string{watchPath, observePath} {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.srv.URL+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := e.srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return false
+			}
+		}
+		return true
+	})
 }
