@@ -129,24 +129,12 @@ func (g *Gateway) handleObserve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	end, err := g.openStream(r)
+	end, err := g.openCounted(r, g.reserveObserverLocked, &g.observers)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	defer end()
-	g.mu.Lock()
-	err = g.reserveObserverLocked()
-	g.mu.Unlock()
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer func() {
-		g.mu.Lock()
-		g.observers--
-		g.mu.Unlock()
-	}()
 	last := lastEventID(r)
 	out := newEventStream(w, r)
 	out.start()

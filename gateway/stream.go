@@ -73,3 +73,26 @@ func (s *eventStream) keepalive(v any) bool {
 	}
 	return s.send("", "", v)
 }
+
+// openCounted opens a stream of r's client (openStream) that reserveLocked
+// admits and counts in *count, under g.mu, and returns the function that
+// ends it and uncounts it.
+func (g *Gateway) openCounted(r *http.Request, reserveLocked func() *apiError, count *int) (func(), *apiError) {
+	end, err := g.openStream(r)
+	if err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	err = reserveLocked()
+	g.mu.Unlock()
+	if err != nil {
+		end()
+		return nil, err
+	}
+	return func() {
+		g.mu.Lock()
+		*count--
+		g.mu.Unlock()
+		end()
+	}, nil
+}

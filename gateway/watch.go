@@ -82,24 +82,12 @@ func (g *Gateway) handleWatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	end, err := g.openStream(r)
+	end, err := g.openCounted(r, g.reserveWatchLocked, &g.watches)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	defer end()
-	g.mu.Lock()
-	err = g.reserveWatchLocked()
-	g.mu.Unlock()
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer func() {
-		g.mu.Lock()
-		g.watches--
-		g.mu.Unlock()
-	}()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stop := context.AfterFunc(g.ctx, cancel)
