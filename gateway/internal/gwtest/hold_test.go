@@ -18,21 +18,21 @@ type stream struct {
 }
 
 func (e *env) hold(body string) *stream {
-	e.t.Helper()
+	e.T.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.srv.URL+"/v1/hold", strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.Srv.URL+"/v1/hold", strings.NewReader(body))
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
-	resp, err := e.srv.Client().Do(req)
+	resp, err := e.Srv.Client().Do(req)
 	if err != nil {
 		cancel()
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	s := &stream{resp: resp, lines: bufio.NewScanner(resp.Body), cancel: cancel}
-	e.t.Cleanup(func() { s.close() })
+	e.T.Cleanup(func() { s.close() })
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/x-ndjson" {
-		e.t.Fatalf("hold: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+		e.T.Fatalf("hold: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 	return s
 }
@@ -56,7 +56,7 @@ func (s *stream) next(t *testing.T) map[string]any {
 // keep-alives, and releases on disconnect: the next waiter is granted.
 func TestHold_releasedOnDisconnect(t *testing.T) {
 	e := newEnv(t, gatewayKeepAlive(20*time.Millisecond))
-	key := e.key("k")
+	key := e.Key("k")
 	s := e.hold(`{"key":"` + key + `","ttl_ms":60000}`)
 	ev := s.next(t)
 	if ev["event"] != "granted" || ev["token_str"] == "" || ev["streamed"] != true || ev["keepalive_ms"] != float64(20) {
@@ -65,7 +65,7 @@ func TestHold_releasedOnDisconnect(t *testing.T) {
 	if ev := s.next(t); ev["event"] != "keepalive" || ev["valid_for_ms"].(float64) <= 0 {
 		t.Fatalf("second event %v, want a keepalive", ev)
 	}
-	if in := e.info(key); len(in.Holders) != 1 {
+	if in := e.Info(key); len(in.Holders) != 1 {
 		t.Fatalf("backend holders while the stream is open: %+v", in.Holders)
 	}
 	id := ev["lease_id"].(string)
@@ -76,7 +76,7 @@ func TestHold_releasedOnDisconnect(t *testing.T) {
 		r, _ := e.try(context.Background(), http.MethodPost, "/v1/acquire", map[string]any{"key": key, "wait_ms": 30000})
 		got <- r
 	}()
-	e.eventually("the poll waits on the backend", func() bool { return len(e.info(key).Waiters) == 1 })
+	e.eventually("the poll waits on the backend", func() bool { return len(e.Info(key).Waiters) == 1 })
 	s.close()
 	select {
 	case r := <-got:
@@ -89,7 +89,7 @@ func TestHold_releasedOnDisconnect(t *testing.T) {
 // A streamed lease released by id ends its stream with a released event.
 func TestHold_releasedByID(t *testing.T) {
 	e := newEnv(t)
-	key := e.key("k")
+	key := e.Key("k")
 	s := e.hold(`{"key":"` + key + `"}`)
 	ev := s.next(t)
 	e.want(e.do(context.Background(), http.MethodDelete, "/v1/leases/"+ev["lease_id"].(string), nil), http.StatusOK, "")
@@ -99,7 +99,7 @@ func TestHold_releasedByID(t *testing.T) {
 	if s.lines.Scan() {
 		t.Fatalf("event after released: %s", s.lines.Text())
 	}
-	if in := e.info(key); len(in.Holders) != 0 {
+	if in := e.Info(key); len(in.Holders) != 0 {
 		t.Fatalf("backend holders after the release: %+v", in.Holders)
 	}
 }
@@ -107,7 +107,7 @@ func TestHold_releasedByID(t *testing.T) {
 // A lease the backend ends is a lost event on the stream.
 func TestHold_lostEvent(t *testing.T) {
 	e := newEnv(t)
-	key := e.key("k")
+	key := e.Key("k")
 	s := e.hold(`{"key":"` + key + `","ttl_ms":300}`)
 	s.next(t)
 	// Behind the holder's back: the lock's Redis keys go.

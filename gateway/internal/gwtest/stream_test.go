@@ -17,22 +17,22 @@ import (
 // and no leader).
 func TestStream_keepAlives(t *testing.T) {
 	e := newEnv(t, gatewayKeepAlive(10*time.Millisecond))
-	key := e.key("e")
+	key := e.Key("e")
 	e.want(e.acquire(map[string]any{"key": key, "kind": "election", "value": "one"}), http.StatusOK, "")
 	for _, tc := range []struct {
 		name, path string
 		sse        bool
 		want       string // the keep-alive's line
 	}{
-		{"watch/sse", "/v1/watch?prefix=" + escapeQuery(e.prefix), true, ": keepalive"},
-		{"watch/ndjson", "/v1/watch?prefix=" + escapeQuery(e.prefix), false, `{"event":"keepalive"}`},
+		{"watch/sse", "/v1/watch?prefix=" + escapeQuery(e.Prefix), true, ": keepalive"},
+		{"watch/ndjson", "/v1/watch?prefix=" + escapeQuery(e.Prefix), false, `{"event":"keepalive"}`},
 		{"observe/sse", "/v1/observe/" + escapePath(key), true, ": keepalive"},
 		{"observe/ndjson", "/v1/observe/" + escapePath(key), false, `{"event":"keepalive","key":"` + key + `","has_leader":false,"value":"","token":0,"token_str":""}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 			defer cancel()
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.srv.URL+tc.path, nil)
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.Srv.URL+tc.path, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -41,7 +41,7 @@ func TestStream_keepAlives(t *testing.T) {
 				req.Header.Set("Accept", "text/event-stream")
 				wantType = "text/event-stream"
 			}
-			resp, err := e.srv.Client().Do(req)
+			resp, err := e.Srv.Client().Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,19 +69,19 @@ func TestStream_keepAlives(t *testing.T) {
 // does not count against MaxStreamsPerClient.
 func TestStream_countedWhileOpen(t *testing.T) {
 	e := newEnv(t, gateway.MaxWatches(1), gateway.MaxWaiters(1), gateway.MaxStreamsPerClient(3))
-	key := e.key("e")
+	key := e.Key("e")
 	e.want(e.acquire(map[string]any{"key": key, "kind": "election", "value": "one"}), http.StatusOK, "")
-	watchPath := "/v1/watch?prefix=" + escapeQuery(e.prefix)
+	watchPath := "/v1/watch?prefix=" + escapeQuery(e.Prefix)
 	observePath := "/v1/observe/" + escapePath(key)
 
-	w := e.watch("prefix="+escapeQuery(e.prefix), nil)
+	w := e.watch("prefix="+escapeQuery(e.Prefix), nil)
 	o := e.observe(key, nil)
 	for range 3 {
 		e.want(e.do(context.Background(), http.MethodGet, watchPath, nil), http.StatusTooManyRequests, gateway.CodeTooManyWatches)
 		e.want(e.do(context.Background(), http.MethodGet, observePath, nil), http.StatusTooManyRequests, gateway.CodeTooManyWaiters)
 	}
 	// Two streams open, six refused: a third stream is still the client's.
-	_ = e.hold(`{"key":"` + e.key("h") + `"}`)
+	_ = e.hold(`{"key":"` + e.Key("h") + `"}`)
 
 	w.resp.Body.Close()
 	o.resp.Body.Close()
@@ -89,11 +89,11 @@ func TestStream_countedWhileOpen(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		for _, path := range []string{watchPath, observePath} {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.srv.URL+path, nil)
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.Srv.URL+path, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp, err := e.srv.Client().Do(req)
+			resp, err := e.Srv.Client().Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
