@@ -31,7 +31,7 @@ const waitFor = 20 * time.Second
 type env struct {
 	*gwenv.Env
 	gw *gateway.Gateway
-	// client and header, when set, send the requests of do and try:
+	// client and reqHeader, when set, send the requests of do and try:
 	// another TLS configuration, credentials.
 	client    *http.Client
 	reqHeader http.Header
