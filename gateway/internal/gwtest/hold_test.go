@@ -125,3 +125,16 @@ func TestHold_lostEvent(t *testing.T) {
 		break
 	}
 }
+
+// A hold that waits and is not granted in time is answered as an acquire
+// is: 202 with a ticket, no stream.
+func TestHold_waitEndsUngranted(t *testing.T) {
+	e := newEnv(t)
+	key := e.Key("k")
+	e.want(e.acquire(map[string]any{"key": key, "ttl_ms": 60000}), http.StatusOK, "")
+	r := e.do(context.Background(), http.MethodPost, "/v1/hold", map[string]any{"key": key, "wait_ms": 10})
+	e.want(r, http.StatusAccepted, "")
+	if r.Str("ticket") == "" || r.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("202 %s (%s): want a JSON reply with a ticket", r.Raw, r.Header.Get("Content-Type"))
+	}
+}
