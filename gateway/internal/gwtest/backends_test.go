@@ -4,9 +4,6 @@ import (
 	"context"
 	"net/http"
 	"testing"
-	"time"
-
-	"github.com/dlockdev/dlock/internal/testing/testserver"
 )
 
 // The gateway's core on etcd and ZooKeeper (the other tests run on
@@ -14,13 +11,7 @@ import (
 // keeping its place, a stream releasing on disconnect, a TTL the backend
 // refuses.
 func TestBackends(t *testing.T) {
-	for _, b := range []struct {
-		name string
-		url  func(t *testing.T) string
-	}{
-		{"etcd", func(t *testing.T) string { return testserver.SharedEtcd(t).URL() }},
-		{"zk", func(t *testing.T) string { return "zk://" + testserver.SharedZooKeeper(t).Addr() }},
-	} {
+	for _, b := range otherBackends {
 		t.Run(b.name, func(t *testing.T) {
 			e := newEnvOn(t, b.url(t))
 			ctx := context.Background()
@@ -44,19 +35,7 @@ func TestBackends(t *testing.T) {
 			if ev := s.next(t); ev["event"] != "granted" {
 				t.Fatalf("first event %v", ev)
 			}
-			got := make(chan reply, 1)
-			go func() {
-				r, _ := e.try(ctx, http.MethodPost, "/v1/acquire", map[string]any{"key": key, "wait_ms": 30000})
-				got <- r
-			}()
-			e.eventually("the poll waits on the backend", func() bool { return len(e.Info(key).Waiters) == 1 })
-			s.close()
-			select {
-			case r := <-got:
-				e.want(r, http.StatusOK, "")
-			case <-time.After(waitFor):
-				t.Fatal("the next waiter was not granted after the stream closed")
-			}
+			e.grantedAfterClose(s, key)
 			if b.name == "zk" {
 				// The session timeout fixes every lease's TTL there.
 				e.want(e.acquire(map[string]any{"key": e.Key("ttl"), "ttl_ms": 1234}), http.StatusBadRequest, "invalid_request")

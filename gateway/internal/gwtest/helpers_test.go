@@ -22,6 +22,16 @@ var redisAddr string
 
 func TestMain(m *testing.M) { gwenv.Main(m, "gwtest", &redisAddr, nil) }
 
+// otherBackends are the backends, but the shared Redis, that the tests of
+// the gateway on every backend run on.
+var otherBackends = []struct {
+	name string
+	url  func(t *testing.T) string
+}{
+	{"etcd", func(t *testing.T) string { return testserver.SharedEtcd(t).URL() }},
+	{"zk", func(t *testing.T) string { return "zk://" + testserver.SharedZooKeeper(t).Addr() }},
+}
+
 // waitFor bounds every wait of the tests: a condition not met by then
 // fails the test, as a hang would otherwise.
 const waitFor = 20 * time.Second

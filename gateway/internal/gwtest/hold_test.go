@@ -12,32 +12,38 @@ import (
 
 // stream is a streaming hold's open response.
 type stream struct {
-	resp   *http.Response
-	lines  *bufio.Scanner
-	cancel context.CancelFunc
+	resp  *http.Response
+	lines *bufio.Scanner
+	close func()
 }
 
 func (e *env) hold(body string) *stream {
 	e.T.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.Srv.URL+"/v1/hold", strings.NewReader(body))
-	if err != nil {
-		e.T.Fatal(err)
+	resp, stop := e.openStream(http.MethodPost, "/v1/hold", nil, strings.NewReader(body))
+	if ct := resp.Header.Get("Content-Type"); ct != "application/x-ndjson" {
+		e.T.Fatalf("hold: %s, want application/x-ndjson", ct)
 	}
-	resp, err := e.Srv.Client().Do(req)
-	if err != nil {
-		cancel()
-		e.T.Fatal(err)
-	}
-	s := &stream{resp: resp, lines: bufio.NewScanner(resp.Body), cancel: cancel}
-	e.T.Cleanup(func() { s.close() })
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/x-ndjson" {
-		e.T.Fatalf("hold: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
-	return s
+	return &stream{resp: resp, lines: bufio.NewScanner(resp.Body), close: stop}
 }
 
-func (s *stream) close() { s.cancel(); s.resp.Body.Close() }
+// grantedAfterClose closes s, which holds key, with a poll of key waiting
+// on the backend, and fails the test unless the poll is then granted.
+func (e *env) grantedAfterClose(s *stream, key string) {
+	e.T.Helper()
+	got := make(chan reply, 1)
+	go func() {
+		r, _ := e.try(context.Background(), http.MethodPost, "/v1/acquire", map[string]any{"key": key, "wait_ms": 30000})
+		got <- r
+	}()
+	e.eventually("the poll waits on the backend", func() bool { return len(e.Info(key).Waiters) == 1 })
+	s.close()
+	select {
+	case r := <-got:
+		e.want(r, http.StatusOK, "")
+	case <-time.After(waitFor):
+		e.T.Fatal("the next waiter was not granted after the stream closed")
+	}
+}
 
 // next reads the stream's next event.
 func (s *stream) next(t *testing.T) map[string]any {
@@ -71,19 +77,7 @@ func TestHold_releasedOnDisconnect(t *testing.T) {
 	id := ev["lease_id"].(string)
 	e.want(e.do(context.Background(), http.MethodPost, "/v1/leases/"+id+"/renew", nil), http.StatusConflict, "lease_streamed")
 
-	got := make(chan reply, 1)
-	go func() {
-		r, _ := e.try(context.Background(), http.MethodPost, "/v1/acquire", map[string]any{"key": key, "wait_ms": 30000})
-		got <- r
-	}()
-	e.eventually("the poll waits on the backend", func() bool { return len(e.Info(key).Waiters) == 1 })
-	s.close()
-	select {
-	case r := <-got:
-		e.want(r, http.StatusOK, "")
-	case <-time.After(waitFor):
-		t.Fatal("the next waiter was not granted after the stream closed (its TTL is 60s)")
-	}
+	e.grantedAfterClose(s, key) // within waitFor: its TTL is 60s
 }
 
 // A streamed lease released by id ends its stream with a released event.

@@ -4,12 +4,76 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlockdev/dlock/gateway"
 )
+
+// events is an open watch or observe stream, NDJSON or SSE.
+type events struct {
+	resp  *http.Response
+	lines *bufio.Scanner
+	sse   bool
+}
+
+// openStream sends a request whose reply is a stream, and fails the test
+// unless it is a 200. The stream is closed when the test ends, or by the
+// function returned.
+func (e *env) openStream(method, path string, header http.Header, body io.Reader) (*http.Response, func()) {
+	e.T.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, method, e.Srv.URL+path, body)
+	if err != nil {
+		cancel()
+		e.T.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := e.Srv.Client().Do(req)
+	if err != nil {
+		cancel()
+		e.T.Fatal(err)
+	}
+	stop := func() { cancel(); resp.Body.Close() }
+	e.T.Cleanup(stop)
+	if resp.StatusCode != http.StatusOK {
+		e.T.Fatalf("%s %s: %d", method, path, resp.StatusCode)
+	}
+	return resp, stop
+}
+
+// openEvents opens the stream GET path.
+func (e *env) openEvents(path string, header http.Header) *events {
+	e.T.Helper()
+	resp, _ := e.openStream(http.MethodGet, path, header, nil)
+	return &events{resp: resp, lines: bufio.NewScanner(resp.Body), sse: resp.Header.Get("Content-Type") == "text/event-stream"}
+}
+
+// data reads the next event's data: an NDJSON line, or an SSE event's data
+// line, with the value of the id line before it. It skips SSE comments.
+func (s *events) data() (data, id string, err error) {
+	for s.lines.Scan() {
+		line := s.lines.Text()
+		if !s.sse {
+			return line, "", nil
+		}
+		switch {
+		case strings.HasPrefix(line, "id: "):
+			id = strings.TrimPrefix(line, "id: ")
+		case strings.HasPrefix(line, "data: "):
+			return strings.TrimPrefix(line, "data: "), id, nil
+		}
+	}
+	if err := s.lines.Err(); err != nil {
+		return "", "", err
+	}
+	return "", "", io.EOF
+}
 
 // The watch and observe streams keep an idle stream alive each in its
 // format: an SSE comment, which EventSource ignores, or an NDJSON line

@@ -1,7 +1,6 @@
 package gwtest
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/gateway"
-	"github.com/dlockdev/dlock/internal/testing/testserver"
 )
 
 // scene is the state the watch and dashboard tests look at, taken through
@@ -143,32 +141,11 @@ func (s *scene) releaseWaiters() {
 }
 
 // watcher is an open GET /v1/watch stream.
-type watcher struct {
-	resp  *http.Response
-	lines *bufio.Scanner
-	sse   bool
-}
+type watcher struct{ *events }
 
 func (e *env) watch(query string, header http.Header) *watcher {
 	e.T.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.Srv.URL+"/v1/watch?"+query, nil)
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	for k, v := range header {
-		req.Header[k] = v
-	}
-	resp, err := e.Srv.Client().Do(req)
-	if err != nil {
-		cancel()
-		e.T.Fatal(err)
-	}
-	e.T.Cleanup(func() { cancel(); resp.Body.Close() })
-	if resp.StatusCode != http.StatusOK {
-		e.T.Fatalf("watch: %d", resp.StatusCode)
-	}
-	return &watcher{resp: resp, lines: bufio.NewScanner(resp.Body), sse: resp.Header.Get("Content-Type") == "text/event-stream"}
+	return &watcher{e.openEvents("/v1/watch?"+query, header)}
 }
 
 // watchEvent is a decoded event of a watch stream.
@@ -215,20 +192,10 @@ func (w *watcher) next(t *testing.T) watchEvent {
 }
 
 func (w *watcher) read() (watchEvent, error) {
-	id := ""
-	for w.lines.Scan() {
-		line := w.lines.Text()
-		data := line
-		if w.sse {
-			switch {
-			case strings.HasPrefix(line, "id: "):
-				id = strings.TrimPrefix(line, "id: ")
-				continue
-			case strings.HasPrefix(line, "data: "):
-				data = strings.TrimPrefix(line, "data: ")
-			default:
-				continue
-			}
+	for {
+		data, id, err := w.data()
+		if err != nil {
+			return watchEvent{}, fmt.Errorf("watch stream ended: %v", err)
 		}
 		var ev watchEvent
 		if err := json.Unmarshal([]byte(data), &ev); err != nil {
@@ -239,7 +206,6 @@ func (w *watcher) read() (watchEvent, error) {
 			return ev, nil
 		}
 	}
-	return watchEvent{}, fmt.Errorf("watch stream ended: %v", w.lines.Err())
 }
 
 // until reads events, applying them to view, until cond holds of it.
@@ -374,13 +340,7 @@ func TestWatch_refusals(t *testing.T) {
 // The watch on etcd and ZooKeeper (the other tests run on Redis): the
 // snapshot shows a holder and a waiter, and the stream the hand-off.
 func TestWatch_backends(t *testing.T) {
-	for _, b := range []struct {
-		name string
-		url  func(t *testing.T) string
-	}{
-		{"etcd", func(t *testing.T) string { return testserver.SharedEtcd(t).URL() }},
-		{"zk", func(t *testing.T) string { return "zk://" + testserver.SharedZooKeeper(t).Addr() }},
-	} {
+	for _, b := range otherBackends {
 		t.Run(b.name, func(t *testing.T) {
 			e := newEnvOn(t, b.url(t))
 			ctx := context.Background()
