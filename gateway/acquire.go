@@ -301,16 +301,26 @@ func (g *Gateway) obtain(w http.ResponseWriter, r *http.Request, recv time.Time)
 	return wnt, g.wait(r, wt, wnt.wait, recv)
 }
 
-// handleAcquire: POST /v1/acquire.
-func (g *Gateway) handleAcquire(w http.ResponseWriter, r *http.Request) {
-	recv := time.Now()
+// obtainGrant is obtain that answers the request itself, with the error
+// or the 202 of a wait that ended ungranted, unless a lease was granted.
+func (g *Gateway) obtainGrant(w http.ResponseWriter, r *http.Request, recv time.Time) (*want, outcome, bool) {
 	wnt, out := g.obtain(w, r, recv)
 	switch {
 	case out.err != nil:
 		writeError(w, out.err)
-		return
+		return nil, out, false
 	case out.waiting != nil:
 		_ = writeJSON(w, http.StatusAccepted, out.waiting)
+		return nil, out, false
+	}
+	return wnt, out, true
+}
+
+// handleAcquire: POST /v1/acquire.
+func (g *Gateway) handleAcquire(w http.ResponseWriter, r *http.Request) {
+	recv := time.Now()
+	wnt, out, ok := g.obtainGrant(w, r, recv)
+	if !ok {
 		return
 	}
 	if p, until := g.handOff(out.lease, out.term); p != nil {
@@ -406,13 +416,8 @@ func (g *Gateway) handleHold(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer end()
-	wnt, out := g.obtain(w, r, recv)
-	switch {
-	case out.err != nil:
-		writeError(w, out.err)
-		return
-	case out.waiting != nil:
-		_ = writeJSON(w, http.StatusAccepted, out.waiting)
+	wnt, out, ok := g.obtainGrant(w, r, recv)
+	if !ok {
 		return
 	}
 	h, err := g.register(out.lease, out.term, wnt, time.Now(), true)
@@ -439,7 +444,7 @@ func (g *Gateway) handleHold(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	ok := r.Context().Err() == nil && send(event("granted", recv))
+	ok = r.Context().Err() == nil && send(event("granted", recv))
 	for ok {
 		select {
 		case <-r.Context().Done():

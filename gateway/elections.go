@@ -2,13 +2,11 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/dlockdev/dlock"
@@ -131,54 +129,18 @@ func (g *Gateway) handleObserve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	end, err := g.openStream(r)
+	end, err := g.openCounted(r, g.reserveObserverLocked, &g.observers)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	defer end()
-	g.mu.Lock()
-	err = g.reserveObserverLocked()
-	g.mu.Unlock()
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer func() {
-		g.mu.Lock()
-		g.observers--
-		g.mu.Unlock()
-	}()
-	last := r.Header.Get("Last-Event-ID")
-	if last == "" {
-		last = r.URL.Query().Get("last_event_id")
-	}
-	sse := strings.Contains(r.Header.Get("Accept"), "text/event-stream")
-	rc := http.NewResponseController(w)
-	if sse {
-		w.Header().Set("Content-Type", "text/event-stream")
-	} else {
-		w.Header().Set("Content-Type", "application/x-ndjson")
-	}
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusOK)
+	last := lastEventID(r)
+	out := newEventStream(w, r)
+	out.start()
 	// The headers now: a resumed stream may have nothing to send yet.
-	if rc.Flush() != nil {
+	if !out.flush() {
 		return
-	}
-	send := func(ev leaderReply) bool {
-		b, _ := json.Marshal(ev) // cannot fail: strings and numbers
-		if sse {
-			if ev.ID != "" {
-				_, err := fmt.Fprintf(w, "id: %s\nevent: %s\ndata: %s\n\n", ev.ID, ev.Event, b)
-				return err == nil && rc.Flush() == nil
-			}
-			_, err := fmt.Fprintf(w, ": keepalive\n\n")
-			return err == nil && rc.Flush() == nil
-		}
-		b = append(b, '\n')
-		_, err := w.Write(b)
-		return err == nil && rc.Flush() == nil
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -200,11 +162,11 @@ func (g *Gateway) handleObserve(w http.ResponseWriter, r *http.Request) {
 			last = id
 			ev := leaderOf(in)
 			ev.Event, ev.ID = "leader", id
-			if !send(ev) {
+			if !out.send(ev.Event, ev.ID, ev) {
 				return
 			}
 		case <-tick.C:
-			if !send(leaderReply{Event: "keepalive", Key: key}) {
+			if !out.keepalive(leaderReply{Event: "keepalive", Key: key}) {
 				return
 			}
 		case <-ctx.Done():

@@ -197,26 +197,52 @@ func (g *Gateway) reply(h *held, recv time.Time, until time.Time) leaseReply {
 	return r
 }
 
-// handleRenew: POST /v1/leases/{id}/renew moves the lease's deadline to
-// the request's receipt plus its TTL.
-func (g *Gateway) handleRenew(w http.ResponseWriter, r *http.Request) {
+// serveLease serves a request on a lease id, given its receipt: lookup
+// resolves the id, then portable serves a portable lease the caller may
+// use (portableCheck), and sticky a lease of this instance's table.
+func (g *Gateway) serveLease(w http.ResponseWriter, r *http.Request,
+	portable func(http.ResponseWriter, *http.Request, string, *leaseRef, time.Time),
+	sticky func(http.ResponseWriter, *http.Request, *held, time.Time)) {
 	recv := time.Now()
 	h, p, err := g.lookup(w, r)
 	if err == nil && p != nil {
-		g.renewPortable(w, r, p, recv)
+		id := r.PathValue("id")
+		if err := g.portableCheck(r, id, p); err != nil {
+			writeError(w, err)
+			return
+		}
+		portable(w, r, id, p, recv)
 		return
-	}
-	if err == nil && h.stream != nil {
-		err = errorf(http.StatusConflict, CodeLeaseStreamed, "lease %s is held by its stream, which keeps it alive", h.id)
 	}
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	g.mu.Lock()
+	sticky(w, r, h, recv)
+}
+
+// currentLocked is nil while h is in the table, else the reply for its id:
+// the lease ended since its lookup. g.mu must be held.
+func (g *Gateway) currentLocked(h *held) *apiError {
 	if g.leases[h.id] != h {
-		// Ended since lookup.
-		err = g.goneLocked(h.id)
+		return g.goneLocked(h.id)
+	}
+	return nil
+}
+
+// handleRenew: POST /v1/leases/{id}/renew moves the lease's deadline to
+// the request's receipt plus its TTL.
+func (g *Gateway) handleRenew(w http.ResponseWriter, r *http.Request) {
+	g.serveLease(w, r, g.renewPortable, g.renewSticky)
+}
+
+func (g *Gateway) renewSticky(w http.ResponseWriter, _ *http.Request, h *held, recv time.Time) {
+	if h.stream != nil {
+		writeError(w, errorf(http.StatusConflict, CodeLeaseStreamed, "lease %s is held by its stream, which keeps it alive", h.id))
+		return
+	}
+	g.mu.Lock()
+	if err := g.currentLocked(h); err != nil {
 		g.mu.Unlock()
 		writeError(w, err)
 		return
@@ -231,16 +257,10 @@ func (g *Gateway) handleRenew(w http.ResponseWriter, r *http.Request) {
 // handleLease: GET /v1/leases/{id} says how long the lease is valid,
 // without renewing it.
 func (g *Gateway) handleLease(w http.ResponseWriter, r *http.Request) {
-	recv := time.Now()
-	h, p, err := g.lookup(w, r)
-	if err == nil && p != nil {
-		g.inspectPortable(w, r, p, recv)
-		return
-	}
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+	g.serveLease(w, r, g.inspectPortable, g.inspectSticky)
+}
+
+func (g *Gateway) inspectSticky(w http.ResponseWriter, _ *http.Request, h *held, recv time.Time) {
 	g.mu.Lock()
 	until := h.deadline
 	if h.stream != nil {
@@ -254,19 +274,12 @@ func (g *Gateway) handleLease(w http.ResponseWriter, r *http.Request) {
 // handleRelease: DELETE /v1/leases/{id} (or POST …/release) releases
 // the lease and hands the key to the next waiter.
 func (g *Gateway) handleRelease(w http.ResponseWriter, r *http.Request) {
-	recv := time.Now()
-	h, p, err := g.lookup(w, r)
-	if err == nil && p != nil {
-		g.releasePortable(w, r, p, recv)
-		return
-	}
-	if err != nil {
-		writeError(w, err)
-		return
-	}
+	g.serveLease(w, r, g.releasePortable, g.releaseSticky)
+}
+
+func (g *Gateway) releaseSticky(w http.ResponseWriter, _ *http.Request, h *held, recv time.Time) {
 	g.mu.Lock()
-	if g.leases[h.id] != h {
-		err = g.goneLocked(h.id)
+	if err := g.currentLocked(h); err != nil {
 		g.mu.Unlock()
 		writeError(w, err)
 		return

@@ -58,6 +58,21 @@ const (
 // Option configures a Gateway in New.
 type Option func(*config) error
 
+// minInterval is the shortest duration that each duration option takes.
+const minInterval = 10 * time.Millisecond
+
+// atLeast is the Option that sets the field of c that field returns to v,
+// or fails New when v is below lowest.
+func atLeast[T int | int64 | time.Duration](name string, v, lowest T, field func(*config) *T) Option {
+	return func(c *config) error {
+		if v < lowest {
+			return fmt.Errorf("%w: %s %v is below %v", ErrInvalidOption, name, v, lowest)
+		}
+		*field(c) = v
+		return nil
+	}
+}
+
 type config struct {
 	maxBody    int64
 	maxLeases  int
@@ -93,13 +108,7 @@ func defaultConfig() config {
 // MaxBodyBytes sets the longest request body, default DefaultMaxBodyBytes.
 // A longer body is refused with 413 body_too_large.
 func MaxBodyBytes(n int64) Option {
-	return func(c *config) error {
-		if n < 1024 {
-			return fmt.Errorf("%w: MaxBodyBytes %d is below 1024", ErrInvalidOption, n)
-		}
-		c.maxBody = n
-		return nil
-	}
+	return atLeast("MaxBodyBytes", n, 1024, func(c *config) *int64 { return &c.maxBody })
 }
 
 // MaxLeases sets how many leases the gateway holds at once, explicit and
@@ -107,88 +116,46 @@ func MaxBodyBytes(n int64) Option {
 // instance serves counts only while it is acquired, as no instance holds
 // it afterwards. An acquire beyond it is refused with 429 too_many_leases.
 func MaxLeases(n int) Option {
-	return func(c *config) error {
-		if n < 1 {
-			return fmt.Errorf("%w: MaxLeases %d is below 1", ErrInvalidOption, n)
-		}
-		c.maxLeases = n
-		return nil
-	}
+	return atLeast("MaxLeases", n, 1, func(c *config) *int { return &c.maxLeases })
 }
 
 // MaxWaiters sets how many waits, tickets and election observers the
 // gateway keeps at once, default DefaultMaxWaiters. One beyond it is
 // refused with 429 too_many_waiters.
 func MaxWaiters(n int) Option {
-	return func(c *config) error {
-		if n < 1 {
-			return fmt.Errorf("%w: MaxWaiters %d is below 1", ErrInvalidOption, n)
-		}
-		c.maxWaiters = n
-		return nil
-	}
+	return atLeast("MaxWaiters", n, 1, func(c *config) *int { return &c.maxWaiters })
 }
 
 // MaxWait sets the longest long poll, default DefaultMaxWait: a longer
 // wait_ms is shortened to it (the reply's ticket lets the client go on
 // waiting in its place).
 func MaxWait(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 10*time.Millisecond {
-			return fmt.Errorf("%w: MaxWait %v is below 10ms", ErrInvalidOption, d)
-		}
-		c.maxWait = d
-		return nil
-	}
+	return atLeast("MaxWait", d, minInterval, func(c *config) *time.Duration { return &c.maxWait })
 }
 
 // TicketTTL sets how long a wait that ended ungranted keeps its place for
 // a poll presenting its ticket, default DefaultTicketTTL.
 func TicketTTL(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 10*time.Millisecond {
-			return fmt.Errorf("%w: TicketTTL %v is below 10ms", ErrInvalidOption, d)
-		}
-		c.ticketTTL = d
-		return nil
-	}
+	return atLeast("TicketTTL", d, minInterval, func(c *config) *time.Duration { return &c.ticketTTL })
 }
 
 // KeepAlive sets the longest interval between two events of a streaming
 // hold, default DefaultKeepAlive.
 func KeepAlive(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 10*time.Millisecond {
-			return fmt.Errorf("%w: KeepAlive %v is below 10ms", ErrInvalidOption, d)
-		}
-		c.keepAlive = d
-		return nil
-	}
+	return atLeast("KeepAlive", d, minInterval, func(c *config) *time.Duration { return &c.keepAlive })
 }
 
 // MaxWatches sets how many watch streams the gateway serves at once,
 // default DefaultMaxWatches. One beyond it is refused with 429
 // too_many_watches.
 func MaxWatches(n int) Option {
-	return func(c *config) error {
-		if n < 1 {
-			return fmt.Errorf("%w: MaxWatches %d is below 1", ErrInvalidOption, n)
-		}
-		c.maxWatches = n
-		return nil
-	}
+	return atLeast("MaxWatches", n, 1, func(c *config) *int { return &c.maxWatches })
 }
 
 // WatchListInterval sets how often a watch stream lists its prefix,
 // default DefaultWatchListInterval.
 func WatchListInterval(d time.Duration) Option {
-	return func(c *config) error {
-		if d < 10*time.Millisecond {
-			return fmt.Errorf("%w: WatchListInterval %v is below 10ms", ErrInvalidOption, d)
-		}
-		c.watchList = d
-		return nil
-	}
+	return atLeast("WatchListInterval", d, minInterval, func(c *config) *time.Duration { return &c.watchList })
 }
 
 // Logger sets where the gateway logs what it does on its own: leases
@@ -224,13 +191,7 @@ func RateLimit(perSecond float64, burst int) Option {
 // Default: no bound but the gateway's own (MaxWaiters, MaxWatches,
 // MaxLeases).
 func MaxStreamsPerClient(n int) Option {
-	return func(c *config) error {
-		if n < 1 {
-			return fmt.Errorf("%w: MaxStreamsPerClient %d is below 1", ErrInvalidOption, n)
-		}
-		c.maxStreams = n
-		return nil
-	}
+	return atLeast("MaxStreamsPerClient", n, 1, func(c *config) *int { return &c.maxStreams })
 }
 
 // MinLeaseKeyLen is the shortest key LeaseKey takes: 256 bits, HMAC-SHA256's

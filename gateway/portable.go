@@ -117,12 +117,7 @@ func notHeld(id string, err error) *apiError {
 // renewPortable renews p on the backend: one renewal, from the request's
 // receipt. The reply says the lease is valid only when the server said it
 // extended it.
-func (g *Gateway) renewPortable(w http.ResponseWriter, r *http.Request, p *leaseRef, recv time.Time) {
-	id := r.PathValue("id")
-	if err := g.portableCheck(r, id, p); err != nil {
-		writeError(w, err)
-		return
-	}
+func (g *Gateway) renewPortable(w http.ResponseWriter, r *http.Request, id string, p *leaseRef, recv time.Time) {
 	gr, aerr := g.reattach(p)
 	if aerr != nil {
 		writeError(w, aerr)
@@ -146,12 +141,7 @@ func (g *Gateway) renewPortable(w http.ResponseWriter, r *http.Request, p *lease
 }
 
 // inspectPortable says how long the backend keeps p, without renewing it.
-func (g *Gateway) inspectPortable(w http.ResponseWriter, r *http.Request, p *leaseRef, recv time.Time) {
-	id := r.PathValue("id")
-	if err := g.portableCheck(r, id, p); err != nil {
-		writeError(w, err)
-		return
-	}
+func (g *Gateway) inspectPortable(w http.ResponseWriter, r *http.Request, id string, p *leaseRef, recv time.Time) {
 	sent := time.Now()
 	in, err := g.client.Inspect(r.Context(), p.Key)
 	if err != nil {
@@ -174,12 +164,7 @@ func (g *Gateway) inspectPortable(w http.ResponseWriter, r *http.Request, p *lea
 }
 
 // releasePortable releases p on the backend.
-func (g *Gateway) releasePortable(w http.ResponseWriter, r *http.Request, p *leaseRef, recv time.Time) {
-	id := r.PathValue("id")
-	if err := g.portableCheck(r, id, p); err != nil {
-		writeError(w, err)
-		return
-	}
+func (g *Gateway) releasePortable(w http.ResponseWriter, r *http.Request, id string, p *leaseRef, recv time.Time) {
 	gr, aerr := g.reattach(p)
 	if aerr != nil {
 		writeError(w, aerr)

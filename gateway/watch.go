@@ -8,7 +8,6 @@ import (
 	"maps"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -48,9 +47,7 @@ type keyState struct {
 type watchStream struct {
 	g      *Gateway
 	prefix string
-	w      http.ResponseWriter
-	rc     *http.ResponseController
-	sse    bool
+	out    *eventStream
 
 	mu      sync.Mutex
 	pending map[string]keyState // read, not yet sent; guarded by mu
@@ -85,24 +82,12 @@ func (g *Gateway) handleWatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	end, err := g.openStream(r)
+	end, err := g.openCounted(r, g.reserveWatchLocked, &g.watches)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	defer end()
-	g.mu.Lock()
-	err = g.reserveWatchLocked()
-	g.mu.Unlock()
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer func() {
-		g.mu.Lock()
-		g.watches--
-		g.mu.Unlock()
-	}()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stop := context.AfterFunc(g.ctx, cancel)
@@ -117,8 +102,7 @@ func (g *Gateway) handleWatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s := &watchStream{
-		g: g, prefix: prefix, w: w, rc: http.NewResponseController(w),
-		sse:     strings.Contains(r.Header.Get("Accept"), "text/event-stream"),
+		g: g, prefix: prefix, out: newEventStream(w, r),
 		pending: make(map[string]keyState),
 		wake:    make(chan struct{}, 1),
 		watched: make(map[string]context.CancelFunc),
@@ -126,18 +110,8 @@ func (g *Gateway) handleWatch(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.wg.Wait() // after cancel: every Client.Watch channel closes
 	defer cancel()
-	last := r.Header.Get("Last-Event-ID")
-	if last == "" {
-		last = r.URL.Query().Get("last_event_id")
-	}
-	if s.sse {
-		w.Header().Set("Content-Type", "text/event-stream")
-	} else {
-		w.Header().Set("Content-Type", "application/x-ndjson")
-	}
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusOK)
-	if !s.snapshot(infos, listed, last) {
+	s.out.start()
+	if !s.snapshot(infos, listed, lastEventID(r)) {
 		return
 	}
 	s.follow(ctx)
@@ -158,7 +132,9 @@ func (g *Gateway) handleWatch(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		case <-keep.C:
-			if !s.keepalive() {
+			if !s.out.keepalive(struct {
+				Event string `json:"event"`
+			}{"keepalive"}) {
 				return
 			}
 		case <-ctx.Done():
@@ -197,9 +173,9 @@ func (s *watchStream) snapshot(infos []*dlock.LockInfo, readAt time.Time, last s
 	if ev.ID == last {
 		// The client has this view: the headers alone, so that it knows
 		// the stream is open.
-		return s.rc.Flush() == nil
+		return s.out.flush()
 	}
-	return s.send(ev.Event, ev.ID, ev)
+	return s.out.send(ev.Event, ev.ID, ev)
 }
 
 // follow starts a backend watch of each key in the view not yet watched,
@@ -287,33 +263,12 @@ func (s *watchStream) flush(ctx context.Context) bool {
 		}
 		ev := keyEvent{Event: "key", ID: viewID(s.view), infoReply: ttlAt(infoOf(st.info), st.readAt, time.Now())}
 		ev.Key = key
-		if !s.send(ev.Event, ev.ID, ev) {
+		if !s.out.send(ev.Event, ev.ID, ev) {
 			return false
 		}
 	}
 	s.follow(ctx)
 	return true
-}
-
-func (s *watchStream) keepalive() bool {
-	if s.sse {
-		_, err := fmt.Fprint(s.w, ": keepalive\n\n")
-		return err == nil && s.rc.Flush() == nil
-	}
-	return s.send("keepalive", "", struct {
-		Event string `json:"event"`
-	}{"keepalive"})
-}
-
-func (s *watchStream) send(event, id string, v any) bool {
-	b, _ := json.Marshal(v) // cannot fail: strings, numbers and maps of strings
-	var err error
-	if s.sse {
-		_, err = fmt.Fprintf(s.w, "id: %s\nevent: %s\ndata: %s\n\n", id, event, b)
-	} else {
-		_, err = s.w.Write(append(b, '\n'))
-	}
-	return err == nil && s.rc.Flush() == nil
 }
 
 // stateHash names a key's state for the client's view: 0 for a key nobody

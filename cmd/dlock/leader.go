@@ -5,72 +5,49 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/dlockdev/dlock"
 )
 
 func (c *cli) cmdLeader(ctx context.Context, args []string) int {
-	f := newFlags("leader")
-	backend := addBackendFlags(f)
-	asJSON := f.Bool("json", false, "")
-	watch := f.Bool("watch", false, "")
-	pos, code, ok := c.parse(f, args, 1)
-	if !ok {
+	ctx, r, code := c.startRead(ctx, "leader", args)
+	if r == nil {
 		return code
 	}
-	if len(pos) == 0 {
-		return c.usageError("leader", "missing KEY")
-	}
-	key := pos[0]
-	if *watch {
-		// A watch runs until it is interrupted: that is its normal end.
-		var stop context.CancelFunc
-		ctx, stop = signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-		defer stop()
-	}
-	client, code, ok := c.open(ctx, backend)
-	if !ok {
-		if *watch && ctx.Err() != nil {
-			return exitOK
-		}
-		return code
-	}
-	defer client.Close()
-	el := client.Election(key)
+	defer r.close()
+	el := r.client.Election(r.key)
 	// Read once, also with --watch: a bad key, a key of another kind and
 	// an unreachable server are reported as errors with their exit codes
 	// (Observe would only close its channel, or wait).
 	info, err := el.Leader(ctx)
 	switch {
 	case err == nil, errors.Is(err, dlock.ErrNoLeader):
-	case *watch && ctx.Err() != nil:
+	case r.watch && ctx.Err() != nil:
 		return exitOK
 	case errors.Is(err, dlock.ErrKindMismatch):
-		return c.fail(exitKindMismatch, err, c.electionKindHint(client, key))
+		return c.fail(exitKindMismatch, err, c.electionKindHint(r.client, r.key))
 	default:
-		code, hints := c.explain(err, *backend.url)
+		code, hints := c.explain(err, *r.backend.url)
 		return c.fail(code, err, hints...)
 	}
-	if !*watch {
+	if !r.watch {
 		now := time.Now()
-		if *asJSON {
-			if code := c.writeJSON(leaderJSON(key, info)); code != exitOK {
+		if r.asJSON {
+			if code := c.writeJSON(leaderJSON(r.key, info)); code != exitOK {
 				return code
 			}
 		} else {
-			fmt.Fprintln(c.stdout, leaderLine(key, info, now))
+			fmt.Fprintln(c.stdout, leaderLine(r.key, info, now))
 		}
 		if !info.HasLeader() {
 			return exitNoLeader
 		}
 		return exitOK
 	}
-	return c.watchLeader(ctx, el, *asJSON)
+	return c.watchLeader(ctx, el, r.asJSON)
 }
 
 // watchLeader prints the election's state, then every change, one line

@@ -13,52 +13,80 @@ import (
 	"github.com/dlockdev/dlock"
 )
 
-func (c *cli) cmdStatus(ctx context.Context, args []string) int {
-	f := newFlags("status")
-	backend := addBackendFlags(f)
+// readCmd is a parsed `dlock status` or `dlock leader`, whose flags (the
+// backend's, --json, --watch) and argument (KEY) are the same, with the
+// client it opened.
+type readCmd struct {
+	backend backendFlags
+	asJSON  bool
+	watch   bool
+	key     string
+	client  *dlock.Client
+	stop    context.CancelFunc
+}
+
+// startRead parses the arguments of the command name and opens the
+// backend. Under --watch the context it returns ends on SIGINT, SIGTERM or
+// SIGHUP: that is a watch's normal end, and exits 0. A nil *readCmd says to
+// exit with the code; else close it when done.
+func (c *cli) startRead(ctx context.Context, name string, args []string) (context.Context, *readCmd, int) {
+	f := newFlags(name)
+	r := &readCmd{backend: addBackendFlags(f), stop: func() {}}
 	asJSON := f.Bool("json", false, "")
 	watch := f.Bool("watch", false, "")
 	pos, code, ok := c.parse(f, args, 1)
 	if !ok {
-		return code
+		return ctx, nil, code
 	}
 	if len(pos) == 0 {
-		return c.usageError("status", "missing KEY")
+		return ctx, nil, c.usageError(name, "missing KEY")
 	}
-	if *watch {
-		// A watch runs until it is interrupted: that is its normal end.
-		var stop context.CancelFunc
-		ctx, stop = signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-		defer stop()
+	r.asJSON, r.watch, r.key = *asJSON, *watch, pos[0]
+	if r.watch {
+		ctx, r.stop = signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	}
-	client, code, ok := c.open(ctx, backend)
+	r.client, code, ok = c.open(ctx, r.backend)
 	if !ok {
-		if *watch && ctx.Err() != nil {
-			return exitOK
+		r.stop()
+		if r.watch && ctx.Err() != nil {
+			return ctx, nil, exitOK
 		}
+		return ctx, nil, code
+	}
+	return ctx, r, exitOK
+}
+
+func (r *readCmd) close() {
+	r.client.Close()
+	r.stop()
+}
+
+func (c *cli) cmdStatus(ctx context.Context, args []string) int {
+	ctx, r, code := c.startRead(ctx, "status", args)
+	if r == nil {
 		return code
 	}
-	defer client.Close()
+	defer r.close()
 	// Read once, also with --watch: a bad key and an unreachable server
 	// are reported as errors with their exit codes (Watch would only
 	// close its channel, or wait).
-	info, err := client.Inspect(ctx, pos[0])
+	info, err := r.client.Inspect(ctx, r.key)
 	if err != nil {
-		if *watch && ctx.Err() != nil {
+		if r.watch && ctx.Err() != nil {
 			return exitOK
 		}
-		code, hints := c.explain(err, *backend.url)
+		code, hints := c.explain(err, *r.backend.url)
 		return c.fail(code, err, hints...)
 	}
-	if *watch {
-		if strings.HasPrefix(*backend.url, "redis") {
+	if r.watch {
+		if strings.HasPrefix(*r.backend.url, "redis") {
 			fmt.Fprintln(c.stderr, "dlock: hint: Redis sends change notices for leader elections only, and none when a waiter joins or leaves: a lock's status is shown again only at its holder's deadline (docs/cli.md, dlock status --watch)")
 		}
-		return c.watchStatus(ctx, client, pos[0], *asJSON)
+		return c.watchStatus(ctx, r.client, r.key, r.asJSON)
 	}
 	info = normalize(info)
 	now := time.Now()
-	if *asJSON {
+	if r.asJSON {
 		return c.writeJSON(toJSON(info, now))
 	}
 	writeStatus(c.stdout, info, now)

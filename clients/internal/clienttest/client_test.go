@@ -31,7 +31,7 @@ func (e *env) acquireAsync(body map[string]any) <-chan grant {
 		var g grant
 		defer func() { got <- g }()
 		j, _ := json.Marshal(body)
-		resp, err := e.srv.Client().Post(e.srv.URL+"/v1/acquire", "application/json", bytes.NewReader(j))
+		resp, err := e.Srv.Client().Post(e.Srv.URL+"/v1/acquire", "application/json", bytes.NewReader(j))
 		if err != nil {
 			g.err = err
 			return
@@ -50,29 +50,29 @@ func (e *env) acquireAsync(body map[string]any) <-chan grant {
 
 // await waits for a reply of acquireAsync.
 func (e *env) await(got <-chan grant, what string) grant {
-	e.t.Helper()
+	e.T.Helper()
 	select {
 	case g := <-got:
 		if g.err != nil {
-			e.t.Fatalf("%s: %v", what, g.err)
+			e.T.Fatalf("%s: %v", what, g.err)
 		}
 		return g
 	case <-time.After(waitFor):
-		e.t.Fatalf("%s: no reply within %v", what, waitFor)
+		e.T.Fatalf("%s: no reply within %v", what, waitFor)
 	}
 	return grant{}
 }
 
 func (e *env) release(g grant) {
-	e.t.Helper()
-	req, _ := http.NewRequestWithContext(context.Background(), http.MethodDelete, e.srv.URL+"/v1/leases/"+g.body["lease_id"].(string), nil)
-	resp, err := e.srv.Client().Do(req)
+	e.T.Helper()
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodDelete, e.Srv.URL+"/v1/leases/"+g.body["lease_id"].(string), nil)
+	resp, err := e.Srv.Client().Do(req)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		e.t.Fatalf("release: %d", resp.StatusCode)
+		e.T.Fatalf("release: %d", resp.StatusCode)
 	}
 }
 
@@ -87,15 +87,15 @@ func num(t *testing.T, s string) uint64 {
 
 // holderToken is the token of key's only holder on the backend, 0 if none.
 func (e *env) holderToken(key string) uint64 {
-	e.t.Helper()
-	in := e.info(key)
+	e.T.Helper()
+	in := e.Info(key)
 	switch len(in.Holders) {
 	case 0:
 		return 0
 	case 1:
 		return in.Holders[0].Token
 	}
-	e.t.Fatalf("%d holders of %s on the backend: %+v", len(in.Holders), key, in.Holders)
+	e.T.Fatalf("%d holders of %s on the backend: %+v", len(in.Holders), key, in.Holders)
 	return 0
 }
 
@@ -105,7 +105,7 @@ func (e *env) holderToken(key string) uint64 {
 func TestClient_acquireRenewRelease(t *testing.T) { eachClient(t, acquireRenewRelease) }
 
 func acquireRenewRelease(t *testing.T, e *env, d *driver) {
-	key := e.key("k")
+	key := e.Key("k")
 	a := d.ok(d.do("acquire a %s 5000 0", key))
 	tokA := num(t, a[0])
 	if rem := num(t, a[1]); rem == 0 || rem > 5000 {
@@ -144,19 +144,19 @@ func TestClient_waitKeepsPlace(t *testing.T) {
 		t.Run(lang, func(t *testing.T) {
 			// Each poll waits at most 10 ms: every wait below spans polls.
 			e := newEnv(t, gateway.MaxWait(10*time.Millisecond))
-			d := startDriver(t, lang, e.srv.URL)
-			key := e.key("k")
+			d := startDriver(t, lang, e.Srv.URL)
+			key := e.Key("k")
 			h := e.await(e.acquireAsync(map[string]any{"key": key}), "holder")
 			d.send("acquire w1 %s 10000 -1", key)
-			e.eventually("w1 waits on the backend", func() bool { return len(e.info(key).Waiters) == 1 })
+			e.eventually("w1 waits on the backend", func() bool { return len(e.Info(key).Waiters) == 1 })
 			d.send("acquire w2 %s 10000 -1", key)
-			e.eventually("w2 waits behind w1", func() bool { return len(e.info(key).Waiters) == 2 })
+			e.eventually("w2 waits behind w1", func() bool { return len(e.Info(key).Waiters) == 2 })
 			e.release(h)
 			w1 := num(t, d.ok(d.next("w1"))[0])
 			if got := e.holderToken(key); got != w1 {
 				t.Fatalf("backend holder %d, want w1's %d (w1 queued first)", got, w1)
 			}
-			if in := e.info(key); len(in.Waiters) != 1 {
+			if in := e.Info(key); len(in.Waiters) != 1 {
 				t.Fatalf("waiters after w1's grant: %+v, want w2", in.Waiters)
 			}
 			d.ok(d.do("release w1"))
@@ -165,10 +165,10 @@ func TestClient_waitKeepsPlace(t *testing.T) {
 			}
 			d.ok(d.do("release w2"))
 
-			other := e.key("other")
+			other := e.Key("other")
 			d.ok(d.do("acquire x %s 10000 0", other))
 			d.wantError(d.do("acquire y %s 10000 100", other), "wait_timeout")
-			e.eventually("the timed-out waiter leaves the backend's queue", func() bool { return len(e.info(other).Waiters) == 0 })
+			e.eventually("the timed-out waiter leaves the backend's queue", func() bool { return len(e.Info(other).Waiters) == 0 })
 		})
 	}
 }
@@ -179,13 +179,13 @@ func TestClient_waitKeepsPlace(t *testing.T) {
 func TestClient_holdReleasedWhenKilled(t *testing.T) { eachClient(t, holdReleasedWhenKilled) }
 
 func holdReleasedWhenKilled(t *testing.T, e *env, d *driver) {
-	key := e.key("k")
+	key := e.Key("k")
 	tok := num(t, d.ok(d.do("hold h %s 60000", key))[0])
 	if got := e.holderToken(key); got != tok {
 		t.Fatalf("backend holder %d, want the hold's %d", got, tok)
 	}
 	next := e.acquireAsync(map[string]any{"key": key, "wait_ms": 30000})
-	e.eventually("the next client waits on the backend", func() bool { return len(e.info(key).Waiters) == 1 })
+	e.eventually("the next client waits on the backend", func() bool { return len(e.Info(key).Waiters) == 1 })
 	d.signal(syscall.SIGKILL)
 	g := e.await(next, "the next waiter after the SIGKILL")
 	if g.status != http.StatusOK || g.token <= tok {
@@ -198,12 +198,12 @@ func holdReleasedWhenKilled(t *testing.T, e *env, d *driver) {
 // reports it lost.
 func TestClient_holdClosedAndLost(t *testing.T) {
 	eachClient(t, func(t *testing.T, e *env, d *driver) {
-		key := e.key("k")
+		key := e.Key("k")
 		d.ok(d.do("hold h %s 60000", key))
 		d.ok(d.do("unhold h"))
 		e.eventually("the closed hold's lease is released on the backend", func() bool { return e.holderToken(key) == 0 })
 
-		lost := e.key("lost")
+		lost := e.Key("lost")
 		d.ok(d.do("hold g %s 300", lost))
 		e.deleteKeys(lost)
 		r := d.next("g")
@@ -227,7 +227,7 @@ func TestClient_holdClosedAndLost(t *testing.T) {
 // waiter is granted, and the client library reports the lease ended.
 func TestClient_notRenewedExpires(t *testing.T) {
 	eachClient(t, func(t *testing.T, e *env, d *driver) {
-		key := e.key("k")
+		key := e.Key("k")
 		tok := num(t, d.ok(d.do("acquire a %s 300 0", key))[0])
 		g := e.await(e.acquireAsync(map[string]any{"key": key, "wait_ms": 30000}), "the next waiter")
 		if g.status != http.StatusOK || g.token <= tok {
@@ -248,7 +248,7 @@ func TestClient_notRenewedExpires(t *testing.T) {
 // and once thawed the client reports the lease lost.
 func TestClient_lockRenewsUntilPaused(t *testing.T) {
 	eachClient(t, func(t *testing.T, e *env, d *driver) {
-		key := e.key("k")
+		key := e.Key("k")
 		tok := num(t, d.ok(d.do("lock l %s 2000", key))[0])
 		// Two TTLs: renewals (every TTL/3) keep the lease.
 		w := e.await(e.acquireAsync(map[string]any{"key": key, "wait_ms": 4000}), "a wait of two TTLs")
@@ -282,7 +282,7 @@ func TestClient_etcd(t *testing.T) {
 	for _, lang := range langs {
 		t.Run(lang, func(t *testing.T) {
 			e := newEnvOn(t, testserver.SharedEtcd(t).URL())
-			d := startDriver(t, lang, e.srv.URL)
+			d := startDriver(t, lang, e.Srv.URL)
 			acquireRenewRelease(t, e, d)
 			holdReleasedWhenKilled(t, e, d)
 		})

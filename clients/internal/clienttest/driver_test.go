@@ -24,7 +24,7 @@ func eachClient(t *testing.T, test func(t *testing.T, e *env, d *driver)) {
 	for _, lang := range langs {
 		t.Run(lang, func(t *testing.T) {
 			e := newEnv(t)
-			test(t, e, startDriver(t, lang, e.srv.URL))
+			test(t, e, startDriver(t, lang, e.Srv.URL))
 		})
 	}
 }

@@ -84,7 +84,7 @@ func python(t *testing.T, program string, args ...string) string {
 // holder's, whose lease has ended, is refused by the store.
 func TestClient_fencedWrite(t *testing.T) {
 	eachClient(t, func(t *testing.T, e *env, d *driver) {
-		key := e.key("k")
+		key := e.Key("k")
 		target, check := fenceTarget(t, d.lang)
 		old := d.ok(d.do("acquire old %s 5000 0", key))[0]
 		d.ok(d.do("release old"))
@@ -109,9 +109,9 @@ func TestExample_closeExpiredOrders(t *testing.T) {
 			target, check := fenceTarget(t, lang)
 			var cmd *exec.Cmd
 			if lang == "python" {
-				cmd = clientCommand(t, lang, filepath.Join(clientsDir, "python/examples/close_expired_orders.py"), e.srv.URL, target)
+				cmd = clientCommand(t, lang, filepath.Join(clientsDir, "python/examples/close_expired_orders.py"), e.Srv.URL, target)
 			} else {
-				cmd = clientCommand(t, lang, "CloseExpiredOrders", e.srv.URL, target)
+				cmd = clientCommand(t, lang, "CloseExpiredOrders", e.Srv.URL, target)
 			}
 			out, err := cmd.CombinedOutput()
 			if err != nil {
@@ -121,7 +121,7 @@ func TestExample_closeExpiredOrders(t *testing.T) {
 			if want := "closed 2 orders under token " + tok; strings.TrimSpace(string(out)) != want || closed != 2 {
 				t.Fatalf("output %q, %d orders closed; want %q and 2", out, closed, want)
 			}
-			if in := e.info("jobs/close-expired-orders"); len(in.Holders) != 0 {
+			if in := e.Info("jobs/close-expired-orders"); len(in.Holders) != 0 {
 				t.Fatalf("holders after the job: %+v", in.Holders)
 			}
 		})

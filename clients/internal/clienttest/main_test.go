@@ -3,20 +3,18 @@ package clienttest
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlockdev/dlock"
 	_ "github.com/dlockdev/dlock/etcddlock"
 	"github.com/dlockdev/dlock/gateway"
-	"github.com/dlockdev/dlock/internal/testing/leakcheck"
+	"github.com/dlockdev/dlock/internal/testing/gwenv"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	_ "github.com/dlockdev/dlock/redisdlock"
 )
@@ -26,19 +24,11 @@ import (
 var redisAddr string
 
 func TestMain(m *testing.M) {
-	addr, stop, err := testserver.StartRedisForMain()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "clienttest:", err)
-		os.Exit(1)
-	}
-	redisAddr = addr
-	code := m.Run()
-	stop()
-	testserver.StopSharedEtcd()
-	if javaOut != "" {
-		os.RemoveAll(javaOut)
-	}
-	leakcheck.Exit(code)
+	gwenv.Main(m, "clienttest", &redisAddr, func() {
+		if javaOut != "" {
+			os.RemoveAll(javaOut)
+		}
+	})
 }
 
 // waitFor bounds every wait of the tests: a condition not met by then
@@ -54,17 +44,8 @@ var clientsDir = func() string {
 	return d
 }()
 
-// env is a gateway in front of the shared Redis, served by httptest, and a
-// Client of its own (the library used directly) to look at the backend.
-type env struct {
-	t      *testing.T
-	gw     *gateway.Gateway
-	srv    *httptest.Server
-	direct *dlock.Client
-	prefix string
-}
-
-var keySeq atomic.Int64
+// env is a gateway in front of the shared Redis (gwenv.Env).
+type env struct{ *gwenv.Env }
 
 func newEnv(t *testing.T, opts ...gateway.Option) *env {
 	t.Helper()
@@ -74,68 +55,29 @@ func newEnv(t *testing.T, opts ...gateway.Option) *env {
 // newEnvOn is newEnv in front of the backend at url.
 func newEnvOn(t *testing.T, url string, opts ...gateway.Option) *env {
 	t.Helper()
-	ctx := context.Background()
-	c, err := dlock.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	direct, err := dlock.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := gateway.New(c, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(gw)
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		if err := gw.Close(context.Background()); err != nil {
-			t.Errorf("gateway Close: %v", err)
-		}
-		c.Close()
-		direct.Close()
-	})
-	return &env{t: t, gw: gw, srv: srv, direct: direct, prefix: fmt.Sprintf("gwc/%s/%d/", t.Name(), keySeq.Add(1))}
-}
-
-func (e *env) key(name string) string { return e.prefix + name }
-
-// info is the backend's view of key, through the library.
-func (e *env) info(key string) *dlock.LockInfo {
-	e.t.Helper()
-	in, err := e.direct.Inspect(context.Background(), key)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return in
+	return &env{gwenv.Start(t, url, "gwc", func(c *dlock.Client) (gwenv.Gateway, error) {
+		return gateway.New(c, opts...)
+	}, nil)}
 }
 
 // eventually waits until cond holds, at most waitFor.
 func (e *env) eventually(what string, cond func() bool) {
-	e.t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for delay := time.Millisecond; !cond(); delay = min(2*delay, 50*time.Millisecond) {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("not within %v: %s", waitFor, what)
-		}
-		time.Sleep(delay) // polling the backend's state, which sends no event
-	}
+	e.T.Helper()
+	gwenv.Eventually(e.T, waitFor, what, cond)
 }
 
 // deleteKeys deletes the Redis keys of key behind its holder's back: the
 // backend ends the lease.
 func (e *env) deleteKeys(key string) {
-	e.t.Helper()
+	e.T.Helper()
 	ctx := context.Background()
 	out, err := testserver.RedisCommand(ctx, redisAddr, "KEYS", "*"+key+"*")
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	for _, k := range strings.Fields(out) {
 		if _, err := testserver.RedisCommand(ctx, redisAddr, "DEL", k); err != nil {
-			e.t.Fatal(err)
+			e.T.Fatal(err)
 		}
 	}
 }

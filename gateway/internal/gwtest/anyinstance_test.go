@@ -24,7 +24,7 @@ func twoGateways(t *testing.T, url string) (a, b *env) {
 	_, _ = rand.Read(k)
 	a = newEnvOn(t, url, gateway.LeaseKey(k))
 	b = newEnvOn(t, url, gateway.LeaseKey(k))
-	b.prefix = a.prefix
+	b.Prefix = a.Prefix
 	return a, b
 }
 
@@ -64,33 +64,33 @@ func TestLease_anyInstance(t *testing.T) {
 		t.Run(be.name, func(t *testing.T) {
 			a, b := twoGateways(t, be.url(t))
 			ctx := context.Background()
-			key := a.key("k")
+			key := a.Key("k")
 			g := a.acquire(map[string]any{"key": key, "ttl_ms": 5000})
 			a.want(g, http.StatusOK, "")
-			if h := g.header.Get(gateway.StickyHeader); h != "false" {
+			if h := g.Header.Get(gateway.StickyHeader); h != "false" {
 				t.Fatalf("sticky header %q, want false", h)
 			}
-			id, tok := g.str("lease_id"), g.num("token")
+			id, tok := g.Str("lease_id"), g.Num("token")
 
 			next := make(chan reply, 1)
 			go func() {
 				r, _ := b.try(ctx, http.MethodPost, "/v1/acquire", map[string]any{"key": key, "wait_ms": waitFor.Milliseconds()})
 				next <- r
 			}()
-			b.eventually("the poll waits on the backend", func() bool { return len(b.info(key).Waiters) == 1 })
+			b.eventually("the poll waits on the backend", func() bool { return len(b.Info(key).Waiters) == 1 })
 
 			rn := b.do(ctx, http.MethodPost, "/v1/leases/"+id+"/renew", nil)
 			b.want(rn, http.StatusOK, "")
-			if rn.num("token") != tok || rn.num("valid_for_ms") <= 0 || rn.str("key") != key || rn.header.Get(gateway.StickyHeader) != "false" {
-				t.Fatalf("renew through the other instance: %s", rn.raw)
+			if rn.Num("token") != tok || rn.Num("valid_for_ms") <= 0 || rn.Str("key") != key || rn.Header.Get(gateway.StickyHeader) != "false" {
+				t.Fatalf("renew through the other instance: %s", rn.Raw)
 			}
 			b.want(b.do(ctx, http.MethodGet, "/v1/leases/"+id, nil), http.StatusOK, "")
 			b.want(b.do(ctx, http.MethodPost, "/v1/leases/"+id+"/release", nil), http.StatusOK, "")
 			select {
 			case r := <-next:
 				b.want(r, http.StatusOK, "")
-				if r.num("token") <= tok {
-					t.Fatalf("next token %d, want above %d", r.num("token"), tok)
+				if r.Num("token") <= tok {
+					t.Fatalf("next token %d, want above %d", r.Num("token"), tok)
 				}
 			case <-time.After(waitFor):
 				t.Fatal("the waiter was not granted at the release")
@@ -111,13 +111,13 @@ func TestLease_anyInstance_grantingInstanceClosed(t *testing.T) {
 		t.Run(be.name, func(t *testing.T) {
 			a, b := twoGateways(t, be.url(t))
 			ctx := context.Background()
-			key := a.key("k")
+			key := a.Key("k")
 			const ttl = time.Second
 			g := a.acquire(map[string]any{"key": key, "ttl_ms": ttl.Milliseconds()})
 			a.want(g, http.StatusOK, "")
-			id, tok := g.str("lease_id"), uint64(g.num("token"))
+			id, tok := g.Str("lease_id"), uint64(g.Num("token"))
 			granted := time.Now()
-			a.srv.Close()
+			a.Srv.Close()
 			if err := a.gw.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -126,14 +126,14 @@ func TestLease_anyInstance_grantingInstanceClosed(t *testing.T) {
 				b.want(b.do(ctx, http.MethodPost, "/v1/leases/"+id+"/renew", nil), http.StatusOK, "")
 				time.Sleep(ttl / 5) // the client's renewal interval, not a wait for an event
 			}
-			if _, err := b.direct.TryLock(ctx, key); !errors.Is(err, dlock.ErrLocked) {
+			if _, err := b.Direct.TryLock(ctx, key); !errors.Is(err, dlock.ErrLocked) {
 				t.Fatalf("TryLock beside the renewed lease: %v, want ErrLocked", err)
 			}
-			if in := b.info(key); len(in.Holders) != 1 || in.Holders[0].Token != tok {
+			if in := b.Info(key); len(in.Holders) != 1 || in.Holders[0].Token != tok {
 				t.Fatalf("holders %+v, want token %d", in.Holders, tok)
 			}
 			b.want(b.do(ctx, http.MethodDelete, "/v1/leases/"+id, nil), http.StatusOK, "")
-			if in := b.info(key); len(in.Holders) != 0 {
+			if in := b.Info(key); len(in.Holders) != 0 {
 				t.Fatalf("after the release through the other instance, holders %+v", in.Holders)
 			}
 		})
@@ -149,19 +149,19 @@ func TestLease_anyInstance_expired(t *testing.T) {
 		t.Run(be.name, func(t *testing.T) {
 			a, b := twoGateways(t, be.url(t))
 			ctx := context.Background()
-			key := a.key("k")
+			key := a.Key("k")
 			g := a.acquire(map[string]any{"key": key, "ttl_ms": 300})
 			a.want(g, http.StatusOK, "")
 			next := b.acquire(map[string]any{"key": key, "wait_ms": waitFor.Milliseconds()})
 			b.want(next, http.StatusOK, "")
-			if next.num("token") <= g.num("token") {
-				t.Fatalf("token %d after the expired %d", next.num("token"), g.num("token"))
+			if next.Num("token") <= g.Num("token") {
+				t.Fatalf("token %d after the expired %d", next.Num("token"), g.Num("token"))
 			}
-			id := g.str("lease_id")
+			id := g.Str("lease_id")
 			b.want(b.do(ctx, http.MethodPost, "/v1/leases/"+id+"/renew", nil), http.StatusGone, "lease_expired")
 			b.want(b.do(ctx, http.MethodGet, "/v1/leases/"+id, nil), http.StatusGone, "lease_expired")
 			b.want(b.do(ctx, http.MethodDelete, "/v1/leases/"+id, nil), http.StatusGone, "lease_lost")
-			if in := b.info(key); len(in.Holders) != 1 || in.Holders[0].Token != uint64(next.num("token")) {
+			if in := b.Info(key); len(in.Holders) != 1 || in.Holders[0].Token != uint64(next.Num("token")) {
 				t.Fatalf("holders %+v: the late renew and release touched the next holder's grant", in.Holders)
 			}
 		})
@@ -173,12 +173,12 @@ func TestLease_anyInstance_expired(t *testing.T) {
 func TestLease_forgedIDs(t *testing.T) {
 	a, b := twoGateways(t, "redis://"+redisAddr+"/0")
 	ctx := context.Background()
-	key := a.key("k")
+	key := a.Key("k")
 	g := a.acquire(map[string]any{"key": key, "ttl_ms": 5000})
 	a.want(g, http.StatusOK, "")
-	id, tok := g.str("lease_id"), uint64(g.num("token"))
+	id, tok := g.Str("lease_id"), uint64(g.Num("token"))
 	other := newEnv(t) // an instance with a key of its own
-	o := other.acquire(map[string]any{"key": other.key("k")})
+	o := other.acquire(map[string]any{"key": other.Key("k")})
 	other.want(o, http.StatusOK, "")
 
 	for _, tc := range []struct {
@@ -189,14 +189,15 @@ func TestLease_forgedIDs(t *testing.T) {
 		{"mac", forge(id, nil), http.StatusNotFound, "lease_not_found"},
 		{"ttl", forge(id, func(p map[string]any) { p["ttl"] = 3600000 }), http.StatusNotFound, "lease_not_found"},
 		{"token", forge(id, func(p map[string]any) { p["t"] = float64(tok + 1) }), http.StatusNotFound, "lease_not_found"},
-		{"key", forge(id, func(p map[string]any) { p["k"] = a.key("other") }), http.StatusNotFound, "lease_not_found"},
-		{"another instance's key", o.str("lease_id"), http.StatusMisdirectedRequest, "wrong_instance"},
+		{"key", forge(id, func(p map[string]any) { p["k"] = a.Key("other") }), http.StatusNotFound, "lease_not_found"},
+		{"another instance's key", o.Str("lease_id"), http.StatusMisdirectedRequest, "wrong_instance"},
 		{"not base64", "l_!!.!!", http.StatusBadRequest, "invalid_request"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, e := range []*env{a, b} {
-				e := *e
-				e.t = t // the subtest's: want fails it
+				e, ge := *e, *e.Env
+				ge.T = t // the subtest's: want fails it
+				e.Env = &ge
 				for _, path := range []string{"/renew", "/release", ""} {
 					method := http.MethodPost
 					if path == "" {
@@ -207,7 +208,7 @@ func TestLease_forgedIDs(t *testing.T) {
 			}
 		})
 	}
-	in := a.info(key)
+	in := a.Info(key)
 	if len(in.Holders) != 1 || in.Holders[0].Token != tok || in.Holders[0].TTL > 5*time.Second {
 		t.Fatalf("holders %+v: want token %d, unchanged (TTL at most 5s)", in.Holders, tok)
 	}
@@ -219,12 +220,12 @@ func TestLease_forgedIDs(t *testing.T) {
 func TestLease_otherInstanceWithoutLeaseKey(t *testing.T) {
 	a := newEnv(t)
 	b := newEnv(t)
-	g := a.acquire(map[string]any{"key": a.key("k")})
+	g := a.acquire(map[string]any{"key": a.Key("k")})
 	a.want(g, http.StatusOK, "")
-	r := b.do(context.Background(), http.MethodPost, "/v1/leases/"+g.str("lease_id")+"/renew", nil)
+	r := b.do(context.Background(), http.MethodPost, "/v1/leases/"+g.Str("lease_id")+"/renew", nil)
 	b.want(r, http.StatusMisdirectedRequest, "wrong_instance")
-	if !strings.Contains(r.raw, a.gw.Instance()) {
-		t.Fatalf("%s: want the granting instance %s named", r.raw, a.gw.Instance())
+	if !strings.Contains(r.Raw, a.gw.Instance()) {
+		t.Fatalf("%s: want the granting instance %s named", r.Raw, a.gw.Instance())
 	}
 }
 
@@ -244,27 +245,27 @@ func TestLease_sticky(t *testing.T) {
 		t.Run(be.name, func(t *testing.T) {
 			a, b := twoGateways(t, be.url(t))
 			ctx := context.Background()
-			key := a.key("k")
+			key := a.Key("k")
 			g := a.acquire(map[string]any{"key": key})
 			a.want(g, http.StatusOK, "")
-			if h := g.header.Get(gateway.StickyHeader); h != "true" {
+			if h := g.Header.Get(gateway.StickyHeader); h != "true" {
 				t.Fatalf("sticky header %q, want true", h)
 			}
-			id, tok := g.str("lease_id"), uint64(g.num("token"))
+			id, tok := g.Str("lease_id"), uint64(g.Num("token"))
 			for _, req := range [][2]string{{http.MethodPost, "/renew"}, {http.MethodGet, ""}, {http.MethodDelete, ""}, {http.MethodPost, "/release"}} {
 				r := b.do(ctx, req[0], "/v1/leases/"+id+req[1], nil)
 				b.want(r, http.StatusMisdirectedRequest, "wrong_instance")
-				if !strings.Contains(r.raw, a.gw.Instance()) || r.header.Get(gateway.StickyHeader) != "true" {
-					t.Fatalf("%s %s on the other instance: %s (sticky %q): want the granting instance %s named, sticky", req[0], req[1], r.raw, r.header.Get(gateway.StickyHeader), a.gw.Instance())
+				if !strings.Contains(r.Raw, a.gw.Instance()) || r.Header.Get(gateway.StickyHeader) != "true" {
+					t.Fatalf("%s %s on the other instance: %s (sticky %q): want the granting instance %s named, sticky", req[0], req[1], r.Raw, r.Header.Get(gateway.StickyHeader), a.gw.Instance())
 				}
 			}
-			if in := a.info(key); len(in.Holders) != 1 || in.Holders[0].Token != tok {
+			if in := a.Info(key); len(in.Holders) != 1 || in.Holders[0].Token != tok {
 				t.Fatalf("holders %+v, want token %d still", in.Holders, tok)
 			}
 			rn := a.do(ctx, http.MethodPost, "/v1/leases/"+id+"/renew", nil)
 			a.want(rn, http.StatusOK, "")
-			if rn.header.Get(gateway.StickyHeader) != "true" {
-				t.Fatalf("renew reply's sticky header %q", rn.header.Get(gateway.StickyHeader))
+			if rn.Header.Get(gateway.StickyHeader) != "true" {
+				t.Fatalf("renew reply's sticky header %q", rn.Header.Get(gateway.StickyHeader))
 			}
 			a.want(a.do(ctx, http.MethodDelete, "/v1/leases/"+id, nil), http.StatusOK, "")
 		})
@@ -282,17 +283,17 @@ func TestLease_anyInstance_permissions(t *testing.T) {
 	b := newEnv(t, gateway.LeaseKey(k), gateway.Authenticate(func(r *http.Request) (gateway.Principal, error) {
 		return creds.Authenticate(r)
 	}))
-	b.prefix = a.prefix
+	b.Prefix = a.Prefix
 	creds = b.credentials()
 	ctx := context.Background()
-	key := a.key("orders/1")
+	key := a.Key("orders/1")
 	g := a.as(tokOrders).acquire(map[string]any{"key": key, "ttl_ms": 10000})
 	a.want(g, http.StatusOK, "")
-	id, tok := g.str("lease_id"), uint64(g.num("token"))
+	id, tok := g.Str("lease_id"), uint64(g.Num("token"))
 	reader := b.as(tokReader)
 	reader.want(reader.do(ctx, http.MethodPost, "/v1/leases/"+id+"/renew", nil), http.StatusForbidden, "forbidden")
 	reader.want(reader.do(ctx, http.MethodDelete, "/v1/leases/"+id, nil), http.StatusForbidden, "forbidden")
-	if in := b.info(key); len(in.Holders) != 1 || in.Holders[0].Token != tok {
+	if in := b.Info(key); len(in.Holders) != 1 || in.Holders[0].Token != tok {
 		t.Fatalf("holders %+v, want token %d still", in.Holders, tok)
 	}
 	orders := b.as(tokOrders)

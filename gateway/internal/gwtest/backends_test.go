@@ -4,9 +4,6 @@ import (
 	"context"
 	"net/http"
 	"testing"
-	"time"
-
-	"github.com/dlockdev/dlock/internal/testing/testserver"
 )
 
 // The gateway's core on etcd and ZooKeeper (the other tests run on
@@ -14,52 +11,34 @@ import (
 // keeping its place, a stream releasing on disconnect, a TTL the backend
 // refuses.
 func TestBackends(t *testing.T) {
-	for _, b := range []struct {
-		name string
-		url  func(t *testing.T) string
-	}{
-		{"etcd", func(t *testing.T) string { return testserver.SharedEtcd(t).URL() }},
-		{"zk", func(t *testing.T) string { return "zk://" + testserver.SharedZooKeeper(t).Addr() }},
-	} {
+	for _, b := range otherBackends {
 		t.Run(b.name, func(t *testing.T) {
 			e := newEnvOn(t, b.url(t))
 			ctx := context.Background()
-			key := e.key("k")
+			key := e.Key("k")
 			a := e.acquire(map[string]any{"key": key})
 			e.want(a, http.StatusOK, "")
 			e.want(e.acquire(map[string]any{"key": key}), http.StatusConflict, "locked")
-			e.want(e.do(ctx, http.MethodPost, "/v1/leases/"+a.str("lease_id")+"/renew", nil), http.StatusOK, "")
+			e.want(e.do(ctx, http.MethodPost, "/v1/leases/"+a.Str("lease_id")+"/renew", nil), http.StatusOK, "")
 
 			w := e.acquire(map[string]any{"key": key, "wait_ms": 20})
 			e.want(w, http.StatusAccepted, "")
-			e.want(e.do(ctx, http.MethodDelete, "/v1/leases/"+a.str("lease_id"), nil), http.StatusOK, "")
-			g := e.acquire(map[string]any{"key": key, "ticket": w.str("ticket"), "wait_ms": 30000})
+			e.want(e.do(ctx, http.MethodDelete, "/v1/leases/"+a.Str("lease_id"), nil), http.StatusOK, "")
+			g := e.acquire(map[string]any{"key": key, "ticket": w.Str("ticket"), "wait_ms": 30000})
 			e.want(g, http.StatusOK, "")
-			if g.num("token") <= a.num("token") || g.str("token_str") == a.str("token_str") {
-				t.Fatalf("tokens %s then %s: want them to go up", a.str("token_str"), g.str("token_str"))
+			if g.Num("token") <= a.Num("token") || g.Str("token_str") == a.Str("token_str") {
+				t.Fatalf("tokens %s then %s: want them to go up", a.Str("token_str"), g.Str("token_str"))
 			}
-			e.want(e.do(ctx, http.MethodDelete, "/v1/leases/"+g.str("lease_id"), nil), http.StatusOK, "")
+			e.want(e.do(ctx, http.MethodDelete, "/v1/leases/"+g.Str("lease_id"), nil), http.StatusOK, "")
 
 			s := e.hold(`{"key":"` + key + `"}`)
 			if ev := s.next(t); ev["event"] != "granted" {
 				t.Fatalf("first event %v", ev)
 			}
-			got := make(chan reply, 1)
-			go func() {
-				r, _ := e.try(ctx, http.MethodPost, "/v1/acquire", map[string]any{"key": key, "wait_ms": 30000})
-				got <- r
-			}()
-			e.eventually("the poll waits on the backend", func() bool { return len(e.info(key).Waiters) == 1 })
-			s.close()
-			select {
-			case r := <-got:
-				e.want(r, http.StatusOK, "")
-			case <-time.After(waitFor):
-				t.Fatal("the next waiter was not granted after the stream closed")
-			}
+			e.grantedAfterClose(s, key)
 			if b.name == "zk" {
 				// The session timeout fixes every lease's TTL there.
-				e.want(e.acquire(map[string]any{"key": e.key("ttl"), "ttl_ms": 1234}), http.StatusBadRequest, "invalid_request")
+				e.want(e.acquire(map[string]any{"key": e.Key("ttl"), "ttl_ms": 1234}), http.StatusBadRequest, "invalid_request")
 			}
 		})
 	}

@@ -12,7 +12,7 @@ import (
 // backend.
 func TestBadInput_refusedLeavingNothing(t *testing.T) {
 	e := newEnv(t, gatewayMaxBody(4096))
-	key := e.key("k")
+	key := e.Key("k")
 	q := func(s string) string { return `"` + s + `"` }
 	cases := []struct {
 		name, method, path, body string
@@ -51,11 +51,11 @@ func TestBadInput_refusedLeavingNothing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.status != c.status || r.code() != c.code {
-				t.Fatalf("got %d %s, want %d %s", r.status, r.raw, c.status, c.code)
+			if r.Status != c.status || r.Code() != c.code {
+				t.Fatalf("got %d %s, want %d %s", r.Status, r.Raw, c.status, c.code)
 			}
-			if msg, _ := r.body["error"].(map[string]any)["message"].(string); msg == "" {
-				t.Fatalf("no message: %s", r.raw)
+			if msg, _ := r.Body["error"].(map[string]any)["message"].(string); msg == "" {
+				t.Fatalf("no message: %s", r.Raw)
 			}
 		})
 	}
@@ -69,7 +69,7 @@ func TestBadInput_refusedLeavingNothing(t *testing.T) {
 
 func TestInspectList(t *testing.T) {
 	e := newEnv(t)
-	key := e.key("a/b c")
+	key := e.Key("a/b c")
 	a := e.acquire(map[string]any{"key": key, "metadata": map[string]any{"note": "orders job"}})
 	e.want(a, http.StatusOK, "")
 	w := e.acquire(map[string]any{"key": key, "wait_ms": 10})
@@ -77,21 +77,21 @@ func TestInspectList(t *testing.T) {
 
 	in := e.do(context.Background(), http.MethodGet, "/v1/keys/"+escapePath(key), nil)
 	e.want(in, http.StatusOK, "")
-	holders, _ := in.body["holders"].([]any)
-	waiters, _ := in.body["waiters"].([]any)
-	if in.str("key") != key || in.str("kind") != "lock" || len(holders) != 1 || len(waiters) != 1 {
-		t.Fatalf("inspect: %s", in.raw)
+	holders, _ := in.Body["holders"].([]any)
+	waiters, _ := in.Body["waiters"].([]any)
+	if in.Str("key") != key || in.Str("kind") != "lock" || len(holders) != 1 || len(waiters) != 1 {
+		t.Fatalf("inspect: %s", in.Raw)
 	}
 	h := holders[0].(map[string]any)
-	if h["token_str"] != a.str("token_str") || h["metadata"].(map[string]any)["note"] != "orders job" {
-		t.Fatalf("holder %v, want token %s and the note", h, a.str("token_str"))
+	if h["token_str"] != a.Str("token_str") || h["metadata"].(map[string]any)["note"] != "orders job" {
+		t.Fatalf("holder %v, want token %s and the note", h, a.Str("token_str"))
 	}
 
-	ls := e.do(context.Background(), http.MethodGet, "/v1/keys?prefix="+escapeQuery(e.prefix), nil)
+	ls := e.do(context.Background(), http.MethodGet, "/v1/keys?prefix="+escapeQuery(e.Prefix), nil)
 	e.want(ls, http.StatusOK, "")
-	keys, _ := ls.body["keys"].([]any)
+	keys, _ := ls.Body["keys"].([]any)
 	if len(keys) != 1 || keys[0].(map[string]any)["key"] != key {
-		t.Fatalf("list: %s", ls.raw)
+		t.Fatalf("list: %s", ls.Raw)
 	}
 }
 
@@ -102,7 +102,7 @@ func TestOpenAPI_servedAsInDocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.status != http.StatusOK || r.raw != string(docs) {
-		t.Fatalf("GET /openapi.yaml: %d, %d bytes; docs/gateway.openapi.yaml has %d: keep gateway/openapi.yaml and it the same", r.status, len(r.raw), len(docs))
+	if r.Status != http.StatusOK || r.Raw != string(docs) {
+		t.Fatalf("GET /openapi.yaml: %d, %d bytes; docs/gateway.openapi.yaml has %d: keep gateway/openapi.yaml and it the same", r.Status, len(r.Raw), len(docs))
 	}
 }

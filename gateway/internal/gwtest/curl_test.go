@@ -15,31 +15,31 @@ import (
 // curl runs curl with args against the gateway and decodes its JSON
 // output, which -w ends with the status on a line of its own.
 func (e *env) curl(args ...string) reply {
-	e.t.Helper()
+	e.T.Helper()
 	bin, err := exec.LookPath("curl")
 	if err != nil {
-		e.t.Fatal("curl not found: apt-get install -y curl")
+		e.T.Fatal("curl not found: apt-get install -y curl")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	args = append([]string{"-sS", "-w", "\n%{http_code}"}, args...)
 	for i, a := range args {
-		args[i] = strings.ReplaceAll(a, "$GW", e.srv.URL)
+		args[i] = strings.ReplaceAll(a, "$GW", e.Srv.URL)
 	}
 	out, err := exec.CommandContext(ctx, bin, args...).Output()
 	if err != nil {
-		e.t.Fatalf("curl %v: %v", args, err)
+		e.T.Fatalf("curl %v: %v", args, err)
 	}
 	s := strings.TrimSpace(string(out))
 	i := strings.LastIndex(s, "\n")
 	body, code := s[:max(i, 0)], s[i+1:]
-	r := reply{raw: body}
-	if _, err := fmt.Sscan(code, &r.status); err != nil {
-		e.t.Fatalf("curl status %q: %v", code, err)
+	r := reply{Raw: body}
+	if _, err := fmt.Sscan(code, &r.Status); err != nil {
+		e.T.Fatalf("curl status %q: %v", code, err)
 	}
 	if body != "" {
-		if err := json.Unmarshal([]byte(body), &r.body); err != nil {
-			e.t.Fatalf("curl output %q: %v", body, err)
+		if err := json.Unmarshal([]byte(body), &r.Body); err != nil {
+			e.T.Fatalf("curl output %q: %v", body, err)
 		}
 	}
 	return r
@@ -47,16 +47,16 @@ func (e *env) curl(args ...string) reply {
 
 func TestCurl_acquireRenewRelease(t *testing.T) {
 	e := newEnv(t)
-	key := e.key("k")
+	key := e.Key("k")
 	a := e.curl("-X", "POST", "$GW/v1/acquire", "-H", "Content-Type: application/json", "-d", `{"key":"`+key+`","ttl_ms":5000}`)
 	e.want(a, http.StatusOK, "")
-	id := a.str("lease_id")
+	id := a.Str("lease_id")
 	e.want(e.curl("-X", "POST", "$GW/v1/acquire", "-d", `{"key":"`+key+`"}`), http.StatusConflict, "locked")
 	e.want(e.curl("-X", "POST", "$GW/v1/leases/"+id+"/renew"), http.StatusOK, "")
 	e.want(e.curl("-X", "DELETE", "$GW/v1/leases/"+id), http.StatusOK, "")
 	e.want(e.curl("-X", "DELETE", "$GW/v1/leases/"+id), http.StatusGone, "lease_released")
 	e.want(e.curl("-X", "POST", "$GW/v1/acquire", "-d", `{"key":`), http.StatusBadRequest, "malformed_json")
-	if in := e.info(key); len(in.Holders) != 0 {
+	if in := e.Info(key); len(in.Holders) != 0 {
 		t.Fatalf("backend holders after curl's release: %+v", in.Holders)
 	}
 }
@@ -64,8 +64,8 @@ func TestCurl_acquireRenewRelease(t *testing.T) {
 // curl -N holds the lease for as long as it runs; killing it releases.
 func TestCurl_holdReleasedWhenKilled(t *testing.T) {
 	e := newEnv(t)
-	key := e.key("k")
-	cmd := exec.Command("curl", "-sS", "-N", "-X", "POST", e.srv.URL+"/v1/hold", "-d", `{"key":"`+key+`","ttl_ms":60000}`)
+	key := e.Key("k")
+	cmd := exec.Command("curl", "-sS", "-N", "-X", "POST", e.Srv.URL+"/v1/hold", "-d", `{"key":"`+key+`","ttl_ms":60000}`)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ func TestCurl_holdReleasedWhenKilled(t *testing.T) {
 		r, _ := e.try(context.Background(), http.MethodPost, "/v1/acquire", map[string]any{"key": key, "wait_ms": 30000})
 		got <- r
 	}()
-	e.eventually("the poll waits on the backend", func() bool { return len(e.info(key).Waiters) == 1 })
+	e.eventually("the poll waits on the backend", func() bool { return len(e.Info(key).Waiters) == 1 })
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

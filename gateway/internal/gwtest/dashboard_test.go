@@ -115,11 +115,11 @@ func seconds(s string) float64 {
 func TestDashboard_showsAndFollowsTheKeys(t *testing.T) {
 	e := newEnv(t, gateway.WatchListInterval(100*time.Millisecond))
 	if *dashboardPNG != "" {
-		e.prefix = "shop/" // short keys in the picture
+		e.Prefix = "shop/" // short keys in the picture
 	}
 	s := newScene(e)
 	b := startBrowser(t, shotWidth, shotHeight)
-	b.navigate(e.srv.URL + "/?prefix=" + escapeQuery(e.prefix))
+	b.navigate(e.Srv.URL + "/?prefix=" + escapeQuery(e.Prefix))
 
 	v := waitPage(t, b, "the three keys", func(v pageView) bool {
 		return v.State == "live" && len(v.Keys) == 3 && len(v.key(s.orders).TTLs) == 1 && v.key(s.orders).TTLs[0] != ""
@@ -161,7 +161,7 @@ func TestDashboard_showsAndFollowsTheKeys(t *testing.T) {
 	// The stream cut, the page reconnects with a new stream ticket (the
 	// one it opened the stream with is spent) and follows on: keys released
 	// by all leave the page.
-	e.srv.CloseClientConnections()
+	e.Srv.CloseClientConnections()
 	s.releaseWaiters()
 	waitPage(t, b, "orders and scheduler gone, reports left", func(v pageView) bool {
 		return v.State == "live" && len(v.Keys) == 1 && v.Keys[0].Key == s.reports
@@ -174,10 +174,10 @@ func TestDashboard_servedAsIs(t *testing.T) {
 	e := newEnv(t)
 	for _, path := range []string{"/", "/dashboard/dashboard.js", "/dashboard/dashboard.css"} {
 		r := e.do(context.Background(), http.MethodGet, path, nil)
-		if r.status != http.StatusOK || !strings.Contains(r.header.Get("Content-Security-Policy"), "default-src 'none'") || len(r.raw) == 0 {
-			t.Errorf("GET %s: %d, CSP %q", path, r.status, r.header.Get("Content-Security-Policy"))
+		if r.Status != http.StatusOK || !strings.Contains(r.Header.Get("Content-Security-Policy"), "default-src 'none'") || len(r.Raw) == 0 {
+			t.Errorf("GET %s: %d, CSP %q", path, r.Status, r.Header.Get("Content-Security-Policy"))
 		}
-		if strings.Contains(r.raw, "http://") || strings.Contains(r.raw, "https://") {
+		if strings.Contains(r.Raw, "http://") || strings.Contains(r.Raw, "https://") {
 			t.Errorf("GET %s refers to another site", path)
 		}
 	}
@@ -204,10 +204,10 @@ func TestDashboard_screenshotInDocs(t *testing.T) {
 // shows what the token's principal may read.
 func TestDashboard_asksForAToken(t *testing.T) {
 	e := newAuthEnv(t, gateway.WatchListInterval(100*time.Millisecond))
-	key := e.key("orders/1")
+	key := e.Key("orders/1")
 	e.want(e.as(tokOrders).acquire(map[string]any{"key": key, "ttl_ms": 30000}), http.StatusOK, "")
 	b := startBrowser(t, shotWidth, shotHeight)
-	b.navigate(e.srv.URL + "/?prefix=" + escapeQuery(e.key("orders/")))
+	b.navigate(e.Srv.URL + "/?prefix=" + escapeQuery(e.Key("orders/")))
 
 	submit := func(token string) {
 		t.Helper()

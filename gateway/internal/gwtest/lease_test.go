@@ -11,34 +11,34 @@ import (
 
 func TestAcquire_renewRelease(t *testing.T) {
 	e := newEnv(t)
-	key := e.key("k")
+	key := e.Key("k")
 	sent := time.Now()
 	r := e.acquire(map[string]any{"key": key, "ttl_ms": 5000})
 	took := time.Since(sent)
 	e.want(r, http.StatusOK, "")
-	id, tok := r.str("lease_id"), r.num("token")
+	id, tok := r.Str("lease_id"), r.Num("token")
 	if !strings.HasPrefix(id, "l_") {
 		t.Fatalf("lease_id %q: want l_ and its reference", id)
 	}
 	// Redis keeps the lease's state: any instance serves it.
-	if h := r.header.Get("Dlock-Gateway-Sticky"); h != "false" {
+	if h := r.Header.Get("Dlock-Gateway-Sticky"); h != "false" {
 		t.Fatalf("sticky header %q, want false on Redis", h)
 	}
-	if r.str("token_str") != strconv.FormatInt(tok, 10) || tok == 0 {
-		t.Fatalf("token %d, token_str %q: want the same non-zero number", tok, r.str("token_str"))
+	if r.Str("token_str") != strconv.FormatInt(tok, 10) || tok == 0 {
+		t.Fatalf("token %d, token_str %q: want the same non-zero number", tok, r.Str("token_str"))
 	}
 	// Counted from the request's receipt, the validity may include the
 	// time the acquire took, never more.
-	if v := r.num("valid_for_ms"); v <= 0 || v > r.num("ttl_ms")+took.Milliseconds()+1 || r.num("ttl_ms") != 5000 {
-		t.Fatalf("valid_for_ms %d, ttl_ms %d, request took %v: want 0 < valid_for_ms <= ttl_ms (5000) + the request's time", v, r.num("ttl_ms"), took)
+	if v := r.Num("valid_for_ms"); v <= 0 || v > r.Num("ttl_ms")+took.Milliseconds()+1 || r.Num("ttl_ms") != 5000 {
+		t.Fatalf("valid_for_ms %d, ttl_ms %d, request took %v: want 0 < valid_for_ms <= ttl_ms (5000) + the request's time", v, r.Num("ttl_ms"), took)
 	}
-	if _, err := time.Parse(time.RFC3339Nano, r.str("received_at")); err != nil {
+	if _, err := time.Parse(time.RFC3339Nano, r.Str("received_at")); err != nil {
 		t.Fatalf("received_at: %v", err)
 	}
-	if r.header.Get("Dlock-Gateway-Instance") != e.gw.Instance() {
-		t.Fatalf("instance header %q, want %q", r.header.Get("Dlock-Gateway-Instance"), e.gw.Instance())
+	if r.Header.Get("Dlock-Gateway-Instance") != e.gw.Instance() {
+		t.Fatalf("instance header %q, want %q", r.Header.Get("Dlock-Gateway-Instance"), e.gw.Instance())
 	}
-	if in := e.info(key); len(in.Holders) != 1 || in.Holders[0].Token != uint64(tok) {
+	if in := e.Info(key); len(in.Holders) != 1 || in.Holders[0].Token != uint64(tok) {
 		t.Fatalf("backend holders %+v, want one with token %d", in.Holders, tok)
 	}
 
@@ -47,13 +47,13 @@ func TestAcquire_renewRelease(t *testing.T) {
 	ctx := context.Background()
 	rn := e.do(ctx, http.MethodPost, "/v1/leases/"+id+"/renew", nil)
 	e.want(rn, http.StatusOK, "")
-	if rn.num("token") != tok || rn.num("valid_for_ms") <= 0 {
-		t.Fatalf("renew: %s", rn.raw)
+	if rn.Num("token") != tok || rn.Num("valid_for_ms") <= 0 {
+		t.Fatalf("renew: %s", rn.Raw)
 	}
 	e.want(e.do(ctx, http.MethodGet, "/v1/leases/"+id, nil), http.StatusOK, "")
 
 	e.want(e.do(ctx, http.MethodDelete, "/v1/leases/"+id, nil), http.StatusOK, "")
-	if in := e.info(key); len(in.Holders) != 0 {
+	if in := e.Info(key); len(in.Holders) != 0 {
 		t.Fatalf("after release, backend holders %+v", in.Holders)
 	}
 	// A replayed release and a late renew say what became of the lease.
@@ -62,29 +62,29 @@ func TestAcquire_renewRelease(t *testing.T) {
 
 	r2 := e.acquire(map[string]any{"key": key})
 	e.want(r2, http.StatusOK, "")
-	if r2.num("token") <= tok {
-		t.Fatalf("next token %d, want above %d", r2.num("token"), tok)
+	if r2.Num("token") <= tok {
+		t.Fatalf("next token %d, want above %d", r2.Num("token"), tok)
 	}
 }
 
 func TestAcquire_kinds(t *testing.T) {
 	e := newEnv(t)
-	sem := e.key("sem")
+	sem := e.Key("sem")
 	for range 2 {
 		r := e.acquire(map[string]any{"key": sem, "kind": "semaphore", "limit": 2})
 		e.want(r, http.StatusOK, "")
-		if r.str("mode") != "shared" || r.num("limit") != 2 {
-			t.Fatalf("permit: %s", r.raw)
+		if r.Str("mode") != "shared" || r.Num("limit") != 2 {
+			t.Fatalf("permit: %s", r.Raw)
 		}
 	}
 	e.want(e.acquire(map[string]any{"key": sem, "kind": "semaphore", "limit": 2}), http.StatusConflict, "locked")
 	e.want(e.acquire(map[string]any{"key": sem}), http.StatusConflict, "kind_mismatch")
 
-	rw := e.key("rw")
+	rw := e.Key("rw")
 	e.want(e.acquire(map[string]any{"key": rw, "kind": "rwmutex", "mode": "shared"}), http.StatusOK, "")
 	e.want(e.acquire(map[string]any{"key": rw, "kind": "rwmutex", "mode": "shared"}), http.StatusOK, "")
 	e.want(e.acquire(map[string]any{"key": rw, "kind": "rwmutex"}), http.StatusConflict, "locked")
-	if in := e.info(rw); len(in.Holders) != 2 {
+	if in := e.Info(rw); len(in.Holders) != 2 {
 		t.Fatalf("readers on the backend: %+v", in.Holders)
 	}
 }
@@ -93,24 +93,24 @@ func TestAcquire_kinds(t *testing.T) {
 // next waiter is granted.
 func TestLease_notRenewedExpires(t *testing.T) {
 	e := newEnv(t)
-	key := e.key("k")
+	key := e.Key("k")
 	a := e.acquire(map[string]any{"key": key, "ttl_ms": 300})
 	e.want(a, http.StatusOK, "")
 	b := e.acquire(map[string]any{"key": key, "wait_ms": 30000})
 	e.want(b, http.StatusOK, "")
-	if b.num("token") <= a.num("token") {
-		t.Fatalf("waiter's token %d, want above the expired holder's %d", b.num("token"), a.num("token"))
+	if b.Num("token") <= a.Num("token") {
+		t.Fatalf("waiter's token %d, want above the expired holder's %d", b.Num("token"), a.Num("token"))
 	}
-	e.want(e.do(context.Background(), http.MethodPost, "/v1/leases/"+a.str("lease_id")+"/renew", nil), http.StatusGone, "lease_expired")
+	e.want(e.do(context.Background(), http.MethodPost, "/v1/leases/"+a.Str("lease_id")+"/renew", nil), http.StatusGone, "lease_expired")
 }
 
 func TestLease_unknownAndMalformedIDs(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	a := e.acquire(map[string]any{"key": e.key("k")})
+	a := e.acquire(map[string]any{"key": e.Key("k")})
 	e.want(a, http.StatusOK, "")
 	// Well formed, naming this instance, but signed by nobody.
-	unknown := forge(a.str("lease_id"), nil)
+	unknown := forge(a.Str("lease_id"), nil)
 	e.want(e.do(ctx, http.MethodPost, "/v1/leases/"+unknown+"/renew", nil), http.StatusNotFound, "lease_not_found")
 	e.want(e.do(ctx, http.MethodDelete, "/v1/leases/"+unknown, nil), http.StatusNotFound, "lease_not_found")
 	e.want(e.do(ctx, http.MethodDelete, "/v1/leases/nonsense", nil), http.StatusBadRequest, "invalid_request")
@@ -121,18 +121,18 @@ func TestLimits(t *testing.T) {
 	// On Redis an explicit lease, once granted, is held by no instance
 	// (any renews it by reference): it counts while it is acquired only.
 	e := newEnv(t, gatewayMaxLeases(1), gatewayMaxWaiters(1))
-	e.want(e.acquire(map[string]any{"key": e.key("a")}), http.StatusOK, "")
+	e.want(e.acquire(map[string]any{"key": e.Key("a")}), http.StatusOK, "")
 	// The waiter reserves the last lease slot.
-	w := e.acquire(map[string]any{"key": e.key("a"), "wait_ms": 10})
+	w := e.acquire(map[string]any{"key": e.Key("a"), "wait_ms": 10})
 	e.want(w, http.StatusAccepted, "")
-	e.want(e.acquire(map[string]any{"key": e.key("b")}), http.StatusTooManyRequests, "too_many_leases")
-	e.want(e.do(context.Background(), http.MethodDelete, "/v1/tickets/"+w.str("ticket"), nil), http.StatusOK, "")
-	e.want(e.acquire(map[string]any{"key": e.key("b")}), http.StatusOK, "")
+	e.want(e.acquire(map[string]any{"key": e.Key("b")}), http.StatusTooManyRequests, "too_many_leases")
+	e.want(e.do(context.Background(), http.MethodDelete, "/v1/tickets/"+w.Str("ticket"), nil), http.StatusOK, "")
+	e.want(e.acquire(map[string]any{"key": e.Key("b")}), http.StatusOK, "")
 
 	e2 := newEnv(t, gatewayMaxWaiters(1))
-	e2.want(e2.acquire(map[string]any{"key": e2.key("a")}), http.StatusOK, "")
-	e2.want(e2.acquire(map[string]any{"key": e2.key("a"), "wait_ms": 10}), http.StatusAccepted, "")
-	e2.want(e2.acquire(map[string]any{"key": e2.key("a"), "wait_ms": 10}), http.StatusTooManyRequests, "too_many_waiters")
+	e2.want(e2.acquire(map[string]any{"key": e2.Key("a")}), http.StatusOK, "")
+	e2.want(e2.acquire(map[string]any{"key": e2.Key("a"), "wait_ms": 10}), http.StatusAccepted, "")
+	e2.want(e2.acquire(map[string]any{"key": e2.Key("a"), "wait_ms": 10}), http.StatusTooManyRequests, "too_many_waiters")
 }
 
 // A lease the backend ends is gone: renew says so. On Redis the lease is
@@ -141,17 +141,17 @@ func TestLimits(t *testing.T) {
 // was granted the key since (nothing overlapped), and answers released.
 func TestLease_lostOnTheBackend(t *testing.T) {
 	e := newEnv(t)
-	key := e.key("k")
+	key := e.Key("k")
 	a := e.acquire(map[string]any{"key": key, "ttl_ms": 300})
 	e.want(a, http.StatusOK, "")
 	for _, k := range strings.Fields(e.redisKeys()) {
 		e.redis("DEL", k)
 	}
-	id := a.str("lease_id")
+	id := a.Str("lease_id")
 	var last reply
 	e.eventually("renew says the lease was lost", func() bool {
 		last = e.do(context.Background(), http.MethodPost, "/v1/leases/"+id+"/renew", nil)
-		return last.status != http.StatusOK
+		return last.Status != http.StatusOK
 	})
 	e.want(last, http.StatusGone, "lease_expired")
 	e.want(e.do(context.Background(), http.MethodDelete, "/v1/leases/"+id, nil), http.StatusOK, "")

@@ -24,7 +24,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/gateway"
 )
 
@@ -38,16 +37,16 @@ const (
 // credentials writes a credentials file whose principals' prefixes are
 // under the test's own, and loads it.
 func (e *env) credentials() *gateway.Credentials {
-	e.t.Helper()
-	path := filepath.Join(e.t.TempDir(), "tokens")
+	e.T.Helper()
+	path := filepath.Join(e.T.TempDir(), "tokens")
 	content := fmt.Sprintf("# the tests' principals\n%s orders lock:%sorders/ read:%sorders/\n%s reader read:\n  %s root admin\n- client-a lock:%sorders/\n",
-		tokOrders, e.prefix, e.prefix, tokReader, tokAdmin, e.prefix)
+		tokOrders, e.Prefix, e.Prefix, tokReader, tokAdmin, e.Prefix)
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	c, err := gateway.LoadCredentials(path)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	return c
 }
@@ -55,9 +54,9 @@ func (e *env) credentials() *gateway.Credentials {
 // as is e sending token as its bearer token ("" for none).
 func (e *env) as(token string) *env {
 	c := *e
-	c.header = http.Header{}
+	c.reqHeader = http.Header{}
 	if token != "" {
-		c.header.Set("Authorization", "Bearer "+token)
+		c.reqHeader.Set("Authorization", "Bearer "+token)
 	}
 	return &c
 }
@@ -77,11 +76,11 @@ func newAuthEnv(t *testing.T, opts ...gateway.Option) *env {
 
 func TestAuth_missingOrWrongToken_401_nothingChanged(t *testing.T) {
 	e := newAuthEnv(t)
-	key := e.key("orders/1")
+	key := e.Key("orders/1")
 	held := e.as(tokOrders).acquire(map[string]any{"key": key, "ttl_ms": 10000})
 	e.want(held, http.StatusOK, "")
-	id := held.str("lease_id")
-	other := e.key("orders/2")
+	id := held.Str("lease_id")
+	other := e.Key("orders/2")
 
 	for _, c := range []struct {
 		name  string
@@ -91,21 +90,21 @@ func TestAuth_missingOrWrongToken_401_nothingChanged(t *testing.T) {
 			x := e.as(c.token)
 			r := x.acquire(map[string]any{"key": other})
 			x.want(r, http.StatusUnauthorized, gateway.CodeUnauthenticated)
-			if r.header.Get("WWW-Authenticate") == "" {
-				t.Errorf("401 without WWW-Authenticate: %v", r.header)
+			if r.Header.Get("WWW-Authenticate") == "" {
+				t.Errorf("401 without WWW-Authenticate: %v", r.Header)
 			}
 			x.want(x.do(context.Background(), http.MethodDelete, "/v1/leases/"+id, nil), http.StatusUnauthorized, gateway.CodeUnauthenticated)
 			x.want(x.do(context.Background(), http.MethodPost, "/v1/leases/"+id+"/renew", nil), http.StatusUnauthorized, gateway.CodeUnauthenticated)
 			x.want(x.do(context.Background(), http.MethodGet, "/v1/keys/"+key, nil), http.StatusUnauthorized, gateway.CodeUnauthenticated)
 			x.want(x.do(context.Background(), http.MethodPost, "/v1/stream-tickets", nil), http.StatusUnauthorized, gateway.CodeUnauthenticated)
-			x.want(x.do(context.Background(), http.MethodGet, "/v1/watch?prefix="+escapeQuery(e.prefix), nil), http.StatusUnauthorized, gateway.CodeUnauthenticated)
+			x.want(x.do(context.Background(), http.MethodGet, "/v1/watch?prefix="+escapeQuery(e.Prefix), nil), http.StatusUnauthorized, gateway.CodeUnauthenticated)
 		})
 	}
-	if in := e.info(other); len(in.Holders)+len(in.Waiters) != 0 {
+	if in := e.Info(other); len(in.Holders)+len(in.Waiters) != 0 {
 		t.Fatalf("%s after refused acquires: %+v", other, in)
 	}
-	if in := e.info(key); len(in.Holders) != 1 || in.Holders[0].Token != uint64(held.num("token")) {
-		t.Fatalf("%s after refused releases: %+v, want held by token %d", key, in.Holders, held.num("token"))
+	if in := e.Info(key); len(in.Holders) != 1 || in.Holders[0].Token != uint64(held.Num("token")) {
+		t.Fatalf("%s after refused releases: %+v, want held by token %d", key, in.Holders, held.Num("token"))
 	}
 	// The dashboard's files and the API's description need no token:
 	// the page must load to ask for one.
@@ -118,21 +117,21 @@ func TestAuth_missingOrWrongToken_401_nothingChanged(t *testing.T) {
 func TestAuth_prefixPermissions_403_nothingChanged(t *testing.T) {
 	e := newAuthEnv(t)
 	orders, billing := e.as(tokOrders), e.as(tokReader)
-	mine := e.key("orders/1")
-	theirs := e.key("billing/1")
+	mine := e.Key("orders/1")
+	theirs := e.Key("billing/1")
 
 	// A principal allowed lock:…orders/ only.
 	e.want(orders.acquire(map[string]any{"key": theirs}), http.StatusForbidden, gateway.CodeForbidden)
 	e.want(orders.do(context.Background(), http.MethodPost, "/v1/hold", map[string]any{"key": theirs}), http.StatusForbidden, gateway.CodeForbidden)
 	e.want(orders.do(context.Background(), http.MethodGet, "/v1/keys/"+theirs, nil), http.StatusForbidden, gateway.CodeForbidden)
-	e.want(orders.do(context.Background(), http.MethodGet, "/v1/keys?prefix="+escapeQuery(e.prefix), nil), http.StatusForbidden, gateway.CodeForbidden)
-	e.want(orders.do(context.Background(), http.MethodGet, "/v1/keys?prefix="+escapeQuery(e.key("orders/")), nil), http.StatusOK, "")
+	e.want(orders.do(context.Background(), http.MethodGet, "/v1/keys?prefix="+escapeQuery(e.Prefix), nil), http.StatusForbidden, gateway.CodeForbidden)
+	e.want(orders.do(context.Background(), http.MethodGet, "/v1/keys?prefix="+escapeQuery(e.Key("orders/")), nil), http.StatusOK, "")
 	// A read-only principal takes nothing.
 	e.want(billing.acquire(map[string]any{"key": mine}), http.StatusForbidden, gateway.CodeForbidden)
-	if in := e.info(theirs); len(in.Holders)+len(in.Waiters) != 0 {
+	if in := e.Info(theirs); len(in.Holders)+len(in.Waiters) != 0 {
 		t.Fatalf("%s after refused acquires: %+v", theirs, in)
 	}
-	if in := e.info(mine); len(in.Holders)+len(in.Waiters) != 0 {
+	if in := e.Info(mine); len(in.Holders)+len(in.Waiters) != 0 {
 		t.Fatalf("%s after refused acquires: %+v", mine, in)
 	}
 
@@ -140,27 +139,27 @@ func TestAuth_prefixPermissions_403_nothingChanged(t *testing.T) {
 	root := e.as(tokAdmin)
 	held := root.acquire(map[string]any{"key": theirs, "ttl_ms": 10000})
 	e.want(held, http.StatusOK, "")
-	id := held.str("lease_id")
+	id := held.Str("lease_id")
 	for _, path := range []string{"/renew", "/release", "/resign"} {
 		e.want(orders.do(context.Background(), http.MethodPost, "/v1/leases/"+id+path, nil), http.StatusForbidden, gateway.CodeForbidden)
 	}
 	e.want(orders.do(context.Background(), http.MethodDelete, "/v1/leases/"+id, nil), http.StatusForbidden, gateway.CodeForbidden)
 	e.want(orders.do(context.Background(), http.MethodGet, "/v1/leases/"+id, nil), http.StatusForbidden, gateway.CodeForbidden)
-	if in := e.info(theirs); len(in.Holders) != 1 {
+	if in := e.Info(theirs); len(in.Holders) != 1 {
 		t.Fatalf("%s after refused releases: %+v, want still held", theirs, in)
 	}
 	// A waiter's ticket, the same.
 	poll := root.acquire(map[string]any{"key": theirs, "wait_ms": 10})
 	e.want(poll, http.StatusAccepted, "")
-	e.want(orders.do(context.Background(), http.MethodDelete, "/v1/tickets/"+poll.str("ticket"), nil), http.StatusForbidden, gateway.CodeForbidden)
-	e.want(root.do(context.Background(), http.MethodDelete, "/v1/tickets/"+poll.str("ticket"), nil), http.StatusOK, "")
+	e.want(orders.do(context.Background(), http.MethodDelete, "/v1/tickets/"+poll.Str("ticket"), nil), http.StatusForbidden, gateway.CodeForbidden)
+	e.want(root.do(context.Background(), http.MethodDelete, "/v1/tickets/"+poll.Str("ticket"), nil), http.StatusOK, "")
 
 	// Allowed: its own prefix, all the way.
 	a := orders.acquire(map[string]any{"key": mine, "ttl_ms": 10000})
 	e.want(a, http.StatusOK, "")
-	e.want(orders.do(context.Background(), http.MethodPost, "/v1/leases/"+a.str("lease_id")+"/renew", nil), http.StatusOK, "")
+	e.want(orders.do(context.Background(), http.MethodPost, "/v1/leases/"+a.Str("lease_id")+"/renew", nil), http.StatusOK, "")
 	e.want(orders.do(context.Background(), http.MethodGet, "/v1/keys/"+mine, nil), http.StatusOK, "")
-	e.want(orders.do(context.Background(), http.MethodDelete, "/v1/leases/"+a.str("lease_id"), nil), http.StatusOK, "")
+	e.want(orders.do(context.Background(), http.MethodDelete, "/v1/leases/"+a.Str("lease_id"), nil), http.StatusOK, "")
 	e.want(root.do(context.Background(), http.MethodDelete, "/v1/leases/"+id, nil), http.StatusOK, "")
 }
 
@@ -173,17 +172,17 @@ func TestAuth_streamTickets(t *testing.T) {
 		t.Helper()
 		r := x.do(context.Background(), http.MethodPost, "/v1/stream-tickets", nil)
 		e.want(r, http.StatusOK, "")
-		return r.str("stream_ticket")
+		return r.Str("stream_ticket")
 	}
 	// A ticket for a prefix beyond the principal's is refused, and spent.
 	tk := ticket(orders)
-	e.want(e.as("").do(context.Background(), http.MethodGet, "/v1/watch?prefix="+escapeQuery(e.prefix)+"&stream_ticket="+tk, nil), http.StatusForbidden, gateway.CodeForbidden)
-	e.want(e.as("").do(context.Background(), http.MethodGet, "/v1/observe/"+e.key("billing/x")+"?stream_ticket="+ticket(orders), nil), http.StatusForbidden, gateway.CodeForbidden)
+	e.want(e.as("").do(context.Background(), http.MethodGet, "/v1/watch?prefix="+escapeQuery(e.Prefix)+"&stream_ticket="+tk, nil), http.StatusForbidden, gateway.CodeForbidden)
+	e.want(e.as("").do(context.Background(), http.MethodGet, "/v1/observe/"+e.Key("billing/x")+"?stream_ticket="+ticket(orders), nil), http.StatusForbidden, gateway.CodeForbidden)
 
 	// Within it, the stream opens with no other credentials.
-	key := e.key("orders/1")
+	key := e.Key("orders/1")
 	e.want(orders.acquire(map[string]any{"key": key, "ttl_ms": 10000}), http.StatusOK, "")
-	w := e.watch("prefix="+escapeQuery(e.key("orders/"))+"&stream_ticket="+ticket(orders), nil)
+	w := e.watch("prefix="+escapeQuery(e.Key("orders/"))+"&stream_ticket="+ticket(orders), nil)
 	ev := w.next(t)
 	if ev.Event != "snapshot" || len(ev.Keys) != 1 || ev.Keys[0].Key != key {
 		t.Fatalf("first event %+v, want a snapshot of %s", ev, key)
@@ -273,19 +272,19 @@ func TestCredentials_fileChecked(t *testing.T) {
 func TestRateLimit_429WithRetryAfter(t *testing.T) {
 	e := newAuthEnv(t, gateway.RateLimit(0.5, 3))
 	orders, reader := e.as(tokOrders), e.as(tokReader)
-	path := "/v1/keys?prefix=" + escapeQuery(e.key("orders/"))
+	path := "/v1/keys?prefix=" + escapeQuery(e.Key("orders/"))
 	for i := range 3 {
 		e.want(orders.do(context.Background(), http.MethodGet, path, nil), http.StatusOK, "")
 		_ = i
 	}
 	r := orders.do(context.Background(), http.MethodGet, path, nil)
 	e.want(r, http.StatusTooManyRequests, gateway.CodeRateLimited)
-	if s, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || s < 1 || s > 2 {
-		t.Fatalf("Retry-After %q, want 1 or 2 (seconds until a token at 0.5/s)", r.header.Get("Retry-After"))
+	if s, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || s < 1 || s > 2 {
+		t.Fatalf("Retry-After %q, want 1 or 2 (seconds until a token at 0.5/s)", r.Header.Get("Retry-After"))
 	}
 	// Refused before anything is done.
-	e.want(orders.acquire(map[string]any{"key": e.key("orders/1")}), http.StatusTooManyRequests, gateway.CodeRateLimited)
-	if in := e.info(e.key("orders/1")); len(in.Holders) != 0 {
+	e.want(orders.acquire(map[string]any{"key": e.Key("orders/1")}), http.StatusTooManyRequests, gateway.CodeRateLimited)
+	if in := e.Info(e.Key("orders/1")); len(in.Holders) != 0 {
 		t.Fatalf("held after a refused acquire: %+v", in.Holders)
 	}
 	// Each principal has its own bucket.
@@ -295,21 +294,21 @@ func TestRateLimit_429WithRetryAfter(t *testing.T) {
 func TestRateLimit_perAddressWithoutAuth(t *testing.T) {
 	e := newEnv(t, gateway.RateLimit(0.5, 2))
 	for range 2 {
-		e.want(e.do(context.Background(), http.MethodGet, "/v1/keys?prefix="+escapeQuery(e.prefix), nil), http.StatusOK, "")
+		e.want(e.do(context.Background(), http.MethodGet, "/v1/keys?prefix="+escapeQuery(e.Prefix), nil), http.StatusOK, "")
 	}
-	e.want(e.do(context.Background(), http.MethodGet, "/v1/keys?prefix="+escapeQuery(e.prefix), nil), http.StatusTooManyRequests, gateway.CodeRateLimited)
+	e.want(e.do(context.Background(), http.MethodGet, "/v1/keys?prefix="+escapeQuery(e.Prefix), nil), http.StatusTooManyRequests, gateway.CodeRateLimited)
 }
 
 func TestMaxStreamsPerClient_429(t *testing.T) {
 	e := newAuthEnv(t, gateway.MaxStreamsPerClient(1))
 	orders := e.as(tokOrders)
-	prefix := escapeQuery(e.key("orders/"))
+	prefix := escapeQuery(e.Key("orders/"))
 	w := e.watch("prefix="+prefix, http.Header{"Authorization": {"Bearer " + tokOrders}})
 	if ev := w.next(t); ev.Event != "snapshot" {
 		t.Fatalf("first event %+v", ev)
 	}
-	e.want(orders.do(context.Background(), http.MethodPost, "/v1/hold", map[string]any{"key": e.key("orders/1")}), http.StatusTooManyRequests, gateway.CodeTooManyStreams)
-	if in := e.info(e.key("orders/1")); len(in.Holders) != 0 {
+	e.want(orders.do(context.Background(), http.MethodPost, "/v1/hold", map[string]any{"key": e.Key("orders/1")}), http.StatusTooManyRequests, gateway.CodeTooManyStreams)
+	if in := e.Info(e.Key("orders/1")); len(in.Holders) != 0 {
 		t.Fatalf("held after a refused hold: %+v", in.Holders)
 	}
 	// Another principal's streams are its own.
@@ -319,12 +318,12 @@ func TestMaxStreamsPerClient_429(t *testing.T) {
 	}
 	// The stream closed, its slot is free again: a hold of a key taken
 	// is refused for that now, at once, rather than for the bound.
-	taken := e.key("orders/taken")
+	taken := e.Key("orders/taken")
 	e.want(e.as(tokAdmin).acquire(map[string]any{"key": taken, "ttl_ms": 10000}), http.StatusOK, "")
 	w.resp.Body.Close()
 	e.eventually("the closed stream is no longer counted", func() bool {
 		r := orders.do(context.Background(), http.MethodPost, "/v1/hold", map[string]any{"key": taken})
-		return r.status == http.StatusConflict && r.code() == gateway.CodeLocked
+		return r.Status == http.StatusConflict && r.Code() == gateway.CodeLocked
 	})
 }
 
@@ -405,41 +404,17 @@ func (p *pki) issue(t *testing.T, cn string, server bool) (tls.Certificate, []by
 // client certificates of clientCA when it is not nil.
 func newTLSEnv(t *testing.T, ca, clientCA *pki, opts ...gateway.Option) *env {
 	t.Helper()
-	ctx := context.Background()
-	url := "redis://" + redisAddr + "/0"
-	c, err := dlock.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	direct, err := dlock.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := gateway.New(c, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvCert, _, _ := ca.issue(t, "gateway", true)
-	srv := httptest.NewUnstartedServer(gw)
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{srvCert}, MinVersion: tls.VersionTLS12}
-	if clientCA != nil {
-		pool := x509.NewCertPool()
-		pool.AddCert(clientCA.cert)
-		srv.TLS.ClientAuth, srv.TLS.ClientCAs = tls.RequireAndVerifyClientCert, pool
-	}
-	// The handshakes the tests make fail on purpose: not worth a log line.
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
-	srv.StartTLS()
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		if err := gw.Close(context.Background()); err != nil {
-			t.Errorf("gateway Close: %v", err)
+	e := startEnv(t, "redis://"+redisAddr+"/0", func(srv *httptest.Server) {
+		srvCert, _, _ := ca.issue(t, "gateway", true)
+		srv.TLS = &tls.Config{Certificates: []tls.Certificate{srvCert}, MinVersion: tls.VersionTLS12}
+		if clientCA != nil {
+			pool := x509.NewCertPool()
+			pool.AddCert(clientCA.cert)
+			srv.TLS.ClientAuth, srv.TLS.ClientCAs = tls.RequireAndVerifyClientCert, pool
 		}
-		c.Close()
-		direct.Close()
-	})
-	e := &env{t: t, gw: gw, srv: srv, direct: direct, prefix: fmt.Sprintf("gw/%s/%d/", t.Name(), keySeq.Add(1))}
+		// The handshakes the tests make fail on purpose: not worth a log line.
+		srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	}, opts...)
 	e.client = tlsClient(ca, nil)
 	return e
 }
@@ -460,16 +435,16 @@ func TestTLS_netHTTPAndCurlWithTheCA(t *testing.T) {
 	var creds *gateway.Credentials
 	e := newTLSEnv(t, ca, nil, gateway.Authenticate(func(r *http.Request) (gateway.Principal, error) { return creds.Authenticate(r) }))
 	creds = e.credentials()
-	key := e.key("orders/1")
+	key := e.Key("orders/1")
 
 	// net/http trusting the CA.
 	a := e.as(tokOrders).acquire(map[string]any{"key": key, "ttl_ms": 10000})
 	e.want(a, http.StatusOK, "")
-	if in := e.info(key); len(in.Holders) != 1 {
+	if in := e.Info(key); len(in.Holders) != 1 {
 		t.Fatalf("not held after a grant over TLS: %+v", in)
 	}
 	// Not trusting it: refused at the handshake.
-	if _, err := http.Get(e.srv.URL + "/openapi.yaml"); err == nil {
+	if _, err := http.Get(e.Srv.URL + "/openapi.yaml"); err == nil {
 		t.Fatal("a client that does not trust the CA connected")
 	}
 
@@ -478,10 +453,10 @@ func TestTLS_netHTTPAndCurlWithTheCA(t *testing.T) {
 	if err := os.WriteFile(caFile, ca.pem, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e.want(e.curl("--cacert", caFile, "-H", "Authorization: Bearer "+tokOrders, "-X", "POST", "$GW/v1/leases/"+a.str("lease_id")+"/renew"), http.StatusOK, "")
-	e.want(e.curl("--cacert", caFile, "-X", "POST", "$GW/v1/leases/"+a.str("lease_id")+"/renew"), http.StatusUnauthorized, gateway.CodeUnauthenticated)
-	e.want(e.curl("--cacert", caFile, "-H", "Authorization: Bearer "+tokOrders, "-X", "DELETE", "$GW/v1/leases/"+a.str("lease_id")), http.StatusOK, "")
-	if in := e.info(key); len(in.Holders) != 0 {
+	e.want(e.curl("--cacert", caFile, "-H", "Authorization: Bearer "+tokOrders, "-X", "POST", "$GW/v1/leases/"+a.Str("lease_id")+"/renew"), http.StatusOK, "")
+	e.want(e.curl("--cacert", caFile, "-X", "POST", "$GW/v1/leases/"+a.Str("lease_id")+"/renew"), http.StatusUnauthorized, gateway.CodeUnauthenticated)
+	e.want(e.curl("--cacert", caFile, "-H", "Authorization: Bearer "+tokOrders, "-X", "DELETE", "$GW/v1/leases/"+a.Str("lease_id")), http.StatusOK, "")
+	if in := e.Info(key); len(in.Holders) != 0 {
 		t.Fatalf("held after curl's release: %+v", in)
 	}
 }
@@ -492,7 +467,7 @@ func TestMTLS_clientCertificates(t *testing.T) {
 	var creds *gateway.Credentials
 	e := newTLSEnv(t, ca, ca, gateway.Authenticate(func(r *http.Request) (gateway.Principal, error) { return creds.Authenticate(r) }))
 	creds = e.credentials()
-	key := e.key("orders/1")
+	key := e.Key("orders/1")
 
 	// A certificate of another CA: refused at the handshake.
 	stranger, _, _ := other.issue(t, "client-a", false)
@@ -505,7 +480,7 @@ func TestMTLS_clientCertificates(t *testing.T) {
 	if _, err := x.try(context.Background(), http.MethodPost, "/v1/acquire", map[string]any{"key": key}); err == nil {
 		t.Fatal("a client with another CA's certificate connected")
 	}
-	if in := e.info(key); len(in.Holders) != 0 {
+	if in := e.Info(key); len(in.Holders) != 0 {
 		t.Fatalf("held after refused handshakes: %+v", in)
 	}
 
@@ -515,8 +490,8 @@ func TestMTLS_clientCertificates(t *testing.T) {
 	x.client = tlsClient(ca, &good)
 	a := x.acquire(map[string]any{"key": key, "ttl_ms": 10000})
 	e.want(a, http.StatusOK, "")
-	e.want(x.acquire(map[string]any{"key": e.key("billing/1")}), http.StatusForbidden, gateway.CodeForbidden)
-	e.want(x.do(context.Background(), http.MethodDelete, "/v1/leases/"+a.str("lease_id"), nil), http.StatusOK, "")
+	e.want(x.acquire(map[string]any{"key": e.Key("billing/1")}), http.StatusForbidden, gateway.CodeForbidden)
+	e.want(x.do(context.Background(), http.MethodDelete, "/v1/leases/"+a.Str("lease_id"), nil), http.StatusOK, "")
 	// A certificate the file does not name.
 	nobody, _, _ := ca.issue(t, "client-b", false)
 	x.client = tlsClient(ca, &nobody)
@@ -525,11 +500,11 @@ func TestMTLS_clientCertificates(t *testing.T) {
 	// ClientCertificates: every verified certificate, named by its CN.
 	e2 := newTLSEnv(t, ca, ca, gateway.Authenticate(gateway.ClientCertificates(gateway.Permissions{{Action: gateway.ActionRead}})))
 	e2.client = tlsClient(ca, &nobody)
-	e2.want(e2.do(context.Background(), http.MethodGet, "/v1/keys?prefix="+escapeQuery(e2.prefix), nil), http.StatusOK, "")
-	r := e2.acquire(map[string]any{"key": e2.key("k")})
+	e2.want(e2.do(context.Background(), http.MethodGet, "/v1/keys?prefix="+escapeQuery(e2.Prefix), nil), http.StatusOK, "")
+	r := e2.acquire(map[string]any{"key": e2.Key("k")})
 	e2.want(r, http.StatusForbidden, gateway.CodeForbidden)
-	if !strings.Contains(r.str("message")+r.raw, "client-b may not lock") {
-		t.Fatalf("the refusal does not name the certificate's principal: %s", r.raw)
+	if !strings.Contains(r.Str("message")+r.Raw, "client-b may not lock") {
+		t.Fatalf("the refusal does not name the certificate's principal: %s", r.Raw)
 	}
 }
 

@@ -1,7 +1,6 @@
 package gwtest
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/gateway"
-	"github.com/dlockdev/dlock/internal/testing/testserver"
 )
 
 // scene is the state the watch and dashboard tests look at, taken through
@@ -39,11 +37,11 @@ func note(n string) dlock.CommonOption {
 }
 
 func newScene(e *env) *scene {
-	e.t.Helper()
+	e.T.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &scene{e: e, orders: e.key("orders"), reports: e.key("reports"), scheduler: e.key("scheduler"), ctx: ctx, cancel: cancel, waiting: map[string]chan waitResult{}}
+	s := &scene{e: e, orders: e.Key("orders"), reports: e.Key("reports"), scheduler: e.Key("scheduler"), ctx: ctx, cancel: cancel, waiting: map[string]chan waitResult{}}
 	var held []*dlock.Lease
-	e.t.Cleanup(func() {
+	e.T.Cleanup(func() {
 		cancel()
 		for _, ch := range s.waiting {
 			if r := <-ch; r.lease != nil {
@@ -54,38 +52,38 @@ func newScene(e *env) *scene {
 			_ = l.Unlock(context.Background())
 		}
 	})
-	l, err := e.direct.Lock(ctx, s.orders, note("worker-a"), dlock.WithTTL(30*time.Second))
+	l, err := e.Direct.Lock(ctx, s.orders, note("worker-a"), dlock.WithTTL(30*time.Second))
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	s.ordersLease = l
 	held = append(held, l)
 	for i, w := range []string{"worker-b", "worker-c"} {
 		s.wait(w, func(ctx context.Context) (*dlock.Lease, error) {
-			return e.direct.Lock(ctx, s.orders, note(w), dlock.WithTTL(30*time.Second))
+			return e.Direct.Lock(ctx, s.orders, note(w), dlock.WithTTL(30*time.Second))
 		})
-		e.eventually(w+" waits", func() bool { return len(e.info(s.orders).Waiters) == i+1 })
+		e.eventually(w+" waits", func() bool { return len(e.Info(s.orders).Waiters) == i+1 })
 	}
 	for _, n := range []string{"report-1", "report-2"} {
-		p, err := e.direct.Semaphore(s.reports, 3).Acquire(ctx, note(n))
+		p, err := e.Direct.Semaphore(s.reports, 3).Acquire(ctx, note(n))
 		if err != nil {
-			e.t.Fatal(err)
+			e.T.Fatal(err)
 		}
 		held = append(held, p)
 	}
-	s.leader, err = e.direct.Election(s.scheduler).Campaign(ctx, "10.0.0.7:8080", note("sched-a"))
+	s.leader, err = e.Direct.Election(s.scheduler).Campaign(ctx, "10.0.0.7:8080", note("sched-a"))
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	held = append(held, s.leader.Lease())
 	s.wait("sched-b", func(ctx context.Context) (*dlock.Lease, error) {
-		t, err := e.direct.Election(s.scheduler).Campaign(ctx, "10.0.0.8:8080", note("sched-b"))
+		t, err := e.Direct.Election(s.scheduler).Campaign(ctx, "10.0.0.8:8080", note("sched-b"))
 		if err != nil {
 			return nil, err
 		}
 		return t.Lease(), nil
 	})
-	e.eventually("sched-b is a candidate", func() bool { return len(e.info(s.scheduler).Waiters) == 1 })
+	e.eventually("sched-b is a candidate", func() bool { return len(e.Info(s.scheduler).Waiters) == 1 })
 	return s
 }
 
@@ -102,7 +100,7 @@ func (s *scene) wait(name string, call func(context.Context) (*dlock.Lease, erro
 // handOff releases worker-a's lock (worker-b is granted it) and the
 // leader's term (sched-b leads), and waits for both grants.
 func (s *scene) handOff() {
-	t := s.e.t
+	t := s.e.T
 	t.Helper()
 	if err := s.ordersLease.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
@@ -127,7 +125,7 @@ func (s *scene) handOff() {
 // releaseWaiters ends the waiting calls and releases what they were
 // granted: the lock's and the election's keys are left with nobody.
 func (s *scene) releaseWaiters() {
-	t := s.e.t
+	t := s.e.T
 	t.Helper()
 	s.cancel()
 	for name, ch := range s.waiting {
@@ -143,32 +141,11 @@ func (s *scene) releaseWaiters() {
 }
 
 // watcher is an open GET /v1/watch stream.
-type watcher struct {
-	resp  *http.Response
-	lines *bufio.Scanner
-	sse   bool
-}
+type watcher struct{ *events }
 
 func (e *env) watch(query string, header http.Header) *watcher {
-	e.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.srv.URL+"/v1/watch?"+query, nil)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for k, v := range header {
-		req.Header[k] = v
-	}
-	resp, err := e.srv.Client().Do(req)
-	if err != nil {
-		cancel()
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { cancel(); resp.Body.Close() })
-	if resp.StatusCode != http.StatusOK {
-		e.t.Fatalf("watch: %d", resp.StatusCode)
-	}
-	return &watcher{resp: resp, lines: bufio.NewScanner(resp.Body), sse: resp.Header.Get("Content-Type") == "text/event-stream"}
+	e.T.Helper()
+	return &watcher{e.openEvents("/v1/watch?"+query, header)}
 }
 
 // watchEvent is a decoded event of a watch stream.
@@ -215,20 +192,10 @@ func (w *watcher) next(t *testing.T) watchEvent {
 }
 
 func (w *watcher) read() (watchEvent, error) {
-	id := ""
-	for w.lines.Scan() {
-		line := w.lines.Text()
-		data := line
-		if w.sse {
-			switch {
-			case strings.HasPrefix(line, "id: "):
-				id = strings.TrimPrefix(line, "id: ")
-				continue
-			case strings.HasPrefix(line, "data: "):
-				data = strings.TrimPrefix(line, "data: ")
-			default:
-				continue
-			}
+	for {
+		data, id, err := w.data()
+		if err != nil {
+			return watchEvent{}, fmt.Errorf("watch stream ended: %v", err)
 		}
 		var ev watchEvent
 		if err := json.Unmarshal([]byte(data), &ev); err != nil {
@@ -239,7 +206,6 @@ func (w *watcher) read() (watchEvent, error) {
 			return ev, nil
 		}
 	}
-	return watchEvent{}, fmt.Errorf("watch stream ended: %v", w.lines.Err())
 }
 
 // until reads events, applying them to view, until cond holds of it.
@@ -273,7 +239,7 @@ func (w *watcher) until(t *testing.T, view map[string]keyView, what string, cond
 func TestWatch_snapshotThenChanges(t *testing.T) {
 	e := newEnv(t, gateway.WatchListInterval(50*time.Millisecond))
 	s := newScene(e)
-	w := e.watch("prefix="+escapeQuery(e.prefix), nil)
+	w := e.watch("prefix="+escapeQuery(e.Prefix), nil)
 	first := w.next(t)
 	if first.Event != "snapshot" || len(first.Keys) != 3 {
 		t.Fatalf("first event: %+v, want a snapshot of 3 keys", first)
@@ -314,13 +280,13 @@ func TestWatch_snapshotThenChanges(t *testing.T) {
 func TestWatch_resumeWithLastEventID(t *testing.T) {
 	e := newEnv(t, gateway.WatchListInterval(50*time.Millisecond))
 	ctx := context.Background()
-	l, err := e.direct.Lock(ctx, e.key("a"), note("first"))
+	l, err := e.Direct.Lock(ctx, e.Key("a"), note("first"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Unlock(ctx)
 	sse := http.Header{"Accept": {"text/event-stream"}}
-	w := e.watch("prefix="+escapeQuery(e.prefix), sse)
+	w := e.watch("prefix="+escapeQuery(e.Prefix), sse)
 	snap := w.next(t)
 	if snap.Event != "snapshot" || snap.sseID == "" || snap.sseID != snap.ID || len(snap.Keys) != 1 {
 		t.Fatalf("first event %+v, id line %q", snap, snap.sseID)
@@ -328,18 +294,18 @@ func TestWatch_resumeWithLastEventID(t *testing.T) {
 
 	// Resumed with the id of the view it has, a client gets no snapshot:
 	// its first event is the next change.
-	resumed := e.watch("prefix="+escapeQuery(e.prefix), http.Header{"Accept": {"text/event-stream"}, "Last-Event-ID": {snap.ID}})
-	l2, err := e.direct.Lock(ctx, e.key("b"), note("second"))
+	resumed := e.watch("prefix="+escapeQuery(e.Prefix), http.Header{"Accept": {"text/event-stream"}, "Last-Event-ID": {snap.ID}})
+	l2, err := e.Direct.Lock(ctx, e.Key("b"), note("second"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l2.Unlock(ctx)
-	if ev := resumed.next(t); ev.Event != "key" || ev.Key != e.key("b") || ev.ID == snap.ID {
+	if ev := resumed.next(t); ev.Event != "key" || ev.Key != e.Key("b") || ev.ID == snap.ID {
 		t.Fatalf("resumed stream's first event %+v, want key b's", ev)
 	}
 	// Resumed with an id of another view (the query parameter, as
 	// EventSource's page sends it), a client gets the current snapshot.
-	stale := e.watch("prefix="+escapeQuery(e.prefix)+"&last_event_id="+snap.ID, nil)
+	stale := e.watch("prefix="+escapeQuery(e.Prefix)+"&last_event_id="+snap.ID, nil)
 	if ev := stale.next(t); ev.Event != "snapshot" || len(ev.Keys) != 2 {
 		t.Fatalf("stale resume's first event %+v, want a snapshot of 2 keys", ev)
 	}
@@ -349,11 +315,11 @@ func TestWatch_streamTicketsAreSingleUse(t *testing.T) {
 	e := newEnv(t)
 	r := e.do(context.Background(), http.MethodPost, "/v1/stream-tickets", nil)
 	e.want(r, http.StatusOK, "")
-	ticket := r.str("stream_ticket")
-	if !strings.HasPrefix(ticket, "s_") || r.num("valid_for_ms") != gateway.StreamTicketTTL.Milliseconds() {
-		t.Fatalf("stream ticket reply %s", r.raw)
+	ticket := r.Str("stream_ticket")
+	if !strings.HasPrefix(ticket, "s_") || r.Num("valid_for_ms") != gateway.StreamTicketTTL.Milliseconds() {
+		t.Fatalf("stream ticket reply %s", r.Raw)
 	}
-	w := e.watch("stream_ticket="+ticket+"&prefix="+escapeQuery(e.prefix), nil)
+	w := e.watch("stream_ticket="+ticket+"&prefix="+escapeQuery(e.Prefix), nil)
 	if ev := w.next(t); ev.Event != "snapshot" {
 		t.Fatalf("first event %+v", ev)
 	}
@@ -363,7 +329,7 @@ func TestWatch_streamTicketsAreSingleUse(t *testing.T) {
 
 func TestWatch_refusals(t *testing.T) {
 	e := newEnv(t, gateway.MaxWatches(1))
-	_ = e.watch("prefix="+escapeQuery(e.prefix), nil)
+	_ = e.watch("prefix="+escapeQuery(e.Prefix), nil)
 	e.want(e.do(context.Background(), http.MethodGet, "/v1/watch?prefix=x", nil), http.StatusTooManyRequests, gateway.CodeTooManyWatches)
 
 	e2 := newEnv(t)
@@ -374,28 +340,22 @@ func TestWatch_refusals(t *testing.T) {
 // The watch on etcd and ZooKeeper (the other tests run on Redis): the
 // snapshot shows a holder and a waiter, and the stream the hand-off.
 func TestWatch_backends(t *testing.T) {
-	for _, b := range []struct {
-		name string
-		url  func(t *testing.T) string
-	}{
-		{"etcd", func(t *testing.T) string { return testserver.SharedEtcd(t).URL() }},
-		{"zk", func(t *testing.T) string { return "zk://" + testserver.SharedZooKeeper(t).Addr() }},
-	} {
+	for _, b := range otherBackends {
 		t.Run(b.name, func(t *testing.T) {
 			e := newEnvOn(t, b.url(t))
 			ctx := context.Background()
-			key := e.key("k")
-			first, err := e.direct.Lock(ctx, key, note("first"))
+			key := e.Key("k")
+			first, err := e.Direct.Lock(ctx, key, note("first"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			granted := make(chan waitResult, 1)
 			go func() {
-				l, err := e.direct.Lock(ctx, key, note("second"))
+				l, err := e.Direct.Lock(ctx, key, note("second"))
 				granted <- waitResult{l, err}
 			}()
-			e.eventually("second waits", func() bool { return len(e.info(key).Waiters) == 1 })
-			w := e.watch("prefix="+escapeQuery(e.prefix), nil)
+			e.eventually("second waits", func() bool { return len(e.Info(key).Waiters) == 1 })
+			w := e.watch("prefix="+escapeQuery(e.Prefix), nil)
 			view := map[string]keyView{}
 			w.until(t, view, "first holding, second waiting", func() bool {
 				return notes(view[key].Holders) == "first" && notes(view[key].Waiters) == "second"

@@ -80,26 +80,26 @@ func TestTwoGateways_checker(t *testing.T) {
 					for round := range rounds {
 						body := map[string]any{"key": key, "wait_ms": 30000}
 						r, err := call(ctx, http.MethodPost, base, "/v1/acquire", body)
-						for tries := 0; err == nil && r.status == http.StatusAccepted && tries < 10; tries++ {
-							body["ticket"] = r.str("ticket")
+						for tries := 0; err == nil && r.Status == http.StatusAccepted && tries < 10; tries++ {
+							body["ticket"] = r.Str("ticket")
 							r, err = call(ctx, http.MethodPost, base, "/v1/acquire", body)
 						}
-						if err != nil || r.status != http.StatusOK {
-							fail(fmt.Errorf("client %d: acquire: %v %d %s", c, err, r.status, r.raw))
+						if err != nil || r.Status != http.StatusOK {
+							fail(fmt.Errorf("client %d: acquire: %v %d %s", c, err, r.Status, r.Raw))
 							return
 						}
-						g := grant{client: c, token: r.num("token"), from: time.Now()}
+						g := grant{client: c, token: r.Num("token"), from: time.Now()}
 						// The critical section: a renewal and a round trip
 						// to the backend, so that holders have time to
 						// overlap. Round-robin over the instances where any
 						// serves the lease.
-						id, via := r.str("lease_id"), base
+						id, via := r.Str("lease_id"), base
 						if b.portable {
 							via = gws[(c+round+1)%2]
 						}
 						rn, err := call(ctx, http.MethodPost, via, "/v1/leases/"+id+"/renew", nil)
-						if err != nil || rn.status != http.StatusOK {
-							fail(fmt.Errorf("client %d: renew: %v %d %s", c, err, rn.status, rn.raw))
+						if err != nil || rn.Status != http.StatusOK {
+							fail(fmt.Errorf("client %d: renew: %v %d %s", c, err, rn.Status, rn.Raw))
 						}
 						if _, err := direct.Inspect(ctx, key); err != nil {
 							fail(err)
@@ -112,8 +112,8 @@ func TestTwoGateways_checker(t *testing.T) {
 							via = gws[(c+round)%2]
 						}
 						rel, err := call(ctx, http.MethodDelete, via, "/v1/leases/"+id, nil)
-						if err != nil || rel.status != http.StatusOK {
-							fail(fmt.Errorf("client %d: release: %v %d %s", c, err, rel.status, rel.raw))
+						if err != nil || rel.Status != http.StatusOK {
+							fail(fmt.Errorf("client %d: release: %v %d %s", c, err, rel.Status, rel.Raw))
 							return
 						}
 					}

@@ -86,10 +86,10 @@ func TestGatewayKilled_leaseExpiresTokensGoUp(t *testing.T) {
 			}
 			body := map[string]any{"key": key, "ttl_ms": ttl.Milliseconds()}
 			r, err := call(ctx, http.MethodPost, base, "/v1/acquire", body)
-			if err != nil || r.status != http.StatusOK {
-				t.Fatalf("acquire through the gateway: %v %d %s", err, r.status, r.raw)
+			if err != nil || r.Status != http.StatusOK {
+				t.Fatalf("acquire through the gateway: %v %d %s", err, r.Status, r.Raw)
 			}
-			first := uint64(r.num("token"))
+			first := uint64(r.Num("token"))
 			if in, err := direct.Inspect(ctx, key); err != nil || len(in.Holders) != 1 || in.Holders[0].Token != first {
 				t.Fatalf("the gateway granted token %d; the backend shows %+v (%v)", first, in, err)
 			}
@@ -156,10 +156,10 @@ func TestGatewayKilled_leaseRenewedThroughAnother(t *testing.T) {
 				t.Fatal(err)
 			}
 			r, err := call(ctx, http.MethodPost, base, "/v1/acquire", map[string]any{"key": key, "ttl_ms": ttl.Milliseconds()})
-			if err != nil || r.status != http.StatusOK {
-				t.Fatalf("acquire through the gateway: %v %d %s", err, r.status, r.raw)
+			if err != nil || r.Status != http.StatusOK {
+				t.Fatalf("acquire through the gateway: %v %d %s", err, r.Status, r.Raw)
 			}
-			first, id := uint64(r.num("token")), r.str("lease_id")
+			first, id := uint64(r.Num("token")), r.Str("lease_id")
 			granted := time.Now()
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
@@ -168,8 +168,8 @@ func TestGatewayKilled_leaseRenewedThroughAnother(t *testing.T) {
 			// the instance left.
 			for time.Since(granted) < 2*ttl {
 				rn, err := call(ctx, http.MethodPost, other, "/v1/leases/"+id+"/renew", nil)
-				if err != nil || rn.status != http.StatusOK {
-					t.Fatalf("renew through the other instance %v after the grant: %v %d %s", time.Since(granted), err, rn.status, rn.raw)
+				if err != nil || rn.Status != http.StatusOK {
+					t.Fatalf("renew through the other instance %v after the grant: %v %d %s", time.Since(granted), err, rn.Status, rn.Raw)
 				}
 				time.Sleep(ttl / 5) // the client's renewal interval, not a wait for an event
 			}
@@ -177,8 +177,8 @@ func TestGatewayKilled_leaseRenewedThroughAnother(t *testing.T) {
 				t.Fatalf("TryLock beside the lease renewed through the other instance: %v, want ErrLocked", err)
 			}
 			rel, err := call(ctx, http.MethodDelete, other, "/v1/leases/"+id, nil)
-			if err != nil || rel.status != http.StatusOK {
-				t.Fatalf("release through the other instance: %v %d %s", err, rel.status, rel.raw)
+			if err != nil || rel.Status != http.StatusOK {
+				t.Fatalf("release through the other instance: %v %d %s", err, rel.Status, rel.Raw)
 			}
 			// Released, not left to expire: free at once.
 			lease, err := direct.TryLock(ctx, key)

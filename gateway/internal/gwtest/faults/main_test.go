@@ -1,16 +1,11 @@
 package faults
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,7 +13,7 @@ import (
 	"github.com/dlockdev/dlock"
 	_ "github.com/dlockdev/dlock/etcddlock"
 	"github.com/dlockdev/dlock/gateway"
-	"github.com/dlockdev/dlock/internal/testing/leakcheck"
+	"github.com/dlockdev/dlock/internal/testing/gwenv"
 	"github.com/dlockdev/dlock/internal/testing/testproc"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	_ "github.com/dlockdev/dlock/redisdlock"
@@ -32,23 +27,7 @@ var redisAddr string
 // (gatewayProcess): started again by testproc, it runs that instead.
 func TestMain(m *testing.M) {
 	testproc.RunChild(map[string]testproc.Role{"gateway": gatewayProcess})
-	addr, stop, err := testserver.StartRedisForMain()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "faults:", err)
-		os.Exit(1)
-	}
-	redisAddr = addr
-	code := m.Run()
-	stop()
-	testserver.StopSharedEtcd()
-	testserver.StopSharedZooKeeper()
-	if code == 0 {
-		if err := leakcheck.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "faults:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	gwenv.Main(m, "faults", &redisAddr, nil)
 }
 
 // waitFor bounds every request of the tests.
@@ -112,54 +91,14 @@ func serveGateway(t *testing.T, url string, opts ...gateway.Option) string {
 }
 
 // reply is a decoded JSON reply of the gateway.
-type reply struct {
-	status int
-	body   map[string]any
-	raw    string
-}
-
-func (r reply) str(field string) string {
-	s, _ := r.body[field].(string)
-	return s
-}
-
-func (r reply) num(field string) int64 {
-	f, _ := r.body[field].(float64)
-	return int64(f)
-}
+type reply = gwenv.Reply
 
 // call sends a request (body marshalled as JSON, nil for none) to the
 // gateway at base, on a connection of its own, and decodes the reply.
 func call(ctx context.Context, method, base, path string, body any) (reply, error) {
-	var rd io.Reader
-	if body != nil {
-		j, err := json.Marshal(body)
-		if err != nil {
-			return reply{}, err
-		}
-		rd = bytes.NewReader(j)
-	}
 	ctx, cancel := context.WithTimeout(ctx, 2*waitFor)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
-	if err != nil {
-		return reply{}, err
-	}
-	req.Header.Set("Content-Type", "application/json")
 	tr := &http.Transport{DisableKeepAlives: true}
 	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr}).Do(req)
-	if err != nil {
-		return reply{}, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return reply{}, err
-	}
-	r := reply{status: resp.StatusCode, raw: string(raw)}
-	if err := json.Unmarshal(raw, &r.body); err != nil {
-		return r, errors.Join(fmt.Errorf("reply %q", raw), err)
-	}
-	return r, nil
+	return gwenv.Call(ctx, &http.Client{Transport: tr}, http.Header{"Content-Type": {"application/json"}}, method, base+path, body)
 }
