@@ -40,14 +40,17 @@ func TestScenario7_HalfOpen(t *testing.T) {
 				s := runHalfOpen(t, c, false, 1)
 				// The deadline check is exact; the moment Done was seen
 				// also carries scheduling delay on a loaded machine.
-				ok := s.late == 0 && s.counted == s.trials && s.leaks == "" && s.maxDetect <= c.ttl+time.Second
+				// On etcd the cut comes after a renewal seen by the
+				// holder (waitRenewed), not by the proxy.
+				counted := c.kind == "etcd" || s.counted == s.trials
+				ok := s.late == 0 && counted && s.leaks == "" && s.maxDetect <= c.ttl+time.Second
 				linger := ""
 				if s.lingered != "" {
 					linger = fmt.Sprintf(" (but goroutines outlived Close by up to %v: %s)", s.lingerFor.Round(100*time.Millisecond), s.lingered)
 				}
 				record(t, "7 half-open connection", c.kind, "dlock", verdict(ok),
-					"last renewal before the cut counted %d/%d; Done closed %v after the cut (max; bound TTL + 1 s = %v); %s %d/%d (max: %v); holders with goroutines left 20 s after Close: %d%s",
-					s.counted, s.trials, s.maxDetect.Round(time.Millisecond), c.ttl+time.Second, halfOpenCheck[c.kind == "etcd"], s.late, s.trials, s.maxLate.Round(time.Millisecond), s.leaked, linger)
+					"%sDone closed %v after the cut (max; bound TTL + 1 s = %v); %s %d/%d (max: %v); holders with goroutines left 20 s after Close: %d%s",
+					s.countedFigure(c.kind), s.maxDetect.Round(time.Millisecond), c.ttl+time.Second, halfOpenCheck[c.kind == "etcd"], s.late, s.trials, s.maxLate.Round(time.Millisecond), s.leaked, linger)
 				if !ok {
 					t.Errorf("scenario 7 failed: %+v", s)
 				}
@@ -62,6 +65,15 @@ func TestScenario7_HalfOpen(t *testing.T) {
 			})
 		})
 	}
+}
+
+// countedFigure says in how many trials the renewal answered before the
+// cut moved the deadline; nothing on etcd, where it is not observed.
+func (s *halfOpenStats) countedFigure(kind string) string {
+	if kind == "etcd" {
+		return ""
+	}
+	return fmt.Sprintf("last renewal before the cut counted %d/%d; ", s.counted, s.trials)
 }
 
 // halfOpenCheck names what the deadline is compared with.
