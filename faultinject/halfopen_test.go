@@ -256,3 +256,69 @@ func waitRenewed(t *testing.T, p *proc, was int64, ttl time.Duration) {
 		time.Sleep(10 * time.Millisecond) // polling the holder's state
 	}
 }
+
+// Scenario 7b. The holder's connections go silent (Stall: no reply, no
+// reset, as behind a NAT or a load balancer that lost their state) while
+// new connections to the server work. The renewal in flight on a silent
+// connection is given up on within half of what is left of the lease and
+// sent again on another connection (docs/redis.md, docs/zookeeper.md, docs/etcd.md),
+// so the lease survives: its deadline passes the moment of the stall plus
+// the TTL, which only a renewal sent after the stall can give, and Done
+// stays open; the proxy accepted a new connection meanwhile. Replies are
+// not delayed: a retry costs a new connection's round trips (connect,
+// handshake, the request) within what is left of the lease, which 200 ms
+// replies on a 1 s lease do not fit. There is no negative control: no build keeps
+// the old wait-for-the-deadline renewal; scenario 7 catches the weak
+// build, and redisdlock's, zkdlock's and etcddlock's own tests pin the
+// retry.
+func TestScenario7b_StalledConnection(t *testing.T) {
+	t.Parallel()
+	for _, c := range pauseCases {
+		t.Run(c.kind, func(t *testing.T) {
+			r := newKindRigTTL(t, c.kind, "dlock", c.ttl)
+			pa := r.proxy()
+			if c.kind == "zk" {
+				pa.DiscardRequests(isPing)
+			}
+			a := r.holder("A", false, pa)
+			ev := a.call(faultinject.Command{Op: "lock", Key: r.key("s7b"), Timeout: 15 * time.Second}, time.Minute)
+			if !ev.Held {
+				t.Fatalf("A could not take a free key: %s", ev.Err)
+			}
+			from := a.mark()
+			waitRenewed(t, a, ev.Deadline, c.ttl)
+			dialed := pa.Accepted()
+			pa.Stall()
+			stall := faultinject.Mono()
+			deadline := time.Now().Add(3*c.ttl + time.Minute)
+			var st faultinject.Event
+			for {
+				st = a.call(faultinject.Command{Op: "state"}, time.Minute)
+				if st.Deadline > stall+int64(c.ttl) {
+					break
+				}
+				if _, _, lost := a.notice(from, 0, "A's Done", func(e faultinject.Event) bool { return e.Ev == "done" }); lost {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("A's lease neither renewed past the stall + TTL nor lost within 3 TTL + 1 min")
+				}
+				time.Sleep(10 * time.Millisecond) // polling the holder's state
+			}
+			_, _, lost := a.notice(from, 0, "A's Done", func(e faultinject.Event) bool { return e.Ev == "done" })
+			renewed := st.Deadline > stall+int64(c.ttl)
+			newConns := pa.Accepted() - dialed
+			ok := renewed && !lost && newConns > 0
+			record(t, "7b silent connection, new ones work", c.kind, "dlock", verdict(ok),
+				"lease renewed past stall + TTL: %v (deadline − (stall + TTL) = %v); Done closed: %v; new connections: %d",
+				renewed, time.Duration(st.Deadline-stall-int64(c.ttl)).Round(time.Millisecond), lost, newConns)
+			if !ok {
+				t.Errorf("scenario 7b failed: renewed %v, lost %v, new connections %d", renewed, lost, newConns)
+			}
+			pa.Restore()
+			a.call(faultinject.Command{Op: "unlock", Timeout: 10 * time.Second}, time.Minute)
+			a.closeEv(false)
+			pa.Close()
+		})
+	}
+}
