@@ -196,9 +196,9 @@ const (
 // read deadline. A try answered NOSCRIPT is sent again at once, not
 // counted, with a deadline as far off as the try's was: the connection
 // answered, and the two round trips of a first renewal on a server without
-// the script need not fit in one try's time. The
-// renewal counts from the moment the first try was sent (the caller's),
-// never from a later one: an unanswered try may have acted.
+// the script need not fit in one try's time. The renewal counts from the
+// moment the first try was sent (the caller's), never from a later one: an
+// unanswered try may have acted.
 func untilAnswered(ctx context.Context, try func(ctx context.Context) tryOutcome) {
 	var budget time.Duration
 	resent, resending := false, false
