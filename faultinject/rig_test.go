@@ -341,6 +341,15 @@ func awaitFired(t *testing.T, d *faultproxy.Drop, timeout time.Duration, what st
 // connection and index (RESP) or xid (ZooKeeper).
 func awaitAnswered(t *testing.T, obs *faultproxy.Observer, proto faultproxy.Protocol, after int64, isReq func(*faultproxy.Frame) bool, timeout time.Duration) int {
 	t.Helper()
+	n, _ := awaitAnsweredOr(t, obs, proto, after, isReq, timeout, nil)
+	return n
+}
+
+// awaitAnsweredOr is awaitAnswered that also returns, with stopped true,
+// when stop closes first: a holder whose lease ended sends no more
+// renewals to wait for.
+func awaitAnsweredOr(t *testing.T, obs *faultproxy.Observer, proto faultproxy.Protocol, after int64, isReq func(*faultproxy.Frame) bool, timeout time.Duration, stop <-chan struct{}) (n int, stopped bool) {
+	t.Helper()
 	type id struct {
 		conn uint64
 		n    int64
@@ -371,11 +380,13 @@ func awaitAnswered(t *testing.T, obs *faultproxy.Observer, proto faultproxy.Prot
 				}
 				answered++
 			}
+		case <-stop:
+			return answered, true
 		case <-timer.C:
 			t.Fatalf("retried requests: %d answered, %d unanswered after %v", answered, len(pending), timeout)
 		}
 	}
-	return answered
+	return answered, false
 }
 
 // armed is a dropped-reply fault on one holder's path: in the proxy for

@@ -66,9 +66,17 @@ func (g *grant) Renew(ctx context.Context) error {
 	g.renewCmd = [...]any{nil, nil, numKeysArgs[1], g.keys[0], &g.ttlMs, &g.owner}
 	var cmd *redis.Cmd
 	var ack acked
-	untilAnswered(ctx, func(ctx context.Context) bool {
-		cmd, ack = renewScript.sendAcked(ctx, g.d, g.renewCmd[:])
-		return silent(cmd.Err())
+	src := false // EVALSHA until the server says NOSCRIPT
+	untilAnswered(ctx, func(ctx context.Context) tryOutcome {
+		cmd, ack = renewScript.sendAckedAs(ctx, g.d, g.renewCmd[:], src)
+		switch err := cmd.Err(); {
+		case noScript(err):
+			src = true
+			return resend
+		case silent(err):
+			return unanswered
+		}
+		return answered
 	})
 	v, err := cmd.Slice()
 	received := time.Now()

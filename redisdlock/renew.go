@@ -111,29 +111,26 @@ func (d *redisDriver) RenewBatch(ctx context.Context, grants []driver.Grant) []e
 	for i := range pending {
 		pending[i] = i
 	}
-	untilAnswered(ctx, func(ctx context.Context) bool {
+	untilAnswered(ctx, func(ctx context.Context) tryOutcome {
 		sendAt(ctx, pending)
 		// The server lost its script cache (a restart, SCRIPT FLUSH; a
-		// node that never ran it): send the source of the runs it
-		// refused, as script.run does.
+		// node that never ran it): the runs it refused send the source
+		// next, as script.run does.
 		var again []int
+		out := answered
 		for _, i := range pending {
-			if err := runs[i].cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			switch err := runs[i].cmd.Err(); {
+			case noScript(err):
 				runs[i].args[0], runs[i].args[1] = "eval", renewScript.src
 				again = append(again, i)
-			}
-		}
-		if len(again) > 0 {
-			sendAt(ctx, again)
-		}
-		again = again[:0]
-		for _, i := range pending {
-			if silent(runs[i].cmd.Err()) {
+				out = max(out, resend)
+			case silent(err):
 				again = append(again, i)
+				out = unanswered // on another connection, resent or not
 			}
 		}
 		pending = again
-		return len(pending) > 0
+		return out
 	})
 	received := time.Now()
 
@@ -171,6 +168,20 @@ func (d *redisDriver) RenewBatch(ctx context.Context, grants []driver.Grant) []e
 // silent: see untilAnswered.
 const renewTries = 3
 
+// tryOutcome is how one try of a renewal's request ended: see untilAnswered.
+type tryOutcome int
+
+const (
+	// answered: an answer to take as it is.
+	answered tryOutcome = iota
+	// unanswered: no answer in time (silent): send again, on another
+	// connection.
+	unanswered
+	// resend: answered NOSCRIPT (the server has not got the script and
+	// ran nothing): send the source at once, on the same connection.
+	resend
+)
+
 // untilAnswered runs try, a renewal's request, with a deadline of half of
 // what is left of ctx, and runs it again while it reports that its
 // connection gave no answer by then, the last time with all that is left,
@@ -182,18 +193,35 @@ const renewTries = 3
 // lease that a new connection could renew. go-redis drops a connection
 // whose read timed out from its pool, so each try goes out on another one;
 // with ContextTimeoutEnabled, which gives go-redis ctx's deadline as the
-// read deadline. The renewal counts from the moment the first try was sent
-// (the caller's), never from a later one: an unanswered try may have acted.
-func untilAnswered(ctx context.Context, try func(ctx context.Context) (silent bool)) {
-	for i := 1; ; i++ {
+// read deadline. A try answered NOSCRIPT is sent again at once, not
+// counted, with a deadline as far off as the try's was: the connection
+// answered, and the two round trips of a first renewal on a server without
+// the script need not fit in one try's time. The renewal counts from the
+// moment the first try was sent (the caller's), never from a later one: an
+// unanswered try may have acted.
+func untilAnswered(ctx context.Context, try func(ctx context.Context) tryOutcome) {
+	var budget time.Duration
+	resent, resending := false, false
+	for i := 1; ; {
 		tctx, cancel := ctx, context.CancelFunc(func() {})
 		if deadline, ok := ctx.Deadline(); ok && i < renewTries {
-			tctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)/2))
+			if !resending {
+				budget = time.Until(deadline) / 2
+			}
+			tctx, cancel = context.WithTimeout(ctx, budget)
 		}
-		again := try(tctx)
+		out := try(tctx)
 		cancel()
-		if !again || i == renewTries || ctx.Err() != nil {
+		resending = false
+		switch {
+		case out == answered || ctx.Err() != nil:
 			return
+		case out == resend && !resent:
+			resent, resending = true, true // once: the source is not refused
+		case i == renewTries:
+			return
+		default:
+			i++
 		}
 	}
 }

@@ -34,8 +34,18 @@ func (d *redisDriver) waits() bool { return d.opts.WaitReplicas > 0 }
 // the master of the script's first key, whose replicas are the ones that
 // matter (go-redis would send a keyless WAIT to any node).
 func (s *script) sendAcked(ctx context.Context, d *redisDriver, a []any) (*redis.Cmd, acked) {
+	cmd, ack := s.sendAckedAs(ctx, d, a, false)
+	if noScript(cmd.Err()) {
+		cmd, ack = s.sendAckedAs(ctx, d, a, true)
+	}
+	return cmd, ack
+}
+
+// sendAckedAs is sendAcked sending a once, as sendAs does, with no
+// fallback.
+func (s *script) sendAckedAs(ctx context.Context, d *redisDriver, a []any, src bool) (*redis.Cmd, acked) {
 	if !d.waits() {
-		return s.send(ctx, d, a), acked{}
+		return s.sendAs(ctx, d, a, src), acked{}
 	}
 	if err := d.notify.unreachable(); err != nil {
 		cmd := redis.NewCmd(ctx)
@@ -49,11 +59,10 @@ func (s *script) sendAcked(ctx context.Context, d *redisDriver, a []any) (*redis
 		return cmd, acked{err: err}
 	}
 	a[0], a[1] = "evalsha", s.sha
-	cmd, ack := d.runAcked(ctx, pl, a)
-	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if src {
 		a[0], a[1] = "eval", s.src
-		cmd, ack = d.runAcked(ctx, pl, a)
 	}
+	cmd, ack := d.runAcked(ctx, pl, a)
 	// The slot moved: the caller's retry needs go-redis's new map of the
 	// slots, which a pipeline of the node's own client does not update.
 	if c, ok := d.rdb.(*redis.ClusterClient); ok && cmd.Err() != nil &&

@@ -79,19 +79,31 @@ func (s *script) run(ctx context.Context, d *redisDriver, keys []any, args ...an
 // notifier.unreachable): then it fails with the dial's error, sending
 // nothing.
 func (s *script) send(ctx context.Context, d *redisDriver, a []any) *redis.Cmd {
+	cmd := s.sendAs(ctx, d, a, false)
+	if noScript(cmd.Err()) {
+		cmd = s.sendAs(ctx, d, a, true)
+	}
+	return cmd
+}
+
+// sendAs sends a once, as EVALSHA with the digest, or with src as EVAL with
+// the source, with no fallback: see send.
+func (s *script) sendAs(ctx context.Context, d *redisDriver, a []any, src bool) *redis.Cmd {
 	if err := d.notify.unreachable(); err != nil {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)
 		return cmd
 	}
 	a[0], a[1] = "evalsha", s.sha
-	cmd := d.rdb.Do(ctx, a...)
-	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if src {
 		a[0], a[1] = "eval", s.src
-		cmd = d.rdb.Do(ctx, a...)
 	}
-	return cmd
+	return d.rdb.Do(ctx, a...)
 }
+
+// noScript reports whether err is Redis' NOSCRIPT: the server has not got
+// the script cached and ran nothing.
+func noScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 
 // numKeysArgs are EVALSHA's numbers of keys, boxed once: a string, which
 // go-redis reads as it is when it looks for a Cluster command's first key

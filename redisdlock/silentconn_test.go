@@ -54,3 +54,51 @@ func TestRenew_silentConnection_retriedOnAnother(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRenew_slowReplyWithoutScript: a server that has not got the renewal
+// script yet answers the first renewal's EVALSHA with NOSCRIPT, and the
+// script is sent again: two round trips. With replies 200 ms slow and a
+// 1 s lease, those two fit in what is left of the lease but not in half of
+// it, the budget of a try on a connection that may be silent. The
+// connection answered, so the second send is not a retry on a silent
+// connection: the renewal must be counted and the lease kept.
+func TestRenew_slowReplyWithoutScript(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx := testCtx(t)
+	proxy, err := faultproxy.New(srv.Addr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	c := newTestClient(t, ctx, proxy.Addr(), nil)
+	const ttl = time.Second
+	// A connection, and the grant's script cached, before the replies
+	// slow down: only the renewal's script is missing.
+	warm, err := c.Lock(ctx, "warm", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	proxy.SetLatency(0, 200*time.Millisecond)
+	l, err := c.Lock(ctx, "noscript", dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	was := l.Deadline()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !l.Deadline().After(was) {
+		select {
+		case <-l.Done():
+			t.Fatalf("lease lost on a slow but working connection: %v", l.Err())
+		case <-ctx.Done():
+			t.Fatal("lease neither renewed nor lost (watchdog)")
+		case <-tick.C:
+		}
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
