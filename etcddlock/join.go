@@ -290,7 +290,7 @@ func (a *attempt) behind(ctx context.Context) error {
 	w, readAt := a.witness, a.minRev
 	a.witness = nil
 	if w == nil {
-		p, ahead, err := a.scan(ctx, 0)
+		p, ahead, err := a.scan(ctx)
 		switch {
 		case err != nil:
 			return err

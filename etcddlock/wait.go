@@ -16,7 +16,7 @@ import (
 // wait waits for what the plan names to change (stepWait).
 func (a *attempt) wait(ctx context.Context) error {
 	// If pred goes in a release, however we learn it, its marker is ours to delete.
-	a.waited, a.lastPred = true, cmp.Or(a.pred, a.lastPred)
+	a.lastPred = cmp.Or(a.pred, a.lastPred)
 	rev, released, err := a.waitChange(ctx)
 	a.byRead = !released
 	switch {
@@ -36,9 +36,9 @@ func (a *attempt) wait(ctx context.Context) error {
 	return err
 }
 
-// waitChange waits, renewing our lease, until a.pred goes (or, a
-// semaphore's, is granted) or one of a.ahead goes. It returns a revision
-// at which that had happened, and whether a release marker proves our grant.
+// waitChange waits, renewing our lease, until a.pred goes or a.need of
+// a.ahead went. It returns a revision at which that had happened, and
+// whether a release marker proves our grant.
 func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err error) {
 	wctx, cancel := context.WithCancel(watchCtx(ctx))
 	defer cancel()
@@ -58,14 +58,16 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 	defer stop()
 	// Watch create, from now (docs/etcd.md, Operations, Lock 3): the keys
 	// that start with the entry's key (the entry and its marker), or the
-	// directory's deletes for a semaphore's first waiter.
+	// directory's deletes for a semaphore's waiter, which counts those of
+	// a.ahead.
 	var wch clientv3.WatchChan
 	if a.ahead != nil {
 		wch = a.d.w.Watch(wctx, a.dir, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 	} else {
 		wch = a.d.w.Watch(wctx, a.pred, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
 	}
-	started := false // the watch's created response has come
+	started := false          // the watch's created response has come
+	went := map[string]bool{} // the entries of a.ahead seen go
 	var delayed <-chan time.Time
 	if !a.delayUntil.IsZero() {
 		// A lock-delay ahead ends then: read the queue again.
@@ -88,7 +90,7 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 			case failed:
 				return 0, false, errWatch
 			case started:
-				if gone, released := a.change(wr.Events); gone != 0 {
+				if gone, released := a.change(wr.Events, went); gone != 0 {
 					return gone, released, stop()
 				}
 				continue
@@ -114,21 +116,24 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 
 // change decodes a watch response: the revision at which what we wait for
 // went (0: it did not), and whether a release marker came with it (etcd
-// never splits a revision's events across responses).
-func (a *attempt) change(evs []*clientv3.Event) (gone int64, released bool) {
+// never splits a revision's events across responses). went collects the
+// entries of a.ahead seen go, each counted once: a later entry of the same
+// name (its lease reused) is behind ours.
+func (a *attempt) change(evs []*clientv3.Event, went map[string]bool) (gone int64, released bool) {
 	var marked int64
 	for _, ev := range evs {
 		switch key := string(ev.Kv.Key); {
 		case a.ahead != nil:
-			if a.ahead[key] && ev.Type == mvccpb.DELETE {
-				gone = ev.Kv.ModRevision
+			if a.ahead[key] && !went[key] && ev.Type == mvccpb.DELETE {
+				if went[key] = true; len(went) >= a.need {
+					gone = ev.Kv.ModRevision
+				}
 			}
 		case key == a.pred && ev.Type == mvccpb.DELETE:
 			gone = ev.Kv.ModRevision
-		case key == a.pred && (a.semaphore() || ev.Kv.CreateRevision != a.predRev):
-			// A semaphore's waiter's touch, or a new entry of that name
-			// (its lease reused); for another kind a put of the same
-			// entry is a Publish, which grants nobody.
+		case key == a.pred && ev.Kv.CreateRevision != a.predRev:
+			// A new entry of that name (its lease reused); a put of the
+			// same entry is a Publish, which grants nobody.
 			gone = ev.Kv.ModRevision
 		case key == markerKey(a.pred) && ev.Type == mvccpb.PUT:
 			marked = ev.Kv.ModRevision
@@ -168,19 +173,21 @@ func (a *attempt) renewals() (w *leng.Waiter, gone *int64) {
 
 // check reads, at minRev or later, whether our entry and what we wait for
 // still exist, and returns the read's revision: errRequeue if ours is
-// gone; changed if what we wait for is (or, a semaphore's waiter's, was
-// touched). A hand-made delete of either would otherwise go unseen.
+// gone; changed if what we wait for is, or any of a.ahead (then the queue
+// is read again rather than the departures counted twice). A hand-made
+// delete of either would otherwise go unseen.
 func (a *attempt) check(ctx context.Context, minRev int64) (rev int64, changed bool, err error) {
 	var resp *clientv3.TxnResponse
 	err = a.fresh(ctx, minRev, func(ctx context.Context, opts ...clientv3.OpOption) (rev int64, err error) {
 		// Txn, read-only, keys only: our entry (the member could not show
 		// it before it applied our join), and the entry we wait for, or
-		// the oldest keys of the queue, among them those we wait for.
+		// the newest keys of the queue up to ours, among them those we
+		// wait for (the nearest entries ahead, or all of them).
 		opts = append(opts, clientv3.WithKeysOnly())
 		waited := clientv3.OpGet(a.pred, opts...)
 		if a.ahead != nil {
 			waited = clientv3.OpGet(a.dir, append(opts, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(a.rev),
-				clientv3.WithLimit(int64(len(a.ahead)+queueReadLimit)), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))...)
+				clientv3.WithLimit(int64(2*len(a.ahead)+queueReadLimit)), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))...)
 		}
 		if resp, err = a.d.kv.Txn(ctx).Then(clientv3.OpGet(a.key, opts...), waited).Commit(); err == nil {
 			rev = resp.Header.Revision
@@ -198,8 +205,8 @@ func (a *attempt) check(ctx context.Context, minRev int64) (rev int64, changed b
 		there := slices.DeleteFunc(kvs, func(kv *mvccpb.KeyValue) bool { return !a.ahead[string(kv.Key)] })
 		return resp.Header.Revision, len(there) < len(a.ahead), nil
 	}
-	// Other kinds than a semaphore look at the create revision alone: a
-	// holder's Publish changes its mod revision and grants nobody.
-	changed = len(kvs) == 0 || kvs[0].CreateRevision != a.predRev || a.semaphore() && kvs[0].ModRevision != a.predRev
+	// The create revision alone: a holder's Publish changes its mod
+	// revision and grants nobody.
+	changed = len(kvs) == 0 || kvs[0].CreateRevision != a.predRev
 	return resp.Header.Revision, changed, nil
 }

@@ -1,0 +1,172 @@
+package etcddlock_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
+)
+
+// How a semaphore's waiter waits (queue.Listing.Parallel): each of the
+// first limit waiters counts the deletes of the entries ahead of it, a
+// later one waits for a delete of the limit entries nearest ahead of it,
+// and nobody writes a grant notice.
+
+// heldPermits takes limit permits of key on one client and returns them.
+func heldPermits(t *testing.T, ctx context.Context, addr, key string, limit int) (*dlock.Client, []*dlock.Lease) {
+	t.Helper()
+	c := newCounter().client(t, ctx, addr, longTTL)
+	held := make([]*dlock.Lease, limit)
+	for i := range held {
+		l, err := permit(key, limit)(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[i] = l
+	}
+	return c, held
+}
+
+// queuedPermit starts a waiter for a permit of key on a client of its own,
+// and waits until it watches.
+func queuedPermit(t *testing.T, ctx context.Context, addr, key string, limit int) (*counter, <-chan lockResult) {
+	t.Helper()
+	c := newCounter()
+	got := goAcquire(ctx, c.client(t, ctx, addr, longTTL), permit(key, limit))
+	c.waitCreated(t, ctx, 2) // the driver's own watch, and the wait's
+	return c, got
+}
+
+// A waiter granted a permit writes nothing: no grant notice for the waiter
+// behind it, which does not wait for one. Limit 2: h1 and h2 hold, p and
+// q wait; h1 releases; from its wait to its grant p sends one read of the
+// queue and no write.
+func TestSemaphore_handOff_writesNoNotice(t *testing.T) {
+	srv := testserver.SharedEtcd(t)
+	ctx := testCtx(t)
+	key := "sem-no-notice/" + t.Name()
+	_, held := heldPermits(t, ctx, srv.Addr(), key, 2)
+	pc, pGot := queuedPermit(t, ctx, srv.Addr(), key, 2)
+	_, qGot := queuedPermit(t, ctx, srv.Addr(), key, 2)
+	pc.take()
+	if err := held[0].Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := awaitLock(t, ctx, pGot)
+	if sent, _ := pc.take(); sent[txnMethod] != 0 || sent[queueRead] != 1 {
+		t.Errorf("p sent %v from its wait to its grant, want one read of the queue and no Txn", sent)
+	}
+	for _, l := range []*dlock.Lease{p, held[1]} {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := awaitLock(t, ctx, qGot).Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
+}
+
+// One of the first limit waiters counts the departures ahead of it and
+// reads the queue once, when enough went. Limit 2: h1 and h2 hold, p and q
+// wait (q behind three entries, two of which must go); h1 releases, then
+// h2: q reads the queue once between its wait and its grant, not at h1's
+// release nor at p's grant.
+func TestSemaphore_firstWaiters_countDepartures(t *testing.T) {
+	srv := testserver.SharedEtcd(t)
+	ctx := testCtx(t)
+	key := "sem-count/" + t.Name()
+	_, held := heldPermits(t, ctx, srv.Addr(), key, 2)
+	_, pGot := queuedPermit(t, ctx, srv.Addr(), key, 2)
+	qc, qGot := queuedPermit(t, ctx, srv.Addr(), key, 2)
+	qc.take()
+	if err := held[0].Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := awaitLock(t, ctx, pGot)
+	if err := held[1].Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	q := awaitLock(t, ctx, qGot)
+	if sent, _ := qc.take(); sent[queueRead] != 1 {
+		t.Errorf("q read the queue %d times from its wait to its grant, want 1: %v", sent[queueRead], sent)
+	}
+	for _, l := range []*dlock.Lease{p, q} {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
+}
+
+// Permits released together are taken together, each by its own waiter:
+// none waits for another's grant. Limit 3: h0, h1 and h2 hold; w0, w1 and
+// w2 wait. w0's read of the queue is held back; h0 and h1 release: w1 is
+// granted while w0 still reads, and w2 still waits.
+func TestSemaphore_releasesTogether_takenTogether(t *testing.T) {
+	srv := testserver.SharedEtcd(t)
+	ctx := testCtx(t)
+	key := "sem-together/" + t.Name()
+	const limit = 3
+	holder, held := heldPermits(t, ctx, srv.Addr(), key, limit)
+	w0, got0 := queuedPermit(t, ctx, srv.Addr(), key, limit)
+	_, got1 := queuedPermit(t, ctx, srv.Addr(), key, limit)
+	_, got2 := queuedPermit(t, ctx, srv.Addr(), key, limit)
+	release := make(chan struct{})
+	w0.holdNextRead(release)
+	for _, l := range held[:2] {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l1 := awaitLock(t, ctx, got1)
+	info := inspect(t, ctx, holder, key)
+	if len(info.Holders) != limit || len(info.Waiters) != 1 {
+		t.Errorf("Inspect: %d holders, %d waiters; want %d and 1", len(info.Holders), len(info.Waiters), limit)
+	}
+	close(release)
+	l0 := awaitLock(t, ctx, got0)
+	if l0.Token() >= l1.Token() {
+		t.Errorf("w0's token %d not below w1's %d", l0.Token(), l1.Token())
+	}
+	for _, l := range []*dlock.Lease{l0, l1, held[2]} {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := awaitLock(t, ctx, got2).Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
+}
+
+// A later waiter waits for a delete of the limit entries nearest ahead of
+// it: of limit 1, the entry just ahead, which the tail its join read names,
+// so it waits with no read of the queue. h holds, p waits, q joins behind p.
+func TestSemaphore_laterWaiter_behindTail_noRead(t *testing.T) {
+	srv := testserver.SharedEtcd(t)
+	ctx := testCtx(t)
+	key := "sem-later/" + t.Name()
+	_, held := heldPermits(t, ctx, srv.Addr(), key, 1)
+	_, pGot := queuedPermit(t, ctx, srv.Addr(), key, 1)
+	qc := newCounter()
+	qClient := qc.client(t, ctx, srv.Addr(), longTTL)
+	qc.take() // not New's check
+	qGot := goAcquire(ctx, qClient, permit(key, 1))
+	qc.waitCreated(t, ctx, 2) // q waits for p
+	if sent, _ := qc.take(); sent[queueRead] != 0 {
+		t.Errorf("q read the queue %d times before it waited, want 0: %v", sent[queueRead], sent)
+	}
+	if err := held[0].Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := awaitLock(t, ctx, pGot)
+	if err := p.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := awaitLock(t, ctx, qGot).Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
+}
