@@ -115,8 +115,14 @@ type place struct {
 	pred    string
 	predRev int64           // its create revision
 	ahead   map[string]bool // nil unless we wait for need of them to go
-	need    int             // how many of ahead must go before we read again
+	need    int             // how many of ahead must go before we are granted or read again
 	proof   bool            // pred's release marker proves our grant (queue.Plan.ExclusiveRelease)
+	// counted: need deletes of ahead grant us (a complete count, no
+	// lock-delay ahead); else they send us to read the queue.
+	counted bool
+	// delaysAhead: the last read of the queue found a lock-delay record
+	// ahead of our entry (lockdelay.go).
+	delaysAhead bool
 
 	minRev  int64            // the next read of the queue (scan) reads at minRev or later
 	witness *mvccpb.KeyValue // stepBehind: the newest entry, if the join read it

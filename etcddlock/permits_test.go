@@ -40,8 +40,8 @@ func queuedPermit(t *testing.T, ctx context.Context, addr, key string, limit int
 
 // A waiter granted a permit writes nothing: no grant notice for the waiter
 // behind it, which does not wait for one. Limit 2: h1 and h2 hold, p and
-// q wait; h1 releases; from its wait to its grant p sends one read of the
-// queue and no write.
+// q wait; h1 releases; from its wait to its grant p sends nothing: the
+// delete it counted grants it, with no read and no write.
 func TestSemaphore_handOff_writesNoNotice(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)
@@ -54,8 +54,8 @@ func TestSemaphore_handOff_writesNoNotice(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := awaitLock(t, ctx, pGot)
-	if sent, _ := pc.take(); sent[txnMethod] != 0 || sent[queueRead] != 1 {
-		t.Errorf("p sent %v from its wait to its grant, want one read of the queue and no Txn", sent)
+	if sent, _ := pc.take(); sent[txnMethod] != 0 || sent[queueRead] != 0 {
+		t.Errorf("p sent %v from its wait to its grant, want no Txn and no read of the queue", sent)
 	}
 	for _, l := range []*dlock.Lease{p, held[1]} {
 		if err := l.Unlock(ctx); err != nil {
@@ -68,11 +68,10 @@ func TestSemaphore_handOff_writesNoNotice(t *testing.T) {
 	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
 }
 
-// One of the first limit waiters counts the departures ahead of it and
-// reads the queue once, when enough went. Limit 2: h1 and h2 hold, p and q
-// wait (q behind three entries, two of which must go); h1 releases, then
-// h2: q reads the queue once between its wait and its grant, not at h1's
-// release nor at p's grant.
+// One of the first limit waiters counts the departures ahead of it and is
+// granted by the count. Limit 2: h1 and h2 hold, p and q wait (q behind
+// three entries, two of which must go); h1 releases, then h2: q reads the
+// queue neither at h1's release, nor at p's grant, nor at its own.
 func TestSemaphore_firstWaiters_countDepartures(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)
@@ -89,8 +88,11 @@ func TestSemaphore_firstWaiters_countDepartures(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := awaitLock(t, ctx, qGot)
-	if sent, _ := qc.take(); sent[queueRead] != 1 {
-		t.Errorf("q read the queue %d times from its wait to its grant, want 1: %v", sent[queueRead], sent)
+	if sent, _ := qc.take(); sent[queueRead] != 0 {
+		t.Errorf("q read the queue %d times from its wait to its grant, want 0: %v", sent[queueRead], sent)
+	}
+	if q.Token() <= p.Token() {
+		t.Errorf("q's token %d not above p's %d", q.Token(), p.Token())
 	}
 	for _, l := range []*dlock.Lease{p, q} {
 		if err := l.Unlock(ctx); err != nil {
@@ -100,42 +102,53 @@ func TestSemaphore_firstWaiters_countDepartures(t *testing.T) {
 	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
 }
 
-// Permits released together are taken together, each by its own waiter:
-// none waits for another's grant. Limit 3: h0, h1 and h2 hold; w0, w1 and
-// w2 wait. w0's read of the queue is held back; h0 and h1 release: w1 is
-// granted while w0 still reads, and w2 still waits.
+// Permits released together are taken together, each by its own waiter on
+// the events of its own watch: none waits for another's grant or notice.
+// Limit 3: h0, h1 and h2 hold; w0, w1 and w2 wait, each on its own client.
+// h0 and h1 release: w0 and w1 are granted, neither reading the queue nor
+// writing, and w2 still waits.
 func TestSemaphore_releasesTogether_takenTogether(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)
 	key := "sem-together/" + t.Name()
 	const limit = 3
 	holder, held := heldPermits(t, ctx, srv.Addr(), key, limit)
-	w0, got0 := queuedPermit(t, ctx, srv.Addr(), key, limit)
-	_, got1 := queuedPermit(t, ctx, srv.Addr(), key, limit)
-	_, got2 := queuedPermit(t, ctx, srv.Addr(), key, limit)
-	release := make(chan struct{})
-	w0.holdNextRead(release)
+	var cs []*counter
+	var gots []<-chan lockResult
+	for range 3 {
+		c, got := queuedPermit(t, ctx, srv.Addr(), key, limit)
+		cs, gots = append(cs, c), append(gots, got)
+	}
+	for _, c := range cs {
+		c.take()
+	}
 	for _, l := range held[:2] {
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	l1 := awaitLock(t, ctx, got1)
+	var ls []*dlock.Lease
+	for i := range 2 {
+		ls = append(ls, awaitLock(t, ctx, gots[i]))
+		if sent, _ := cs[i].take(); sent[txnMethod] != 0 || sent[queueRead] != 0 {
+			t.Errorf("w%d sent %v from its wait to its grant, want no Txn and no read of the queue", i, sent)
+		}
+	}
 	info := inspect(t, ctx, holder, key)
 	if len(info.Holders) != limit || len(info.Waiters) != 1 {
 		t.Errorf("Inspect: %d holders, %d waiters; want %d and 1", len(info.Holders), len(info.Waiters), limit)
 	}
-	close(release)
-	l0 := awaitLock(t, ctx, got0)
-	if l0.Token() >= l1.Token() {
-		t.Errorf("w0's token %d not below w1's %d", l0.Token(), l1.Token())
+	select {
+	case r := <-gots[2]:
+		t.Errorf("w2 returned (%v) with %d permits held ahead of it", r.err, limit)
+	default:
 	}
-	for _, l := range []*dlock.Lease{l0, l1, held[2]} {
+	for _, l := range append(ls, held[2]) {
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := awaitLock(t, ctx, got2).Unlock(ctx); err != nil {
+	if err := awaitLock(t, ctx, gots[2]).Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)

@@ -37,7 +37,7 @@ func (a *attempt) evaluate(ctx context.Context) error {
 		a.minRev = a.seen // lock-delays over, their records deleted: read again
 		return err
 	}
-	a.pred, a.predRev, a.ahead, a.need, a.proof = "", 0, nil, 0, p.ExclusiveRelease
+	a.pred, a.predRev, a.ahead, a.need, a.counted, a.proof = "", 0, nil, 0, false, p.ExclusiveRelease
 	switch {
 	case p.Verdict == queue.Granted:
 		a.granted()
@@ -46,23 +46,25 @@ func (a *attempt) evaluate(ctx context.Context) error {
 		// entries nearest ahead of it (Target and those behind it) all
 		// stand, and may be once any of them goes. It waits for that,
 		// not for Target's grant, which nobody writes down.
-		a.waitDeletes(ahead[p.Target:], 1)
+		a.waitDeletes(ahead[p.Target:], 1, false)
 	case p.Verdict == queue.WaitFor:
 		a.pred, a.predRev, a.step = string(ahead[p.Target].Key), ahead[p.Target].CreateRevision, stepWait
 	case p.Verdict == queue.WaitAny:
 		// One of a semaphore's first limit waiters (Listing.Parallel):
-		// every entry ahead was read, and Need of them must go.
-		a.waitDeletes(ahead, p.Need)
+		// every entry ahead was read, and Need of them must go. Their
+		// deletes grant us with no read, unless one of them may leave
+		// a lock-delay behind, which holds its permit on.
+		a.waitDeletes(ahead, p.Need, !a.delaysAhead)
 	default:
 		return fmt.Errorf("etcddlock: queue %q: unexpected plan %v", a.dir, p.Verdict)
 	}
 	return nil
 }
 
-// waitDeletes has the wait count deletes of the entries kvs, and read the
-// queue again once need of them went.
-func (a *attempt) waitDeletes(kvs []*mvccpb.KeyValue, need int) {
-	a.ahead, a.need, a.step = make(map[string]bool, len(kvs)), need, stepWait
+// waitDeletes has the wait count deletes of the entries kvs until need of
+// them went: then we are granted if counted, else read the queue again.
+func (a *attempt) waitDeletes(kvs []*mvccpb.KeyValue, need int, counted bool) {
+	a.ahead, a.need, a.counted, a.step = make(map[string]bool, len(kvs)), need, counted, stepWait
 	for _, kv := range kvs {
 		a.ahead[string(kv.Key)] = true
 	}
@@ -115,6 +117,10 @@ func (a *attempt) scan(ctx context.Context) (queue.Plan, []*mvccpb.KeyValue, err
 			kvs = kvs[1:]
 		}
 		a.seen = resp.Header.Revision
+		a.delaysAhead = slices.ContainsFunc(kvs, func(kv *mvccpb.KeyValue) bool {
+			_, _, _, ok := parseDelay(a.dir, string(kv.Key))
+			return ok
+		})
 		var ahead []*mvccpb.KeyValue
 		var es []queue.Entry
 		ended := endedRecords(a.dir, kvs)

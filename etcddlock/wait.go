@@ -23,7 +23,9 @@ func (a *attempt) wait(ctx context.Context) error {
 	case errors.Is(err, driver.ErrNotHeld):
 		err = a.loseLease() // a renewal found the lease gone, and our entry with it
 	case err == nil && released:
-		a.granted() // by its Exclusive holder's release, with no read (docs/etcd.md, Operations, Lock 4)
+		// By its Exclusive holder's release, or a semaphore's count of
+		// departures, with no read (docs/etcd.md, Operations, Lock 4).
+		a.granted()
 	case err == nil:
 		// Gone otherwise, or granted (a semaphore's waiter): read the
 		// queue, which also checks that our entry still exists.
@@ -38,7 +40,7 @@ func (a *attempt) wait(ctx context.Context) error {
 
 // waitChange waits, renewing our lease, until a.pred goes or a.need of
 // a.ahead went. It returns a revision at which that had happened, and
-// whether a release marker proves our grant.
+// whether a release marker, or the count, proves our grant.
 func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err error) {
 	wctx, cancel := context.WithCancel(watchCtx(ctx))
 	defer cancel()
@@ -116,17 +118,27 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 
 // change decodes a watch response: the revision at which what we wait for
 // went (0: it did not), and whether a release marker came with it (etcd
-// never splits a revision's events across responses). went collects the
-// entries of a.ahead seen go, each counted once: a later entry of the same
-// name (its lease reused) is behind ours.
+// never splits a revision's events across responses), or the count grants
+// us. went collects the entries of a.ahead seen go, each counted once: a
+// later entry of the same name (its lease reused) is behind ours.
+//
+// The count's grant: the read that planned it saw every entry ahead of
+// ours (a complete listing) and no lock-delay record; entries ahead only
+// go, so once need of them went fewer than limit are ahead, and the
+// rule grants our entry if it still exists. Its delete (an expiry, a
+// revoke, by hand) would come on this watch, in revision order, before
+// the departure that completes the count; one before the watch started
+// is found by the check at its creation.
 func (a *attempt) change(evs []*clientv3.Event, went map[string]bool) (gone int64, released bool) {
 	var marked int64
 	for _, ev := range evs {
 		switch key := string(ev.Kv.Key); {
+		case a.ahead != nil && ev.Type == mvccpb.DELETE && key == a.key:
+			return ev.Kv.ModRevision, false // ours is gone: the read finds it so
 		case a.ahead != nil:
 			if a.ahead[key] && !went[key] && ev.Type == mvccpb.DELETE {
 				if went[key] = true; len(went) >= a.need {
-					gone = ev.Kv.ModRevision
+					return ev.Kv.ModRevision, a.counted
 				}
 			}
 		case key == a.pred && ev.Type == mvccpb.DELETE:
