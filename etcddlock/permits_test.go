@@ -2,10 +2,15 @@ package etcddlock_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/etcddlock"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // How a semaphore's waiter waits (queue.Listing.Parallel): each of the
@@ -180,6 +185,61 @@ func TestSemaphore_laterWaiter_behindTail_noRead(t *testing.T) {
 	}
 	if err := awaitLock(t, ctx, qGot).Unlock(ctx); err != nil {
 		t.Fatal(err)
+	}
+	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
+}
+
+// A permit that goes between a first waiter's read of the queue and the
+// start of its watch is counted by the read at the watch's start, which
+// grants the waiter with no second read of the queue. Limit 2: h1 and h2
+// hold; q counts them, and h1 releases before q's watch starts.
+func TestSemaphore_departureBeforeWatch_counted(t *testing.T) {
+	srv := testserver.SharedEtcd(t)
+	ctx := testCtx(t)
+	key := "sem-before-watch/" + t.Name()
+	_, held := heldPermits(t, ctx, srv.Addr(), key, 2)
+	qc := newCounter()
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: []string{srv.Addr()},
+		Logger:    zap.NewNop(),
+		DialOptions: []grpc.DialOption{
+			grpc.WithChainUnaryInterceptor(qc.unary),
+			grpc.WithChainStreamInterceptor(qc.stream),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	var once sync.Once
+	released := make(chan error, 1)
+	q, err := etcddlock.NewWithBeforeWatchForTest(ctx, cli, &etcddlock.Options{ClientOptions: []dlock.Option{longTTL}}, func(ctx context.Context, _ string) {
+		once.Do(func() { released <- held[0].Unlock(ctx) })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	qc.take() // not New's check
+	l, err := permit(key, 2)(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-released:
+		if err != nil {
+			t.Fatal(err)
+		}
+	default:
+		t.Fatal("q never waited: the hook did not run")
+	}
+	if sent, _ := qc.take(); sent[queueRead] != 1 {
+		t.Errorf("q read the queue %d times, want 1 (its count at the join): %v", sent[queueRead], sent)
+	}
+	for _, l := range []*dlock.Lease{l, held[1]} {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
 }

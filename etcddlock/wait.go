@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
@@ -44,7 +43,7 @@ func (a *attempt) wait(ctx context.Context) error {
 func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err error) {
 	wctx, cancel := context.WithCancel(watchCtx(ctx))
 	defer cancel()
-	if h := a.d.beforeWatch; h != nil && a.pred != "" {
+	if h := a.d.beforeWatch; h != nil && (a.pred != "" || a.ahead != nil) {
 		h(ctx, a.pred) // tests only: the window between our read and the watch
 	}
 	seen := a.seen // renewals write a.seen meanwhile
@@ -102,7 +101,18 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 			if wr.Header.Revision <= seen {
 				continue
 			}
-			if rev, gone, err := a.check(ctx, wr.Header.Revision); err != nil || gone {
+			rev, gone, missing, err := a.check(ctx, wr.Header.Revision)
+			if err == nil && gone && missing != nil {
+				// Entries we count went before the watch began: count
+				// them too (a delete after it comes again, counted once).
+				for _, k := range missing {
+					went[k] = true
+				}
+				if gone = len(went) >= a.need; gone {
+					return rev, a.counted, stop()
+				}
+			}
+			if err != nil || gone {
 				return rev, false, cmp.Or(err, stop())
 			}
 		case err := <-renewals.Failed():
@@ -172,7 +182,7 @@ func (a *attempt) renewals() (w *leng.Waiter, gone *int64) {
 		if n++; n%3 != 1 {
 			return nil
 		}
-		rev, changed, err := a.check(ctx, a.seen)
+		rev, changed, _, err := a.check(ctx, a.seen)
 		switch {
 		case changed:
 			*gone, err = rev, errGone
@@ -185,10 +195,11 @@ func (a *attempt) renewals() (w *leng.Waiter, gone *int64) {
 
 // check reads, at minRev or later, whether our entry and what we wait for
 // still exist, and returns the read's revision: errRequeue if ours is
-// gone; changed if what we wait for is, or any of a.ahead (then the queue
-// is read again rather than the departures counted twice). A hand-made
-// delete of either would otherwise go unseen.
-func (a *attempt) check(ctx context.Context, minRev int64) (rev int64, changed bool, err error) {
+// gone; changed if what we wait for is, or any of a.ahead, and then
+// missing, the keys of a.ahead gone, if the read reached our entry's
+// elders all (else a key not read is not known gone). A hand-made delete
+// of either would otherwise go unseen.
+func (a *attempt) check(ctx context.Context, minRev int64) (rev int64, changed bool, missing []string, err error) {
 	var resp *clientv3.TxnResponse
 	err = a.fresh(ctx, minRev, func(ctx context.Context, opts ...clientv3.OpOption) (rev int64, err error) {
 		// Txn, read-only, keys only: our entry (the member could not show
@@ -207,18 +218,33 @@ func (a *attempt) check(ctx context.Context, minRev int64) (rev int64, changed b
 		return rev, err
 	})
 	if err != nil {
-		return 0, false, err
+		return 0, false, nil, err
 	}
-	ours, kvs := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	ours, waited := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange()
 	if len(ours) == 0 || ours[0].CreateRevision != a.rev {
-		return 0, false, errRequeue
+		return 0, false, nil, errRequeue
 	}
+	kvs := waited.Kvs
 	if a.ahead != nil {
-		there := slices.DeleteFunc(kvs, func(kv *mvccpb.KeyValue) bool { return !a.ahead[string(kv.Key)] })
-		return resp.Header.Revision, len(there) < len(a.ahead), nil
+		there := make(map[string]bool, len(a.ahead))
+		for _, kv := range kvs {
+			if a.ahead[string(kv.Key)] {
+				there[string(kv.Key)] = true
+			}
+		}
+		changed = len(there) < len(a.ahead)
+		if changed && !waited.More {
+			missing = []string{}
+			for k := range a.ahead {
+				if !there[k] {
+					missing = append(missing, k)
+				}
+			}
+		}
+		return resp.Header.Revision, changed, missing, nil
 	}
 	// The create revision alone: a holder's Publish changes its mod
 	// revision and grants nobody.
 	changed = len(kvs) == 0 || kvs[0].CreateRevision != a.predRev
-	return resp.Header.Revision, changed, nil
+	return resp.Header.Revision, changed, nil, nil
 }
