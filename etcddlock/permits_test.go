@@ -2,6 +2,7 @@ package etcddlock_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 
@@ -242,4 +243,62 @@ func TestSemaphore_departureBeforeWatch_counted(t *testing.T) {
 		}
 	}
 	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
+}
+
+// A release reaches only the waiters that count it, not every waiter of
+// the queue: each watches the keys it counts, one watch a key. Limit 2:
+// h0 and h1 hold, 20 permits wait, each on its own client; h0's delete
+// comes to the watches of at most 2·limit of them (the first limit
+// waiters count it), however many wait.
+func TestSemaphore_release_reachesBoundedWaiters(t *testing.T) {
+	srv := testserver.SharedEtcd(t)
+	ctx := testCtx(t)
+	key := "sem-herd/" + t.Name()
+	const limit, waiters = 2, 20
+	_, held := heldPermits(t, ctx, srv.Addr(), key, limit)
+	cs := make([]*counter, waiters)
+	gots := make([]<-chan lockResult, waiters)
+	for i := range cs {
+		cs[i], gots[i] = queuedPermit(t, ctx, srv.Addr(), key, limit)
+	}
+	admin := adminClient(t, srv.Addr())
+	dels := admin.Watch(ctx, "", clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	if wr := <-dels; !wr.Created {
+		t.Fatalf("admin watch not created: %v", wr.Err())
+	}
+	if err := held[0].Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wr := <-dels
+	if len(wr.Events) == 0 {
+		t.Fatalf("no delete seen for the release: %v", wr.Err())
+	}
+	released := string(wr.Events[0].Kv.Key)
+	ls := []*dlock.Lease{held[1]}
+	for _, got := range gots {
+		// Each release after h0's grants the next waiter: drain them all,
+		// so that every event of h0's delete has been received.
+		ls = append(ls, awaitLock(t, ctx, got))
+		if err := ls[0].Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ls = ls[1:]
+	}
+	for _, l := range ls {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reached := 0
+	for _, c := range cs {
+		_, evs := c.take()
+		if slices.ContainsFunc(evs, func(e deleteEvent) bool { return e.key == released }) {
+			reached++
+		}
+	}
+	t.Logf("h0's release reached %d of %d waiters' watches", reached, waiters)
+	if reached > 2*limit {
+		t.Errorf("h0's release reached %d of %d waiters' watches, want at most %d", reached, waiters, 2*limit)
+	}
+	checkNothingStored(t, ctx, admin, key)
 }

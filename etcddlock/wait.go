@@ -4,6 +4,9 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"maps"
+	"reflect"
+	"slices"
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
@@ -58,16 +61,12 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 	}
 	defer stop()
 	// Watch create, from now (docs/etcd.md, Operations, Lock 3): the keys
-	// that start with the entry's key (the entry and its marker), or the
-	// directory's deletes for a semaphore's waiter, which counts those of
-	// a.ahead.
-	var wch clientv3.WatchChan
-	if a.ahead != nil {
-		wch = a.d.w.Watch(wctx, a.dir, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	} else {
-		wch = a.d.w.Watch(wctx, a.pred, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
-	}
-	started := false          // the watch's created response has come
+	// that start with the entry's key (the entry and its marker), or, for
+	// a semaphore's waiter, the deletes of each key of a.ahead, one watch
+	// a key, so that a release reaches only the waiters that count it.
+	w := a.watches(wctx)
+	started := false // every watch's created response has come
+	created, createdRev := 0, int64(0)
 	went := map[string]bool{} // the entries of a.ahead seen go
 	var delayed <-chan time.Time
 	if !a.delayUntil.IsZero() {
@@ -76,54 +75,135 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 		defer t.Stop()
 		delayed = t.C
 	}
+	w.cases[caseDelayed].Chan = reflect.ValueOf(delayed)
+	w.cases[caseFailed].Chan = reflect.ValueOf(renewals.Failed())
+	w.cases[caseDone].Chan = reflect.ValueOf(ctx.Done())
 	for {
-		select {
-		case <-delayed:
+		i, v, ok := reflect.Select(w.cases)
+		switch i {
+		case caseDelayed:
 			return seen, false, stop()
-		case wr, ok := <-wch:
-			// The first response is the watch's creation.
-			failed := !ok || wr.Err() != nil || started && wr.Canceled || !started && !wr.Created
-			switch {
-			case failed && ctx.Err() != nil:
-				return 0, false, ctx.Err()
-			case failed && !started && ok && isAuthErr(wr.Err()):
-				return 0, false, a.d.wrapErr("watch", wr.Err())
-			case failed:
-				return 0, false, errWatch
-			case started:
-				if gone, released := a.change(wr.Events, went); gone != 0 {
-					return gone, released, stop()
-				}
-				continue
-			}
-			// Created: the change may have come before the watch started.
-			started = true
-			if wr.Header.Revision <= seen {
-				continue
-			}
-			rev, gone, missing, err := a.check(ctx, wr.Header.Revision)
-			if err == nil && gone && missing != nil {
-				// Entries we count went before the watch began: count
-				// them too (a delete after it comes again, counted once).
-				for _, k := range missing {
-					went[k] = true
-				}
-				if gone = len(went) >= a.need; gone {
-					return rev, a.counted, stop()
-				}
-			}
-			if err != nil || gone {
-				return rev, false, cmp.Or(err, stop())
-			}
-		case err := <-renewals.Failed():
+		case caseFailed:
+			err, _ := v.Interface().(error)
 			if errors.Is(err, errGone) {
 				return *gone, false, nil
 			}
 			return 0, false, err
-		case <-ctx.Done():
+		case caseDone:
 			return 0, false, ctx.Err()
 		}
+		var wr clientv3.WatchResponse
+		if ok {
+			wr = v.Interface().(clientv3.WatchResponse)
+		}
+		// The first response of each watch is its creation.
+		first := !w.created[i]
+		failed := !ok || wr.Err() != nil || !first && wr.Canceled || first && !wr.Created
+		switch {
+		case failed && ctx.Err() != nil:
+			return 0, false, ctx.Err()
+		case failed && first && ok && isAuthErr(wr.Err()):
+			return 0, false, a.d.wrapErr("watch", wr.Err())
+		case failed:
+			return 0, false, errWatch
+		case !first:
+			rev, released := a.change(wr.Events, went)
+			if rev != 0 && released && a.ahead != nil {
+				// The count's grant: our entry stood at its revision.
+				released, err := a.stands(ctx, rev)
+				return rev, released, cmp.Or(err, stop())
+			}
+			if rev != 0 {
+				return rev, released, stop()
+			}
+			continue
+		}
+		w.created[i] = true
+		created, createdRev = created+1, max(createdRev, wr.Header.Revision)
+		if created < len(w.created)-caseWatches || started {
+			continue
+		}
+		// All created: the change may have come before they started.
+		started = true
+		if createdRev <= seen {
+			continue
+		}
+		rev, gone, missing, err := a.check(ctx, createdRev)
+		if err == nil && gone && missing != nil {
+			// Entries we count went before the watches began: count
+			// them too (a delete after it comes again, counted once).
+			for _, k := range missing {
+				went[k] = true
+			}
+			if gone = len(went) >= a.need; gone {
+				return rev, a.counted, stop()
+			}
+		}
+		if err != nil || gone {
+			return rev, false, cmp.Or(err, stop())
+		}
 	}
+}
+
+// The cases of a wait's select (watchSet.cases) before its watches'.
+const (
+	caseDelayed = iota // a lock-delay ahead ends
+	caseFailed         // a renewal failed, or found what we wait for gone
+	caseDone           // the call's context ended
+	caseWatches        // the first watch
+)
+
+// watchSet is a wait's watches, merged by one select with no goroutine
+// of ours: one a key of a semaphore's waiter, on the client's one stream.
+type watchSet struct {
+	cases   []reflect.SelectCase
+	created []bool // by case: that watch's created response has come
+}
+
+// watches creates the wait's watches (cancelled with ctx): the prefix of
+// a.pred, or each key of a.ahead.
+func (a *attempt) watches(ctx context.Context) *watchSet {
+	keys := []string{a.pred}
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCreatedNotify()}
+	if a.ahead != nil {
+		keys = slices.Sorted(maps.Keys(a.ahead))
+		opts = []clientv3.OpOption{clientv3.WithFilterPut(), clientv3.WithCreatedNotify()}
+	}
+	w := &watchSet{
+		cases:   make([]reflect.SelectCase, caseWatches, caseWatches+len(keys)),
+		created: make([]bool, caseWatches, caseWatches+len(keys)),
+	}
+	for i := range w.cases {
+		w.cases[i].Dir = reflect.SelectRecv
+	}
+	for _, k := range keys {
+		wch := a.d.w.Watch(ctx, k, opts...)
+		w.cases = append(w.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(wch)})
+		w.created = append(w.created, false)
+	}
+	return w
+}
+
+// stands reads whether our entry still stood at rev: the count's grant
+// holds only for an entry that was in the queue when the count completed,
+// and a delete of ours comes on no watch of ours.
+func (a *attempt) stands(ctx context.Context, rev int64) (bool, error) {
+	var resp *clientv3.GetResponse
+	err := a.fresh(ctx, rev, func(ctx context.Context, opts ...clientv3.OpOption) (int64, error) {
+		// Range, our entry's key alone, keys only.
+		var err error
+		if resp, err = a.d.kv.Get(ctx, a.key, append(opts, clientv3.WithKeysOnly())...); err != nil {
+			return 0, err
+		}
+		return resp.Header.Revision, nil
+	})
+	if err != nil {
+		return false, err
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != a.rev {
+		return false, nil // the read of the queue finds it gone
+	}
+	return true, nil
 }
 
 // change decodes a watch response: the revision at which what we wait for
@@ -135,16 +215,13 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 // The count's grant: the read that planned it saw every entry ahead of
 // ours (a complete listing) and no lock-delay record; entries ahead only
 // go, so once need of them went fewer than limit are ahead, and the
-// rule grants our entry if it still exists. Its delete (an expiry, a
-// revoke, by hand) would come on this watch, in revision order, before
-// the departure that completes the count; one before the watch started
-// is found by the check at its creation.
+// rule grants our entry if it still existed then, which waitChange reads
+// (stands): no watch of ours sees its delete (an expiry, a revoke, by
+// hand), and the watches of several keys keep no order between them.
 func (a *attempt) change(evs []*clientv3.Event, went map[string]bool) (gone int64, released bool) {
 	var marked int64
 	for _, ev := range evs {
 		switch key := string(ev.Kv.Key); {
-		case a.ahead != nil && ev.Type == mvccpb.DELETE && key == a.key:
-			return ev.Kv.ModRevision, false // ours is gone: the read finds it so
 		case a.ahead != nil:
 			if a.ahead[key] && !went[key] && ev.Type == mvccpb.DELETE {
 				if went[key] = true; len(went) >= a.need {
