@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
@@ -70,7 +69,7 @@ func cancelledErr(ctx context.Context, err error) error {
 //	stepEvaluate --the plan names what to wait for-------------> stepWait
 //	stepWait     --the release marker of the entry waited for--> stepFreshen
 //	stepWait     --any other change, or the watch broke--------> stepEvaluate
-//	stepFreshen  --touched (a semaphore's waiter), lease fresh-> granted
+//	stepFreshen  --lease fresh---------------------------------> granted
 //
 // Any other error ends the attempt; errRequeue (our entry or lease is gone)
 // drops the place and goes back to stepLease after a backoff.
@@ -83,7 +82,7 @@ const (
 	stepBehind               // queue behind the newest entry, found by a read (no tail)
 	stepEvaluate             // read the queue and plan (queue.go)
 	stepWait                 // wait for what the plan names to change (wait.go)
-	stepFreshen              // touch (a semaphore's waiter), renew an old lease
+	stepFreshen              // renew an old lease
 	stepGranted
 )
 
@@ -114,16 +113,22 @@ type place struct {
 
 	// What we wait for (queue.go): the entry pred, or any of ahead.
 	pred    string
-	predRev int64           // its create revision (and mod revision: see check)
-	ahead   map[string]bool // nil unless we wait for any of them
+	predRev int64           // its create revision
+	ahead   map[string]bool // nil unless we wait for need of them to go
+	need    int             // how many of ahead must go before we are granted or read again
 	proof   bool            // pred's release marker proves our grant (queue.Plan.ExclusiveRelease)
+	// counted: need deletes of ahead grant us (a complete count, no
+	// lock-delay ahead); else they send us to read the queue.
+	counted bool
+	// delaysAhead: the last read of the queue found a lock-delay record
+	// ahead of our entry (lockdelay.go).
+	delaysAhead bool
 
 	minRev  int64            // the next read of the queue (scan) reads at minRev or later
 	witness *mvccpb.KeyValue // stepBehind: the newest entry, if the join read it
 
 	lastPred   string  // the last entry we waited for: its release marker is ours to delete
 	lostCreate bool    // a reply to our create was lost: we may not know what we waited for
-	waited     bool    // the grant rule refused us at least once
 	byRead     bool    // the wait ended with a read of the queue, not a marker (see grant.strays)
 	rewatch    backoff // between watches that ended by themselves
 	// delayUntil: when the first lock-delay of an ended entry ahead is
@@ -188,17 +193,10 @@ func (a *attempt) loseLease() error {
 	return errRequeue
 }
 
-// freshen readies a call just granted (stepFreshen): a semaphore's waiter
-// touches its entry for the waiter behind it, and an old lease is renewed
-// (docs/etcd.md, Operations).
+// freshen readies a call just granted (stepFreshen): an old lease is
+// renewed (docs/etcd.md, Operations). A semaphore's waiter writes nothing
+// for the waiters behind it: they wait for deletes alone (evaluate).
 func (a *attempt) freshen(ctx context.Context) error {
-	if a.waited && a.semaphore() {
-		// Txn: if our entry is the one we created, put it again, same value
-		// and lease (a retry only wakes that waiter once more).
-		if r, err := a.commit(ctx, []*pb.Compare{cmpCreate(a.keyB, pb.Compare_EQUAL, a.rev)}, opTouch(a.keyB)); err != nil || !r.put {
-			return cmp.Or(err, errRequeue) // errRequeue: our entry is gone
-		}
-	}
 	// The grant's validity counts from the last renewal: an old one is
 	// renewed, which proves that etcd never dropped the lease, nor our entry.
 	if time.Since(a.l.since()) >= a.l.ttl/2 {

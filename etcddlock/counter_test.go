@@ -431,7 +431,7 @@ func (s *countedStream) RecvMsg(m any) error {
 
 // putApplied matches a Txn that put a key: created an entry (where the
 // comparisons let it: a join behind a lone holder, which finds no tail,
-// creates nothing; the Txn after it does), or touched or proclaimed one.
+// creates nothing; the Txn after it does), or proclaimed one.
 func putApplied(_ *pb.TxnRequest, resp *pb.TxnResponse) bool {
 	for _, op := range resp.Responses {
 		if op.GetResponsePut() != nil || op.GetResponseTxn() != nil && putApplied(nil, op.GetResponseTxn()) {

@@ -220,7 +220,7 @@ func TestElection_proclaimLostReply(t *testing.T) {
 // A candidate waiting behind a leader ignores the leader's Proclaims: a
 // Publish rewrites the leader's entry, which the candidate watches (for its
 // delete and its release marker); a candidate that took the put for a
-// semaphore's touch would read the queue at every Proclaim (and, as the
+// grant notice (as a semaphore's waiter once did) would read the queue at every Proclaim (and, as the
 // entry's mod revision no longer matches its create revision, at every
 // watch start and every check after it). Pins: no queue reads.
 func TestElection_candidateIgnoresProclaims(t *testing.T) {

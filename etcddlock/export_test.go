@@ -26,10 +26,11 @@ func OpenDriverForTest(ctx context.Context, rawURL string) (driver.Driver, error
 	return openURL(ctx, u)
 }
 
-// NewWithBeforeWatchForTest is New with a hook that runs in every waiter
-// that waits for one entry, between its read of the queue and the start of
-// its watch of that entry (pred, its etcd key): the window in which the
-// entry may go, or go and come back, unseen by the watch.
+// NewWithBeforeWatchForTest is New with a hook that runs in every waiter,
+// between its read of the queue and the start of its watch of the entry it
+// waits for (pred, its etcd key; "" for a semaphore's waiter, which counts
+// several): the window in which the entry may go, or go and come back,
+// unseen by the watch.
 func NewWithBeforeWatchForTest(ctx context.Context, cli *clientv3.Client, opts *Options, hook func(ctx context.Context, pred string)) (*dlock.Client, error) {
 	d, err := newDriver(ctx, cli, cli.KV, clientv3.NewLease(cli), clientv3.NewWatcher(cli), opts, nil, strings.Join(cli.Endpoints(), ","))
 	if err != nil {

@@ -108,7 +108,7 @@ func (a *attempt) takeFree(ctx context.Context) (txnReply, bool, error) {
 type txnReply struct {
 	rev    int64
 	ours   *mvccpb.KeyValue   // our entry, read when the comparisons failed
-	put    bool               // the Txn wrote our entry: created it, or touched it
+	put    bool               // the Txn wrote our entry: created it
 	tail   *mvccpb.KeyValue   // the tail it read, if any
 	newest []*mvccpb.KeyValue // the newest keys of the queue, if it read them
 	// unchanged: the comparison of a nested Txn with no operations (a
@@ -290,7 +290,7 @@ func (a *attempt) behind(ctx context.Context) error {
 	w, readAt := a.witness, a.minRev
 	a.witness = nil
 	if w == nil {
-		p, ahead, err := a.scan(ctx, 0)
+		p, ahead, err := a.scan(ctx)
 		switch {
 		case err != nil:
 			return err

@@ -15,8 +15,8 @@ import (
 // is bounded by a constant that does not depend on how many wait. A
 // semaphore's grant costs a join, a count of the entries ahead, a watch
 // (created and cancelled), at most a few reads when what it waits for
-// changes, its touch and its release; a herd (every release waking every
-// waiter) would cost reads in proportion to the waiters.
+// changes, and its release; a herd (every release waking every waiter)
+// would cost reads in proportion to the waiters.
 func TestContended_requestsPerGrant_modes(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)
@@ -58,41 +58,4 @@ func TestContended_requestsPerGrant_modes(t *testing.T) {
 		}
 		t.Logf("%s: messages per grant by contenders: %v", tc.name, per)
 	}
-}
-
-// A semaphore's later waiter (more than limit entries ahead of it) counts
-// the queue once when it joins: the tail its join read names the entry
-// just ahead, which it waits for with no second read. Limit 1: h holds, p
-// is the first waiter, and q joins behind p.
-func TestSemaphore_laterWaiter_countsOnce(t *testing.T) {
-	srv := testserver.SharedEtcd(t)
-	ctx := testCtx(t)
-	key := "sem-later-once/" + t.Name()
-	acq := permit(key, 1)
-	h, err := acq(ctx, newCounter().client(t, ctx, srv.Addr(), longTTL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc := newCounter()
-	pGot := goAcquire(ctx, pc.client(t, ctx, srv.Addr(), longTTL), acq)
-	pc.waitCreated(t, ctx, 2) // p waits for h
-	qc := newCounter()
-	qClient := qc.client(t, ctx, srv.Addr(), longTTL)
-	qc.take() // not New's check
-	qGot := goAcquire(ctx, qClient, acq)
-	qc.waitCreated(t, ctx, 2) // q waits for p
-	if sent, _ := qc.take(); sent[queueRead] != 1 {
-		t.Errorf("q read the queue %d times before it waited, want 1 (its count): %v", sent[queueRead], sent)
-	}
-	if err := h.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	p := awaitLock(t, ctx, pGot)
-	if err := p.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := awaitLock(t, ctx, qGot).Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
 }

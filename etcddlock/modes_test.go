@@ -428,63 +428,6 @@ func TestKindMismatch_writesNothing(t *testing.T) {
 	}
 }
 
-// A permit whose first count of the queue comes late, after releases that
-// granted it, still tells the waiter behind it that it is granted: that
-// waiter counted it as a waiter meanwhile, and waits for its touch. Limit
-// 2: h1 and h2 hold; p queues, its count held back; q queues behind p and
-// waits for p; h1 releases (p is now granted); p counts. Then h2 releases,
-// and q must be granted beside p. Were p's count taken at the moment it
-// is made (it would find itself granted, never having waited, and not
-// touch), q would wait for p's release instead: not granted while p holds
-// (checked: with the count taken when it is made, the watchdog fires).
-func TestSemaphore_lateCountStillTouches(t *testing.T) {
-	srv := testserver.SharedEtcd(t)
-	ctx := testCtx(t)
-	key := "sem-late-count/" + t.Name()
-	acq := permit(key, 2)
-	holder := newCounter().client(t, ctx, srv.Addr(), longTTL)
-	h1, err := acq(ctx, holder)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h2, err := acq(ctx, holder)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc := newCounter()
-	pClient := pc.client(t, ctx, srv.Addr(), longTTL)
-	release := make(chan struct{})
-	held := pc.holdNextRead(release)
-	pGot := goAcquire(ctx, pClient, acq)
-	select {
-	case <-held:
-	case <-ctx.Done():
-		t.Fatal("p's count not sent (watchdog)")
-	}
-	qc := newCounter()
-	qGot := goAcquire(ctx, qc.client(t, ctx, srv.Addr(), longTTL), acq)
-	waitWaiters(t, ctx, holder, key, 2)
-	qc.waitCreated(t, ctx, 2) // q waits for p
-	if err := h1.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	close(release)
-	p := awaitLock(t, ctx, pGot)
-	if err := h2.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	q := awaitLock(t, ctx, qGot)
-	if q.Token() <= p.Token() {
-		t.Errorf("q's token %d not above p's %d", q.Token(), p.Token())
-	}
-	for _, l := range []*dlock.Lease{p, q} {
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
-}
-
 // waitContenders waits for the contenders of wg, then fails the test with
 // the first error they sent on errs.
 func waitContenders(t *testing.T, wg *sync.WaitGroup, errs chan error) {

@@ -25,7 +25,7 @@ import (
 // (Client.Watch), or finds the same leader (an election's observer)), a
 // delete (a release, an expiry: etcd deletes the entries of an expired lease
 // when it revokes it, so an expiry is a notification, never a deadline to
-// wake at), a put of an existing entry (Publish, a semaphore's touch).
+// wake at), a put of an existing entry (Publish).
 // Release markers are skipped: they come with the delete of an entry, in
 // the same revision. The tail is outside the directory.
 //

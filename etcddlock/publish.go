@@ -23,9 +23,9 @@ import (
 // What the rewrite changes is the entry's value and mod revision, nothing
 // else: the lease, and so the validity, are untouched (a Put does not renew
 // a lease). Who looks at an entry's mod revision or at its puts:
-//   - A semaphore's waiter, for the touch of the waiter ahead of it
-//     (wait.go). It waits for waiters only, which never publish; other
-//     kinds' waiters ignore puts of the entry they wait for (check, change).
+//   - No waiter: one that watches the entry ahead takes only a put that
+//     re-creates its name for a change (check, change); a semaphore's
+//     waiter watches deletes alone.
 //   - A waiter's release marker: a separate key (markerKey), put only by
 //     a release; a Publish never writes one, so a waiter never takes a
 //     Publish for the release of the entry ahead.

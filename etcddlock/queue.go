@@ -3,7 +3,6 @@ package etcddlock
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/dlockdev/dlock/driver/queue"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
 )
 
 // What a waiter reads and waits for: docs/etcd.md (What each waiter waits
@@ -25,27 +23,13 @@ const queueReadLimit = 8
 // the planner counts it as Exclusive.
 const foreignLabel = "?"
 
-// errCompacted means that a read at a past revision found it compacted.
-var errCompacted = errors.New("etcddlock: revision compacted")
-
 // evaluate reads the queue at a.minRev or later and plans our wait
 // (stepEvaluate).
 func (a *attempt) evaluate(ctx context.Context) error {
 	if a.rev == 0 {
 		return errRequeue
 	}
-	at := int64(0)
-	if a.semaphore() && !a.waited {
-		// A permit's first count reads the queue as at our entry's
-		// creation: then "not granted" is exactly "somebody may have
-		// seen us wait" (and waits for our touch).
-		at = a.rev
-	}
-	p, ahead, err := a.scan(ctx, at)
-	if errors.Is(err, errCompacted) {
-		a.waited = true // count now, and touch as if we had waited
-		p, ahead, err = a.scan(ctx, 0)
-	}
+	p, ahead, err := a.scan(ctx)
 	if err != nil {
 		return err
 	}
@@ -53,28 +37,44 @@ func (a *attempt) evaluate(ctx context.Context) error {
 		a.minRev = a.seen // lock-delays over, their records deleted: read again
 		return err
 	}
-	a.pred, a.predRev, a.ahead, a.proof = "", 0, nil, p.ExclusiveRelease
-	switch p.Verdict {
-	case queue.Granted:
+	a.pred, a.predRev, a.ahead, a.need, a.counted, a.proof = "", 0, nil, 0, false, p.ExclusiveRelease
+	switch {
+	case p.Verdict == queue.Granted:
 		a.granted()
-	case queue.WaitFor:
+	case p.Verdict == queue.WaitFor && p.Notice:
+		// A permit's later waiter: it cannot be granted while the limit
+		// entries nearest ahead of it (Target and those behind it) all
+		// stand, and may be once any of them goes. It waits for that,
+		// not for Target's grant, which nobody writes down.
+		a.waitDeletes(ahead[p.Target:], 1, false)
+	case p.Verdict == queue.WaitFor:
 		a.pred, a.predRev, a.step = string(ahead[p.Target].Key), ahead[p.Target].CreateRevision, stepWait
-	case queue.WaitAny:
-		a.ahead, a.step = make(map[string]bool, p.Any), stepWait
-		for _, kv := range ahead[len(ahead)-p.Any:] {
-			a.ahead[string(kv.Key)] = true
-		}
+	case p.Verdict == queue.WaitAny:
+		// One of a semaphore's first limit waiters (Listing.Parallel):
+		// every entry ahead was read, and Need of them must go. Their
+		// deletes grant us with no read, unless one of them may leave
+		// a lock-delay behind, which holds its permit on.
+		a.waitDeletes(ahead, p.Need, !a.delaysAhead)
 	default:
 		return fmt.Errorf("etcddlock: queue %q: unexpected plan %v", a.dir, p.Verdict)
 	}
 	return nil
 }
 
-// scan reads the queue newest first, from our entry (at revision at, if
-// not 0) or, with none yet, from its end, in pages eightfold larger each
+// waitDeletes has the wait count deletes of the entries kvs until need of
+// them went: then we are granted if counted, else read the queue again.
+func (a *attempt) waitDeletes(kvs []*mvccpb.KeyValue, need int, counted bool) {
+	a.ahead, a.need, a.counted, a.step = make(map[string]bool, len(kvs)), need, counted, stepWait
+	for _, kv := range kvs {
+		a.ahead[string(kv.Key)] = true
+	}
+}
+
+// scan reads the queue newest first, from our entry or, with none yet,
+// from its end, in pages eightfold larger each
 // time, until the planner decides over the entries read ahead of ours,
 // which it returns oldest first. errRequeue: our entry is gone.
-func (a *attempt) scan(ctx context.Context, at int64) (queue.Plan, []*mvccpb.KeyValue, error) {
+func (a *attempt) scan(ctx context.Context) (queue.Plan, []*mvccpb.KeyValue, error) {
 	// A reader reads the values (the modes), and so does a call with no
 	// entry (the kind check); a semaphore's are all Shared of its label.
 	fromEnd := a.rev == 0
@@ -82,17 +82,17 @@ func (a *attempt) scan(ctx context.Context, at int64) (queue.Plan, []*mvccpb.Key
 	limit := int64(queueReadLimit)
 	switch {
 	case a.semaphore():
-		limit += int64(a.req.Limit) + 1 // the holders, and one to tell a later waiter
+		// The holders and the first limit waiters (queue.Listing.Parallel).
+		limit += 2 * int64(a.req.Limit)
 	case fromEnd && a.req.Mode == driver.Shared:
 		limit = 0 // all: one writer anywhere refuses a reader
 	}
 	for ; ; limit *= 8 {
 		var resp *clientv3.GetResponse
 		err := a.fresh(ctx, a.minRev, func(ctx context.Context, opts ...clientv3.OpOption) (rev int64, err error) {
-			// Range over the queue up to our entry (if any), newest first
-			// (at revision 0: the current one).
+			// Range over the queue up to our entry (if any), newest first.
 			opts = append(opts, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(a.rev), clientv3.WithLimit(limit),
-				clientv3.WithRev(at), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend))
 			if !values {
 				opts = append(opts, clientv3.WithKeysOnly())
 			}
@@ -116,7 +116,11 @@ func (a *attempt) scan(ctx context.Context, at int64) (queue.Plan, []*mvccpb.Key
 			}
 			kvs = kvs[1:]
 		}
-		a.seen = cmp.Or(at, resp.Header.Revision)
+		a.seen = resp.Header.Revision
+		a.delaysAhead = slices.ContainsFunc(kvs, func(kv *mvccpb.KeyValue) bool {
+			_, _, _, ok := parseDelay(a.dir, string(kv.Key))
+			return ok
+		})
 		var ahead []*mvccpb.KeyValue
 		var es []queue.Entry
 		ended := endedRecords(a.dir, kvs)
@@ -167,7 +171,10 @@ func (a *attempt) listing(ahead []queue.Entry, all bool) queue.Listing {
 		l.OtherKind = queue.Refuse
 	}
 	if a.semaphore() {
-		l.Limit = a.req.Limit
+		// Parallel: the first limit waiters each count departures, and
+		// a later waiter waits for the limit entries nearest ahead of
+		// it (evaluate): no waiter waits for another's grant notice.
+		l.Limit, l.Parallel = a.req.Limit, true
 	}
 	return l
 }
@@ -183,8 +190,5 @@ func (a *attempt) fresh(ctx context.Context, minRev int64, read func(ctx context
 		}
 		return err
 	})
-	if err != nil && code(err) == codes.OutOfRange {
-		return errCompacted
-	}
 	return a.d.wrapErr("read the queue", err)
 }

@@ -44,7 +44,7 @@ func (a *attempt) try(ctx context.Context) error {
 	}
 	a.minRev = r.rev // the read sees at least what the Txn saw
 	for range tryMaxRounds {
-		p, ahead, err := a.scan(ctx, 0)
+		p, ahead, err := a.scan(ctx)
 		if err == nil {
 			var again bool
 			if again, err = a.sitOut(ctx, ahead); again && err == nil {

@@ -125,15 +125,6 @@ func opPut[K, V keyOrValue](key K, value V, lease clientv3.LeaseID) *pb.RequestO
 	return &m.op
 }
 
-// opTouch puts key again with its value and lease: only its mod revision
-// changes.
-func opTouch[K keyOrValue](key K) *pb.RequestOp {
-	op := opPut(key, "", 0)
-	p := op.GetRequestPut()
-	p.Value, p.IgnoreValue, p.IgnoreLease = nil, true, true
-	return op
-}
-
 // opDelete deletes one key.
 func opDelete[K keyOrValue](key K) *pb.RequestOp {
 	m := new(struct {

@@ -50,14 +50,17 @@
 // the entries read so far, Complete when the read reached the head,
 // OtherKind AsExclusive (an entry of another kind counts as a writer);
 // NeedMore is its next page. A permit reads keys only, newest first, in
-// pages of limit+9 keys and up, its entries all Shared of its label (the
-// kind check): Complete when the read reached the head, which gives
-// Granted or WaitAny over those holders; else more than limit entries read
-// ahead give WaitFor on the entry just ahead with Notice (the touch a
-// granted permit writes when Notify says so is that notice), and fewer
-// NeedMore. At a join, the tail names the entry just ahead with its mode: a
-// WaitFor there needs no read. etcd takes no Delete or Release proof from a
-// plain delete: it reads again, which is always allowed.
+// pages of 2*limit+8 keys and up, its entries all Shared of its label (the
+// kind check), Parallel: Complete when the read reached the head, which
+// gives Granted, or WaitAny, which it waits for by counting the deletes of
+// every entry read ahead until Need went; else limit entries or more read
+// ahead give WaitFor with Notice, and fewer NeedMore. etcd writes no grant
+// notice (Notify is ignored): a WaitFor with Notice waits for a delete of
+// Ahead[Target] or of an entry behind it, the limit entries nearest ahead,
+// which all stand while the caller cannot be granted. At a join, the tail
+// names the entry just ahead with its mode: a WaitFor there needs no read.
+// etcd takes no Delete or Release proof from a plain delete: it reads
+// again, which is always allowed.
 package queue
 
 import "github.com/dlockdev/dlock/driver"
@@ -100,14 +103,16 @@ type Listing struct {
 	Limit int
 	// OtherKind says what an entry of another label means.
 	OtherKind OtherKind
-	// Parallel, for a permit on a Complete listing: each of the first
+	// Parallel, for a permit: on a Complete listing, each of the first
 	// Limit waiters waits for the holders to go ([WaitAny] with Need),
 	// so that permits freed together are taken together, each by its own
 	// waiter, and none waits for another waiter's grant; a later waiter
-	// waits for the entry Limit places ahead ([WaitFor], Notice). The
-	// backend must then watch up to Limit entries per waiter. Without
-	// it, only the first waiter waits for any holder, and each later one
-	// for the entry just ahead.
+	// (or, on a partial listing of Limit entries or more, any) waits for
+	// the entry Limit places ahead ([WaitFor], Notice), and cannot be
+	// granted while that entry and those behind it stand. The backend
+	// must then watch up to Limit entries per waiter. Without it, only
+	// the first waiter waits for any holder, and each later one for the
+	// entry just ahead.
 	Parallel bool
 }
 
@@ -312,11 +317,13 @@ func decidePermit(l Listing) Plan {
 		// One of the first limit waiters: the holders are the first
 		// limit entries, and n-limit+1 departures grant us.
 		return Plan{Verdict: WaitAny, Any: l.Limit, Need: n - l.Limit + 1}
-	case l.Parallel && l.Complete && len(l.Ahead) >= l.Limit:
-		// A later waiter: when the entry limit places ahead is granted,
-		// fewer than limit waiters are ahead of us.
+	case l.Parallel && len(l.Ahead) >= l.Limit:
+		// A later waiter (or, on a partial listing, maybe one of the
+		// first): when the entry limit places ahead is granted, fewer
+		// than limit waiters are ahead of us; and we cannot be granted
+		// while it and the entries behind it, limit in all, stand.
 		return Plan{Verdict: WaitFor, Target: len(l.Ahead) - l.Limit, Notice: true}
-	case n > l.Limit && len(l.Ahead) > 0:
+	case n > l.Limit && len(l.Ahead) > 0 && !l.Parallel:
 		// A later waiter: the entry just ahead waits too.
 		return Plan{Verdict: WaitFor, Target: len(l.Ahead) - 1, Notice: true, NoticeFirst: l.Complete && n == l.Limit+1}
 	}

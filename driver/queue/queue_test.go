@@ -75,6 +75,8 @@ func TestDecide(t *testing.T) {
 			queue.Plan{Verdict: queue.WaitFor, Target: 3, Notice: true, Notify: true}},
 		{"permit, more than the limit counted (etcd)", queue.Listing{Ahead: []queue.Entry{{}}, Before: 2, Mode: S, Label: sem2L, Limit: 2},
 			queue.Plan{Verdict: queue.WaitFor, Target: 0, Notice: true, Notify: true}},
+		{"permit, more than the limit counted, parallel (etcd)", queue.Listing{Ahead: entries(sem2L, S, S, S), Before: 2, Mode: S, Label: sem2L, Limit: 2, Parallel: true},
+			queue.Plan{Verdict: queue.WaitFor, Target: 1, Notice: true, Notify: true}},
 		{"permit, too few counted", queue.Listing{Ahead: entries(sem2L, S), Mode: S, Label: sem2L, Limit: 2},
 			queue.Plan{Verdict: queue.NeedMore, Notify: true}},
 		{"candidate behind the leader", queue.Listing{Ahead: entries(elecL, X), Complete: true, Mode: X, Label: elecL, Limit: 1},
@@ -153,6 +155,11 @@ func checkPlan(ahead []queue.Entry, from int, m driver.Mode, limit int, parallel
 	}
 	t := from + p.Target
 	target := ahead[t]
+	if parallel && p.Notice && len(ahead)-t < limit {
+		// etcd waits for the deletes of the target and the entries
+		// behind it alone: while they stand, the caller must wait.
+		return fmt.Errorf("Notice: only %d entries from the target on, fewer than the limit %d", len(ahead)-t, limit)
+	}
 	if p.Delete && !granted(without(ahead, func(j int) bool { return j == t }), m, limit) {
 		return fmt.Errorf("Delete: the target's departure does not grant")
 	}
@@ -241,10 +248,12 @@ func FuzzDecide(f *testing.F) {
 					}
 				}
 				for _, before := range []int{from, from - 1} {
-					l := queue.Listing{Ahead: w, Before: before, Mode: m, Label: label, Limit: limit}
-					p := queue.Decide(l)
-					if err := checkPlan(ahead, from, m, limit, false, p); err != nil {
-						t.Fatalf("window %v from %d (keys only %v, before %d), caller %v, %+v: %v", modes, from, keysOnly, before, m, p, err)
+					for _, parallel := range []bool{false, true} {
+						l := queue.Listing{Ahead: w, Before: before, Mode: m, Label: label, Limit: limit, Parallel: parallel}
+						p := queue.Decide(l)
+						if err := checkPlan(ahead, from, m, limit, parallel, p); err != nil {
+							t.Fatalf("window %v from %d (keys only %v, before %d, parallel %v), caller %v, %+v: %v", modes, from, keysOnly, before, parallel, m, p, err)
+						}
 					}
 				}
 			}
