@@ -98,6 +98,7 @@ type attempt struct {
 
 	l     *etcdLease // nil until taken, and after it was given up
 	slot  *slot      // the name l lends us, with l
+	dl    *etcdLease // l's delay lease for our delay record (lockdelay.go); nil without a delay
 	key   string     // our entry: dir + the lease's id and the slot's number
 	keyB  []byte     // key, shared by the messages that name it (never changed)
 	dirty bool       // a request that may have created our entry failed: its outcome is unknown
@@ -175,6 +176,11 @@ func (a *attempt) takeLease(ctx context.Context) error {
 		a.l, a.slot, a.key = l, s, entryKey(a.dir, l.id, s.n)
 		a.keyB = []byte(a.key)
 	}
+	if a.req.LockDelay > 0 && a.dl == nil {
+		if err := a.takeDelayLease(ctx); err != nil {
+			return err
+		}
+	}
 	a.step = stepJoin
 	if !a.req.Wait {
 		a.step = stepTry
@@ -189,7 +195,7 @@ func (a *attempt) granted() { a.pred, a.ahead, a.step = "", nil, stepFreshen }
 // name.
 func (a *attempt) loseLease() error {
 	a.d.retire(a.l, fmt.Errorf("%w: etcd lease %x expired or was revoked", driver.ErrNotHeld, int64(a.l.id)))
-	a.l, a.slot, a.dirty = nil, nil, false
+	a.l, a.slot, a.dl, a.dirty = nil, nil, nil, false
 	return errRequeue
 }
 
@@ -206,6 +212,12 @@ func (a *attempt) freshen(ctx context.Context) error {
 			return err
 		}
 	}
+	// Our delay record must last the delay past the validity, which
+	// counts from the lease's last renewal.
+	err := retry(ctx, func(ctx context.Context) error { return a.d.renewedDelay(ctx, a.dl, a.l.since()) })
+	if err != nil {
+		return a.d.wrapErr("renew the lock-delay's lease", err)
+	}
 	a.step = stepGranted
 	return nil
 }
@@ -221,6 +233,7 @@ func (a *attempt) grant(ctx context.Context) *grant {
 	g := &grant{
 		d:         a.d,
 		l:         a.l,
+		dl:        a.dl,
 		slot:      a.slot,
 		dir:       a.dir,
 		key:       a.key,
@@ -242,7 +255,7 @@ func (a *attempt) grant(ctx context.Context) *grant {
 	case a.lostCreate && a.req.Wait && a.req.Mode == driver.Exclusive:
 		g.markers = a.d.strayMarkers(ctx, a.dir, a.key)
 	}
-	a.l, a.slot = nil, nil
+	a.l, a.slot, a.dl = nil, nil, nil
 	return g
 }
 
@@ -257,7 +270,7 @@ func (a *attempt) abandon(ctx context.Context) {
 	if a.l != nil {
 		a.d.dropEntry(ctx, a.l, a.slot, a.dir, a.key, tailValue(a.label, a.req.Mode, a.key), a.rev != 0 || a.dirty, a.dirty)
 	}
-	a.l, a.slot = nil, nil
+	a.l, a.slot, a.dl = nil, nil, nil
 	if p := cmp.Or(a.pred, a.lastPred); p != "" && !a.semaphore() {
 		a.d.deleteMarker(ctx, markerKey(p)) // the entry ahead may have been released for us just now
 	}

@@ -19,6 +19,7 @@ import (
 type grant struct {
 	d     *etcdDriver
 	l     *etcdLease // shared with the Client's other calls of its TTL
+	dl    *etcdLease // l's delay lease, of our delay record; nil without one
 	slot  *slot      // the name l lent our entry
 	dir   string     // the lock's queue directory
 	key   string     // our entry

@@ -60,7 +60,10 @@ func (d *etcdDriver) renewLease(ctx context.Context, l *etcdLease) error {
 		cancel()
 		d.spare.used(fresh, err == nil)
 		switch {
-		case err == nil || errors.Is(err, driver.ErrNotHeld) || ctx.Err() != nil:
+		case err == nil:
+			d.renewDelays(ctx, l)
+			return nil
+		case errors.Is(err, driver.ErrNotHeld) || ctx.Err() != nil:
 			return err
 		case !silent && !fresh && !transient(err):
 			return err

@@ -45,6 +45,9 @@ type etcdLease struct {
 	// dead says why the lease serves no new call: etcd dropped it, or the
 	// driver gave it up. Guarded by mu.
 	dead error
+	// delays are the leases of the delay records of this lease's entries,
+	// by lock-delay, kept alive after it (lockdelay.go). Guarded by mu.
+	delays map[time.Duration]*etcdLease
 }
 
 // slot is a name of the lease's entries, lent to one call at a time.

@@ -3,6 +3,7 @@ package etcddlock
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,22 +19,36 @@ import (
 // An entry with a delay is created with a delay record, in the same Txn,
 // so at the same create revision:
 //
-//	<prefix><escape(K)>/<lease id>-<n>/delay-<mode><delay in ns>   value: "\x00\x01" label "\x00" metadata   no lease
+//	<prefix><escape(K)>/<lease id>-<n>/delay-<mode><delay in ns>   value: "\x00\x01" label "\x00" metadata   lease: the delay lease
 //
-// The record is on no lease: it outlives its entry when the entry ends
-// other than by Release (its lease expired, or Revoke deleted it). A
-// Release deletes it in the Txn that deletes the entry, so a record whose
+// The record is on a lease of its own, its entry's lease's delay lease for
+// that delay (one per lease and delay, granted with the TTL of the entry's
+// lease plus the delay, and kept alive right after it: renewDelays), so it
+// outlives its entry by at least the delay when the entry ends other than
+// by Release, and goes by itself at most that TTL plus the delay after
+// its Client's last keep-alive. Revoke moves the records of the entries it
+// deletes onto a lease of the delay plus a second (revokeDelays): a
+// revoked holder's Client lives on and keeps its delay lease. A Release
+// deletes the record in the Txn that deletes the entry, so a record whose
 // entry is gone (a create revision with no entry) is an ended entry's: an
 // "ended record". A waiter that reads the queue counts an ended record as
 // a holder of its mode, from the first moment its client saw it until the
 // delay has passed on the local clock (never earlier than the entry's
-// end, which came before that read); then it deletes the record, guarded
-// by its mod revision, and reads the queue again.
+// end, which came before that read), or until the record's lease lapses;
+// then it deletes the record, guarded by its mod revision, and reads the
+// queue again.
+//
+// Why a grant never comes before the ended lease's deadline plus the
+// delay: a grant's validity counts from before its lease's keep-alive was
+// sent, and the delay lease's keep-alive is sent once that one was
+// answered (and freshen, RenewBatch check that it was), so etcd keeps the
+// record at least the delay after the deadline; and a waiter that saw the
+// record counts the delay from after the entry's end.
 //
 // A waiter that dies while it sits out a delay leaves the record in place:
-// the next one to read the queue counts the whole delay again from when it
-// sees it, which is later than the first one's start. So a delay is never
-// cut short by a crash, only made longer.
+// the next one to read the queue counts the delay again from when it sees
+// it, at most until the record's lease lapses. So a delay is never cut
+// short by a crash, and made longer by at most the lease's TTL.
 //
 // The name carries the mode and the delay, so that reads of keys alone
 // (a lock's and a permit's) see them. The value starts with NUL 0x01,
@@ -108,9 +123,123 @@ func (a *attempt) delayRecord() string {
 // putDelay creates our delay record with our entry, if we have a delay.
 func (a *attempt) putDelay() []*pb.RequestOp {
 	if k := a.delayRecord(); k != "" {
-		return []*pb.RequestOp{opPut(k, delayValue(a.label, a.req.Metadata), 0)}
+		return []*pb.RequestOp{opPut(k, delayValue(a.label, a.req.Metadata), a.dl.id)}
 	}
 	return nil
+}
+
+// delayLease returns l's delay lease for delay, if it has a live one.
+func (l *etcdLease) delayLease(delay time.Duration) *etcdLease {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if dl := l.delays[delay]; dl != nil && dl.dead == nil {
+		return dl
+	}
+	return nil
+}
+
+// takeDelayLease returns the lease that our delay record goes on: l's
+// delay lease for our delay, granted if l has none alive, with l's TTL
+// plus the delay, so that it lapses no earlier than the delay after l
+// does when both are last renewed together.
+func (a *attempt) takeDelayLease(ctx context.Context) error {
+	l := a.l
+	if dl := l.delayLease(a.req.LockDelay); dl != nil {
+		a.dl = dl
+		return nil
+	}
+	dl, err := a.d.grantLease(ctx, seconds(l.ttl+a.req.LockDelay))
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if old := l.delays[a.req.LockDelay]; old != nil && old.deadErr() == nil {
+		// Another call granted one meanwhile: ours lapses unused.
+		a.dl = old
+		return nil
+	}
+	if l.delays == nil {
+		l.delays = map[time.Duration]*etcdLease{}
+	}
+	l.delays[a.req.LockDelay] = dl
+	a.dl = dl
+	return nil
+}
+
+// renewDelays renews l's delay leases, after a keep-alive of l was
+// answered: each then lapses no earlier than its delay after l. A delay
+// lease that failed keeps its older renewal; the grants on it see that
+// (RenewBatch, freshen). A lapsed one is forgotten: the next call with
+// that delay grants another.
+func (d *etcdDriver) renewDelays(ctx context.Context, l *etcdLease) {
+	l.mu.Lock()
+	if len(l.delays) == 0 {
+		l.mu.Unlock()
+		return
+	}
+	dls := make([]*etcdLease, 0, len(l.delays))
+	for _, dl := range l.delays {
+		dls = append(dls, dl)
+	}
+	l.mu.Unlock()
+	for _, dl := range dls {
+		if err := d.renewLease(ctx, dl); errors.Is(err, driver.ErrNotHeld) {
+			l.mu.Lock()
+			for k, v := range l.delays {
+				if v == dl {
+					delete(l.delays, k)
+				}
+			}
+			l.mu.Unlock()
+		}
+	}
+}
+
+// renewedDelay checks that dl, a delay lease of a grant or call on l, was
+// renewed no earlier than since (l's renewal that the validity counts
+// from), renewing it if not. A lease that etcd dropped took the record
+// with it: driver.ErrNotHeld.
+func (d *etcdDriver) renewedDelay(ctx context.Context, dl *etcdLease, since time.Time) error {
+	if dl == nil {
+		return nil
+	}
+	if err := dl.deadErr(); err != nil {
+		return err
+	}
+	if !dl.since().Before(since) {
+		return nil
+	}
+	return d.renewLease(ctx, dl)
+}
+
+// revokeDelays returns, for the ended records of entries that a Revoke
+// deletes (records, read with the queue), the operations that put each
+// on a lease of its delay plus a second, granted here, each guarded by
+// its mod revision: the revoked holder's Client lives on and would keep
+// them on its delay lease.
+func (d *etcdDriver) revokeDelays(ctx context.Context, records []*mvccpb.KeyValue, dir string) ([]*pb.Compare, []*pb.RequestOp, error) {
+	if len(records) == 0 {
+		return nil, nil, nil
+	}
+	var longest time.Duration
+	for _, kv := range records {
+		_, _, delay, _ := parseDelay(dir, string(kv.Key))
+		longest = max(longest, delay)
+	}
+	// The second covers the time from the grant of the lease, where its
+	// TTL starts, to the Txn.
+	l, err := d.grantLease(ctx, seconds(longest+time.Second))
+	if err != nil {
+		return nil, nil, err
+	}
+	var cmps []*pb.Compare
+	var puts []*pb.RequestOp
+	for _, kv := range records {
+		cmps = append(cmps, cmpMod(string(kv.Key), pb.Compare_EQUAL, kv.ModRevision))
+		puts = append(puts, opPut(string(kv.Key), string(kv.Value), l.id))
+	}
+	return cmps, puts, nil
 }
 
 // endedRecords returns the ended records among kvs, a read of a queue

@@ -3,10 +3,12 @@ package etcddlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlockdev/dlock"
+	"github.com/dlockdev/dlock/dlocktest"
 	"github.com/dlockdev/dlock/etcddlock"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -164,4 +166,127 @@ func TestLockDelay_tryLock_lockedUntilOver(t *testing.T) {
 			t.Fatal("TryLock never succeeded after the lock-delay (watchdog)")
 		}
 	}
+}
+
+// delayRecords returns the delay records of key, and the revision read.
+func delayRecords(t *testing.T, ctx context.Context, admin *clientv3.Client, key string) ([]string, int64) {
+	t.Helper()
+	dir := etcddlock.QueueDirForTest(etcddlock.DefaultPrefix, key)
+	resp, err := admin.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var records []string
+	for _, kv := range resp.Kvs {
+		if strings.Contains(strings.TrimPrefix(string(kv.Key), dir), "/delay-") {
+			records = append(records, string(kv.Key))
+		}
+	}
+	return records, resp.Header.Revision
+}
+
+// awaitNoRecord waits, at most within, until key has no delay record,
+// woken by a watch of its queue, and fails the test if one is left.
+func awaitNoRecord(t *testing.T, ctx context.Context, admin *clientv3.Client, key string, within time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	records, rev := delayRecords(t, ctx, admin, key)
+	w := admin.Watch(ctx, etcddlock.QueueDirForTest(etcddlock.DefaultPrefix, key), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	for len(records) != 0 {
+		select {
+		case _, ok := <-w:
+			if !ok {
+				t.Fatalf("delay records %q still there after %v, want them gone by themselves", records, within)
+			}
+		case <-ctx.Done():
+			t.Fatalf("delay records %q still there after %v, want them gone by themselves", records, within)
+		}
+		records, _ = delayRecords(t, context.WithoutCancel(ctx), admin, key)
+	}
+}
+
+// The delay record of a holder cut off from etcd goes by itself once its
+// delay is over, though nobody locks the key again: its lease, the holder's
+// TTL plus the delay, is no longer kept alive. The record is still there
+// when the entry goes.
+func TestLockDelay_holderCutOff_recordGoesByItself(t *testing.T) {
+	srv := testserver.SharedEtcd(t)
+	ctx := testCtx(t)
+	admin := adminClient(t, srv.Addr())
+	key := "delay-gone/" + t.Name()
+	p := dlocktest.NewProxy(t, srv.Addr())
+	cut, err := dlock.Open(ctx, "etcd://"+p.Addr(), dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cut.Close()
+	const d = time.Second
+	held, err := cut.Lock(ctx, key, dlock.WithLockDelay(d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if records, _ := delayRecords(t, ctx, admin, key); len(records) != 1 {
+		t.Fatalf("delay records of a holder: %q, want one", records)
+	}
+	p.Blackhole()
+	select {
+	case <-held.Done():
+	case <-ctx.Done():
+		t.Fatal("the cut-off holder's lease did not end (watchdog)")
+	}
+	// Its entry goes at its lease's expiry; the record stays longer.
+	dir := etcddlock.QueueDirForTest(etcddlock.DefaultPrefix, key)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := admin.Watch(wctx, dir, clientv3.WithPrefix(), clientv3.WithPrevKV())
+	for ok := false; !ok; {
+		resp, err := admin.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch n := len(resp.Kvs); {
+		case n == 0:
+			t.Fatal("the holder's entry and its delay record went together")
+		case n == 1 && strings.Contains(strings.TrimPrefix(string(resp.Kvs[0].Key), dir), "/delay-"):
+			ok = true // the entry is gone, its record holds the key
+		default:
+			select {
+			case <-w:
+			case <-ctx.Done():
+				t.Fatal("the cut-off holder's entry did not go (watchdog)")
+			}
+		}
+	}
+	if info, err := openClient(t, ctx, "etcd://"+srv.Addr()).Inspect(ctx, key); err != nil || info.DelayedUntil.IsZero() {
+		t.Fatalf("Inspect once the entry went: %+v, %v; want a delay in force", info, err)
+	}
+	awaitNoRecord(t, ctx, admin, key, 30*time.Second)
+}
+
+// A revoked holder's delay record goes by itself once the delay is over,
+// though the holder's Client lives on and nobody locks the key again.
+func TestLockDelay_revoked_recordGoesByItself(t *testing.T) {
+	srv := testserver.SharedEtcd(t)
+	ctx := testCtx(t)
+	admin := adminClient(t, srv.Addr())
+	key := "delay-revoked/" + t.Name()
+	url := "etcd://" + srv.Addr()
+	const d = time.Second
+	held, err := openClient(t, ctx, url).Lock(ctx, key, dlock.WithLockDelay(d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := openClient(t, ctx, url)
+	if _, err := op.Revoke(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	info, err := op.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.DelayedUntil.IsZero() || len(info.Holders) != 1 || info.Holders[0].Token != held.Token() {
+		t.Fatalf("Inspect after the revoke: %+v, want the ended holder and a delay in force", info)
+	}
+	awaitNoRecord(t, ctx, admin, key, 30*time.Second)
 }

@@ -3,6 +3,7 @@ package etcddlock
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/dlockdev/dlock/driver"
 )
@@ -31,6 +32,7 @@ func (d *etcdDriver) RenewBatch(ctx context.Context, grants []driver.Grant) []er
 		err error
 	}
 	var done []renewal
+	start := time.Now()
 	for i, dg := range grants {
 		g, ok := dg.(*grant)
 		if !ok || g.d != d {
@@ -46,6 +48,10 @@ func (d *etcdDriver) RenewBatch(ctx context.Context, grants []driver.Grant) []er
 			done = append(done, renewal{l: g.l, err: d.renewLease(ctx, g.l)})
 		}
 		if err := done[j].err; err != nil {
+			fail(i, err)
+		} else if err := d.renewedDelay(ctx, g.dl, start); err != nil {
+			// Its delay record would not outlast the validity by the
+			// delay (lockdelay.go).
 			fail(i, err)
 		}
 	}

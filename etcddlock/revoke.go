@@ -48,6 +48,12 @@ func (d *etcdDriver) Revoke(ctx context.Context, key string, token uint64) ([]dr
 			return nil, d.wrapErr("read the queue", err)
 		}
 		delays, until := d.inspectDelays(dir, resp.Kvs)
+		records := map[string]*mvccpb.KeyValue{} // delay records by entry
+		for _, kv := range resp.Kvs {
+			if entry, _, _, ok := parseDelay(dir, string(kv.Key)); ok {
+				records[entry] = kv
+			}
+		}
 		kvs := slices.DeleteFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool { return !isEntry(dir, string(kv.Key)) })
 		info, err := d.describe(ctx, key, kvs)
 		if err != nil {
@@ -58,6 +64,7 @@ func (d *etcdDriver) Revoke(ctx context.Context, key string, token uint64) ([]dr
 		var cmps []*pb.Compare
 		var then []*pb.RequestOp
 		var revoked []driver.Entry
+		var delayed []*mvccpb.KeyValue // the revoked entries' delay records
 		var newest int64
 		for i, h := range info.Holders {
 			if token != 0 && h.Token != token {
@@ -69,6 +76,9 @@ func (d *etcdDriver) Revoke(ctx context.Context, key string, token uint64) ([]dr
 			cmps = append(cmps, cmpMod(string(kv.Key), pb.Compare_EQUAL, kv.ModRevision))
 			then = append(then, opDelete(string(kv.Key)))
 			revoked, newest = append(revoked, h), kv.CreateRevision
+			if r := records[string(kv.Key)]; r != nil && r.CreateRevision == kv.CreateRevision {
+				delayed = append(delayed, r)
+			}
 		}
 		switch {
 		case len(revoked) == 0 && token != 0:
@@ -82,6 +92,13 @@ func (d *etcdDriver) Revoke(ctx context.Context, key string, token uint64) ([]dr
 		// would. No release marker: it would grant the waiter behind with
 		// no read, and only an Exclusive holder's own release proves that.
 		then = append(then, opTxn([]*pb.Compare{cmpMod(tail, pb.Compare_GREATER, newest)}, nil, []*pb.RequestOp{opDelete(tail)}))
+		// And put their delay records, as read, on a lease of their
+		// delay (lockdelay.go): they go by themselves once it is over.
+		dcmps, dputs, err := d.revokeDelays(ctx, delayed, dir)
+		if err != nil {
+			return nil, err
+		}
+		cmps, then = append(cmps, dcmps...), append(then, dputs...)
 		r, err := d.txn(ctx, cmps, then, nil)
 		switch {
 		case err != nil && rejected(err):
