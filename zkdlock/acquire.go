@@ -332,9 +332,6 @@ func (a *attempt) take(ctx context.Context, q []lockNode, mine int, notify bool)
 	if os := orphans(a.marks, q, a.req.Owner); os != nil && grantedBehind(os, q, a.req.Limit) <= mine {
 		// A lock-delay in force: an entry ahead ended without a
 		// release (see lockdelay.go).
-		if !a.req.Wait {
-			return nil, a.leave(ctx, errDelayed(os))
-		}
 		return nil, a.sitOut(ctx, os)
 	}
 	a.step = stepList

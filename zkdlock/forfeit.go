@@ -73,6 +73,7 @@ func (g *grant) onForfeit() {
 		defer cancel()
 		defer context.AfterFunc(g.ctx, cancel)()
 		g.dropStale(ctx)
+		g.endMark(ctx)
 	})
 }
 

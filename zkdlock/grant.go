@@ -166,6 +166,9 @@ func (g *grant) report(err error) {
 	g.gone = true // nothing of ours for onForfeit to remove
 	g.lifeMu.Unlock()
 	g.send(err)
+	if g.mark != "" {
+		g.d.goJanitor(g.endMark)
+	}
 }
 
 // send hands err to Lost, unless a reason is there already.

@@ -26,13 +26,19 @@ import (
 // by Release: its session expired, an operator revoked it, or it was a
 // waiter that died (which costs a needless delay; a waiter that gives up
 // deletes its mark). An orphan counts as a holder of its mode ahead of
-// every node, and an entry it keeps from being granted sits out the delay
-// on its local clock, from the moment it first saw the orphan, then deletes
-// the mark and lists again (see sitOut). A grantee that dies while sitting
-// out deletes nothing: the mark stays, and the next grantee sits out the
-// whole delay again from the moment it sees it (later than needed, never
-// earlier). Keys nobody uses with a delay have no marks, and cost nothing
-// more: the name check in a listing's parse, no request.
+// every node. The first Client to see an orphan (a waiter, a TryLock,
+// Inspect, the ended holder's own Client, or the revoker) writes into it
+// when its delay ends: the delay after that moment, on its clock; every
+// later one takes that time, capped at the delay after its own first
+// sight (see noteUntil). An entry an orphan keeps from being granted sits
+// the delay out, then deletes the mark and lists again (see sitOut); and
+// each Client that saw it deletes it then too, from a janitor, if it is
+// still there and still an orphan (see reapMark): so a mark goes once its
+// delay is over while any Client that saw it lives, though nobody locks
+// the key again, and a grantee that dies while sitting out does not make
+// the next one count the delay again. Keys nobody uses with a delay have
+// no marks, and cost nothing more: the name check in a listing's parse,
+// no request.
 //
 // A waiter granted by an event, without a listing, cannot see orphans that
 // appeared since its listing; they can only come from the entries ahead of
@@ -177,12 +183,13 @@ func (a *attempt) dropMark(ctx context.Context) error {
 }
 
 // sitOut waits out the lock-delay of the orphans os, which keep our node
-// from being granted, from the moment this attempt first saw each, then
-// deletes their marks, so that the listing run makes next grants us. It
-// first writes when the delay ends into the marks, for Inspect (display
-// only). Our node's watch firing (our node gone, or with a child watch any
-// change of the queue) or ctx ending stops the wait: run lists again, and
-// the moments already counted stay counted.
+// from being granted, then deletes their marks, so that the listing run
+// makes next grants us. Each delay ends at the first of: the time written
+// in its mark by whoever counted it first (noteUntil), and the delay after
+// this attempt first saw it. Our node's watch firing (our node gone, or
+// with a child watch any change of the queue) or ctx ending stops the
+// wait: run lists again, and the moments already counted stay counted.
+// TryLock (no wait) fails with errDelayed while a delay is in force.
 func (a *attempt) sitOut(ctx context.Context, os []mark) error {
 	d := a.d
 	now := time.Now()
@@ -194,13 +201,18 @@ func (a *attempt) sitOut(ctx context.Context, os []mark) error {
 		t, ok := a.seen[o.name]
 		if !ok {
 			t = now.Add(o.delay)
+			if noted, ok := d.noteUntil(ctx, a.keyPath, o, t); ok && noted.Before(t) {
+				t = noted
+			}
 			a.seen[o.name] = t
-			a.noteUntil(ctx, o, t)
 		}
 		until = maxTime(until, t)
 	}
 	a.step = stepList
 	if wait := time.Until(until); wait > 0 {
+		if !a.req.Wait {
+			return a.leave(ctx, errDelayed(os))
+		}
 		t := time.NewTimer(wait)
 		defer t.Stop()
 		select {
@@ -227,26 +239,140 @@ func (a *attempt) sitOut(ctx context.Context, os []mark) error {
 // preceded by a line "until=<Unix milliseconds>", when the delay ends.
 const untilPrefix = "until="
 
-// noteUntil writes into the mark o when its delay ends, t, for Inspect
-// (display only), keeping the metadata it holds: a read, then a write at
-// the version read. A mark gone meanwhile (another grantee sat it out) or
-// written by somebody else (who counts too) is left as it is.
-func (a *attempt) noteUntil(ctx context.Context, o mark, t time.Time) {
-	d := a.d
-	path := a.keyPath + "/" + o.name
+// noteUntil returns when the delay of the orphan o of the key node at
+// path ends: the time written in its mark by whoever counted it first, or
+// else t, which it writes there, keeping the metadata the mark holds (a
+// read, then a write at the version read). Either way a janitor of this
+// Client deletes the mark then, if the Client lives (reapMark): the mark
+// goes once its delay is over although nobody locks the key again. ok is
+// false when the mark is gone (its delay was sat out), or could not be
+// read.
+func (d *zkDriver) noteUntil(ctx context.Context, path string, o mark, t time.Time) (until time.Time, ok bool) {
+	mpath := path + "/" + o.name
 	r, err := call(ctx, nil, d.timeout(), func() (getW, error) {
-		data, stat, err := d.conn.Get(path)
+		data, stat, err := d.conn.Get(mpath)
 		return getW{stat: stat, data: data}, err
 	})
 	if err != nil {
+		return time.Time{}, false
+	}
+	until, _ = parseMarkData(r.data)
+	if until.IsZero() {
+		until = t
+		// Written by somebody else meanwhile (who counts too): the
+		// janitor reads what they wrote.
+		_, _ = call(ctx, nil, d.timeout(), func() ([]zk.MultiResponse, error) {
+			return d.conn.Multi(&zk.SetDataRequest{Path: mpath, Data: untilData(t, r.data), Version: r.stat.Version})
+		})
+	}
+	d.reapMark(path, o, until)
+	return until, true
+}
+
+// reapMark starts a janitor that deletes the orphan o of the key node at
+// path once the delay written in it is over by this Client's clock, unless
+// one runs already or the Client is closed. It reads the mark again then
+// (the time in it is the one to keep), and lists the key node: a mark
+// whose owner has a node again (an attempt that queued anew after its
+// session ended) is not an orphan any more.
+func (d *zkDriver) reapMark(path string, o mark, until time.Time) {
+	mpath := path + "/" + o.name
+	if _, busy := d.reaping.LoadOrStore(mpath, true); busy {
 		return
 	}
-	if until, _ := parseMarkData(r.data); !until.IsZero() {
+	if !d.goJanitor(func(ctx context.Context) {
+		defer d.reaping.Delete(mpath)
+		d.reap(ctx, path, o, until)
+	}) {
+		d.reaping.Delete(mpath)
+	}
+}
+
+// noted is a mark and when its delay ends.
+type noted struct {
+	mark  mark
+	until time.Time
+}
+
+// reapTries bounds a janitor's reads of a mark whose time it finds not
+// yet come (another Client's clock behind ours), and its retries of
+// failed requests.
+const reapTries = 8
+
+// reap is reapMark's janitor.
+func (d *zkDriver) reap(ctx context.Context, path string, o mark, until time.Time) {
+	mpath := path + "/" + o.name
+	for i := 0; i < reapTries; i++ {
+		if wait := time.Until(until); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+		}
+		r, err := call(ctx, nil, d.timeout(), func() (getW, error) {
+			data, stat, err := d.conn.Get(mpath)
+			return getW{stat: stat, data: data}, err
+		})
+		if errors.Is(err, zk.ErrNoNode) {
+			return // sat out and deleted
+		}
+		if err != nil {
+			if backoff(ctx, i, d.timeout()/2) != nil {
+				return
+			}
+			continue
+		}
+		if u, _ := parseMarkData(r.data); u.After(until) {
+			until = u
+			continue
+		}
+		children, err := call(ctx, nil, d.timeout(), func() ([]string, error) {
+			children, _, err := d.conn.Children(path)
+			return children, err
+		})
+		if err == nil && ownerIn(queue(children), o.owner) {
+			return // queued anew: its mark is its entry's again
+		}
+		if err == nil {
+			// Delete it at the version read: a mark written since is
+			// not the one we timed.
+			err = call0(ctx, nil, d.timeout(), func() error { return d.conn.Delete(mpath, r.stat.Version) })
+		}
+		if err == nil || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
+			return
+		}
+		if backoff(ctx, i, d.timeout()/2) != nil {
+			return
+		}
+	}
+}
+
+// endMark is run by a janitor when the grant g learns that its lease ended
+// without its release (its node deleted, its session expired, or the node
+// given up: see forfeit.go): unless its node is still there, it counts the
+// delay of its own mark from now, like a grantee that sees it, so that the
+// mark goes once the delay is over though nobody locks the key again.
+func (g *grant) endMark(ctx context.Context) {
+	if g.mark == "" {
 		return
 	}
-	_, _ = call(ctx, nil, d.timeout(), func() ([]zk.MultiResponse, error) {
-		return d.conn.Multi(&zk.SetDataRequest{Path: path, Data: untilData(t, r.data), Version: r.stat.Version})
+	d := g.d
+	path, name := g.mark[:strings.LastIndexByte(g.mark, '/')], g.mark[strings.LastIndexByte(g.mark, '/')+1:]
+	m, ok := parseMark(name)
+	if !ok {
+		return
+	}
+	exists, err := call(ctx, nil, d.timeout(), func() (bool, error) {
+		ok, _, err := d.conn.Exists(g.path)
+		return ok, err
 	})
+	if err != nil || exists {
+		return // still there: not ended yet, or unknown
+	}
+	d.noteUntil(ctx, path, m, time.Now().Add(m.delay))
 }
 
 // untilData is a mark's data saying that its delay ends at t.
@@ -317,8 +443,11 @@ func (g *grant) removeMarked(ctx context.Context, version int32) error {
 // delayInfo completes info, read from a listing of the key node at path
 // (children) whose lock nodes are q, with the marks: each holder's
 // lock-delay, and the orphans, as holders ahead of the nodes, with the
-// time their delay ends (DelayedUntil: the latest; from now when nobody
-// counts it yet). It returns the orphans' entries.
+// time their delay ends (DelayedUntil: the latest). An orphan nobody
+// counts yet starts counting now: its mark gets that time (noteUntil), so
+// that it goes once the delay is over. An orphan whose time has passed is
+// deleted (at the version read) and not shown. It returns the orphans'
+// entries.
 func (d *zkDriver) delayInfo(ctx context.Context, path string, ms []mark, q []lockNode, info *driver.LockInfo) ([]driver.Entry, []mark, error) {
 	var (
 		out []driver.Entry
@@ -340,8 +469,19 @@ func (d *zkDriver) delayInfo(ctx context.Context, path string, ms []mark, q []lo
 			return nil, nil, d.wrapErr("read "+m.name, err)
 		}
 		until, meta := parseMarkData(r.data)
-		if until.IsZero() {
-			until = time.Now().Add(m.delay) // nobody counts it yet
+		switch {
+		case until.IsZero():
+			// Nobody counts it yet: from now.
+			if until, _ = d.noteUntil(ctx, path, m, time.Now().Add(m.delay)); until.IsZero() {
+				continue // gone meanwhile
+			}
+		case !until.After(time.Now()):
+			// Its delay is over: a leftover nobody deleted yet.
+			// Best effort: a mark left is a delay shown too long.
+			_ = call0(ctx, nil, d.timeout(), func() error { return d.conn.Delete(path+"/"+m.name, r.stat.Version) })
+			continue
+		default:
+			d.reapMark(path, m, until)
 		}
 		info.DelayedUntil = maxTime(info.DelayedUntil, until)
 		out = append(out, driver.Entry{Token: uint64(r.stat.Czxid), Metadata: meta, Since: time.UnixMilli(r.stat.Ctime), TTL: -1, Mode: m.mode, LockDelay: m.delay})

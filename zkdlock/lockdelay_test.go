@@ -3,6 +3,7 @@ package zkdlock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ func marksOf(t *testing.T, admin *zk.Conn, root, key string) []string {
 // lock-delay keeps the key from everyone for the delay: Inspect shows the
 // ended entry as a holder with its LockDelay and a DelayedUntil in force,
 // TryLock is refused, and the next Lock is granted no earlier than the
-// delay after it began (a lower bound only), with a greater token; then
+// delay after the revoke (a lower bound only), with a greater token; then
 // nothing of the delay is left. On a standalone server and with the
 // ensemble rule.
 func TestLockDelay_revoke_nextGrantAfterTheDelay(t *testing.T) {
@@ -60,6 +61,7 @@ func TestLockDelay_revoke_nextGrantAfterTheDelay(t *testing.T) {
 			if len(info.Holders) != 1 || info.Holders[0].LockDelay != testDelay || !info.DelayedUntil.IsZero() {
 				t.Fatalf("Inspect of the holder: %+v, DelayedUntil %v; want one holder with LockDelay %v and no delay in force", info.Holders, info.DelayedUntil, testDelay)
 			}
+			revokedAt := time.Now()
 			revoked, err := rv.Revoke(ctx, key, dlock.RevokeToken(h.Token()))
 			if err != nil {
 				t.Fatal(err)
@@ -83,10 +85,9 @@ func TestLockDelay_revoke_nextGrantAfterTheDelay(t *testing.T) {
 				t.Fatalf("TryLock during the delay = %v, want ErrLocked", err)
 			}
 
-			began := time.Now()
 			l := mustLock(t, ctx, c, key)
-			if waited := time.Since(began); waited < testDelay {
-				t.Errorf("granted %v after the Lock began, before the lock-delay of %v", waited, testDelay)
+			if waited := time.Since(revokedAt); waited < testDelay {
+				t.Errorf("granted %v after the revoke, before the lock-delay of %v", waited, testDelay)
 			}
 			if l.Token() <= h.Token() {
 				t.Errorf("next token %d, not above the revoked %d", l.Token(), h.Token())
@@ -133,11 +134,13 @@ func TestLockDelay_sessionEnds_waiterSitsItOut(t *testing.T) {
 	mustUnlock(t, ctx, l)
 }
 
-// TestLockDelay_granteeDiesSittingOut_nextSitsItOut: a waiter sitting out
-// an ended holder's lock-delay dies; the mark stays, so the waiter behind
-// it sits out the delay again, granted no earlier than the delay after the
-// first one died.
-func TestLockDelay_granteeDiesSittingOut_nextSitsItOut(t *testing.T) {
+// TestLockDelay_granteeDiesSittingOut_nextKeepsItsCount: a waiter sitting
+// out an ended holder's lock-delay writes when the delay ends into the
+// mark, and dies; once that time has passed, another Client's TryLock is
+// granted (it deletes the mark) rather than counting the whole delay again
+// from its own sight of the mark; the grant is still no earlier than the
+// delay after the holder's session ended.
+func TestLockDelay_granteeDiesSittingOut_nextKeepsItsCount(t *testing.T) {
 	ctx := testCtx(t)
 	srv := testserver.SharedZooKeeper(t)
 	admin := dialZK(t, ctx, srv.Addr(), connOpts{})
@@ -159,8 +162,7 @@ func TestLockDelay_granteeDiesSittingOut_nextSitsItOut(t *testing.T) {
 	defer stopW1()
 	w1 := startAcquire(w1ctx, func(ctx ctxT, opts ...dlock.LockOption) (*dlock.Lease, error) { return c1.Lock(ctx, key) })
 	waitWaiters(t, ctx, c2, key, 1)
-	w2 := startAcquire(ctx, func(ctx ctxT, opts ...dlock.LockOption) (*dlock.Lease, error) { return c2.Lock(ctx, key) })
-	waitWaiters(t, ctx, c2, key, 2)
+	ended := time.Now()
 	hconn.Close()
 
 	// The first waiter writes when the delay ends into the mark as it
@@ -171,12 +173,19 @@ func TestLockDelay_granteeDiesSittingOut_nextSitsItOut(t *testing.T) {
 	}
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
+	var until time.Time
 	for {
 		data, _, err := admin.Get(zkdlock.KeyPathForTest(root, key) + "/" + m[0])
 		if err != nil {
 			t.Fatalf("read the mark: %v", err)
 		}
-		if strings.HasPrefix(string(data), "until=") {
+		if ms, ok := strings.CutPrefix(string(data), "until="); ok {
+			line, _, _ := strings.Cut(ms, "\n")
+			n, err := strconv.ParseInt(line, 10, 64)
+			if err != nil {
+				t.Fatalf("mark data %q", data)
+			}
+			until = time.UnixMilli(n)
 			break
 		}
 		select {
@@ -185,18 +194,115 @@ func TestLockDelay_granteeDiesSittingOut_nextSitsItOut(t *testing.T) {
 			t.Fatal("the first waiter never sat out the delay (watchdog)")
 		}
 	}
-	died := time.Now()
 	w1conn.Close()
-	l := w2.lease(t, ctx, "the second waiter")
-	if waited := time.Since(died); waited < testDelay {
-		t.Errorf("granted %v after the first waiter died sitting out the delay, before the lock-delay of %v", waited, testDelay)
-	}
 	stopW1()
 	<-w1.done
 	if w1.err == nil {
 		t.Errorf("the dead waiter was granted")
 	}
+	if m := marksOf(t, admin, root, key); len(m) != 1 {
+		t.Fatalf("marks %v once the first waiter died, want the holder's", m)
+	}
+	// Wait for the time written in the mark (the delay as the dead
+	// waiter counted it) to pass.
+	timer := time.NewTimer(time.Until(until) + time.Millisecond)
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+		t.Fatal("watchdog")
+	}
+	l, err := c2.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("TryLock once the delay written in the mark is over = %v, want a grant", err)
+	}
+	if waited := time.Since(ended); waited < testDelay {
+		t.Errorf("granted %v after the holder's session was closed, before the lock-delay of %v", waited, testDelay)
+	}
 	mustUnlock(t, ctx, l)
+	if m := marksOf(t, admin, root, key); len(m) != 0 {
+		t.Errorf("marks left: %v", m)
+	}
+}
+
+// awaitNoMarks waits, at most within, until the key node has no mark (or
+// is gone), woken by a child watch, and fails the test if one is left.
+func awaitNoMarks(t *testing.T, ctx context.Context, admin *zk.Conn, root, key string, within time.Duration) {
+	t.Helper()
+	timer := time.NewTimer(within)
+	defer timer.Stop()
+	for {
+		cs, _, ch, err := admin.ChildrenW(zkdlock.KeyPathForTest(root, key))
+		if errors.Is(err, zk.ErrNoNode) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var left []string
+		for _, c := range cs {
+			if strings.HasPrefix(c, "delay-") {
+				left = append(left, c)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			t.Fatalf("marks %v still there after %v, want them gone once the delay is over", left, within)
+		case <-ctx.Done():
+			t.Fatal("watchdog")
+		}
+	}
+}
+
+// TestLockDelay_keyNotLockedAgain_markGoes: the mark of a holder whose
+// lease ended without a release goes once its delay is over though nobody
+// locks the key again, deleted by a Client that saw the end: the revoked
+// holder's own (its revoker closed at once), or one that only inspected
+// the key once after the holder's session ended.
+func TestLockDelay_keyNotLockedAgain_markGoes(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	admin := dialZK(t, ctx, srv.Addr(), connOpts{})
+	root := testRoot(t)
+	o := zkdlock.Options{Root: root}
+	t.Run("revoked", func(t *testing.T) {
+		const key = "revoked"
+		hc := plainClient(t, ctx, srv.Addr(), o)
+		h, err := hc.Lock(ctx, key, dlock.WithLockDelay(testDelay))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rv := plainClient(t, ctx, srv.Addr(), o)
+		if _, err := rv.Revoke(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		if err := rv.Close(); err != nil {
+			t.Fatal(err)
+		}
+		waitDone(t, ctx, h, "a revoke")
+		awaitNoMarks(t, ctx, admin, root, key, testDelay+30*time.Second)
+	})
+	t.Run("inspectedOnce", func(t *testing.T) {
+		const key = "inspected"
+		hconn := dialZK(t, ctx, srv.Addr(), connOpts{})
+		hc := newClient(t, ctx, hconn, o)
+		if _, err := hc.Lock(ctx, key, dlock.WithLockDelay(testDelay)); err != nil {
+			t.Fatal(err)
+		}
+		hconn.Close()
+		c := plainClient(t, ctx, srv.Addr(), o)
+		info, err := c.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.DelayedUntil.IsZero() || len(info.Holders) != 1 {
+			t.Fatalf("Inspect once the holder's session ended: %+v, want the ended holder and a delay in force", info)
+		}
+		awaitNoMarks(t, ctx, admin, root, key, testDelay+30*time.Second)
+	})
 }
 
 // TestLockDelay_release_startsNoDelay: a holder with a lock-delay that

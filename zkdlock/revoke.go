@@ -28,7 +28,8 @@ var _ driver.Revoker = (*zkDriver)(nil)
 // node's: its node was created later, and zxids only go up.
 //
 // A revoked holder's lock-delay mark stays (see lockdelay.go), with the
-// time its delay ends as far as the revoker can tell, for Inspect.
+// time its delay ends, counted from before the revoke was sent; a janitor
+// of this Client deletes it then (reapMark), if the Client lives.
 //
 // A sync comes first, so that the listing shows every grant the leader had
 // made when Revoke was called, whichever server answers.
@@ -45,6 +46,7 @@ func (d *zkDriver) Revoke(ctx context.Context, key string, token uint64) ([]driv
 		var (
 			ops     []any
 			revoked []driver.Entry
+			reaped  []noted // the revoked holders' marks
 		)
 		for j, h := range info.Holders[in.orphans:] {
 			if token != 0 && h.Token != token {
@@ -56,7 +58,9 @@ func (d *zkDriver) Revoke(ctx context.Context, key string, token uint64) ([]driv
 			if m, ok := markOf(in.marks, in.holders[j].owner); ok {
 				// Its mark stays, an orphan: the next grantee sits
 				// out the delay. Write when it ends, for Inspect.
-				ops = append(ops, &zk.SetDataRequest{Path: path + "/" + m.name, Data: untilData(time.Now().Add(m.delay), h.Metadata), Version: -1})
+				until := time.Now().Add(m.delay)
+				ops = append(ops, &zk.SetDataRequest{Path: path + "/" + m.name, Data: untilData(until, h.Metadata), Version: -1})
+				reaped = append(reaped, noted{m, until})
 			}
 			revoked = append(revoked, h)
 		}
@@ -74,6 +78,9 @@ func (d *zkDriver) Revoke(ctx context.Context, key string, token uint64) ([]driv
 		}
 		if err != nil {
 			return nil, d.wrapErr(fmt.Sprintf("revoke %d holder(s) of key %q", len(revoked), key), err)
+		}
+		for _, n := range reaped {
+			d.reapMark(path, n.mark, n.until)
 		}
 		return revoked, nil
 	}

@@ -87,8 +87,9 @@
 // an expiry, with a greater token. An entry with a lock-delay keeps a
 // persistent mark beside its node, which a release deletes with the node;
 // a mark left without its node delays the next grant by its delay, counted
-// on the next grantee's clock from the moment it saw the mark. Keys without
-// a delay pay nothing for it. docs/zookeeper.md, section Revoke and
+// from the moment the first Client to see the mark saw it (it writes the
+// time the delay ends into the mark), and every Client that saw it and
+// lives deletes it then. Keys without a delay pay nothing for it. docs/zookeeper.md, section Revoke and
 // lock-delay, has the details.
 package zkdlock
 
@@ -184,6 +185,7 @@ type zkDriver struct {
 	mu       sync.Mutex
 	closed   bool // guarded by mu
 	janitors sync.WaitGroup
+	reaping  sync.Map // paths of the marks a janitor will delete (lockdelay.go's reapMark)
 
 	// heard is what the server that expires the session (the leader) is
 	// known to have heard from it, and when the latest request that the
