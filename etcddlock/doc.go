@@ -103,9 +103,11 @@
 //
 // Client.Revoke deletes the holders' entries, never the Client's shared
 // etcd lease, so a revoked holder's other locks live on. An entry with a
-// lock-delay (dlock.WithLockDelay) keeps a record beside it, on no lease:
+// lock-delay (dlock.WithLockDelay) keeps a record beside it, on a lease
+// of its own kept alive after the entry's, with a TTL longer by the delay:
 // after an expiry or a revoke, waiters count it as a holder until the
-// delay has passed on their own clock. docs/etcd.md, Revoke and lock-delay.
+// delay has passed on their own clock, and etcd deletes it about the
+// delay after the entry went. docs/etcd.md, Revoke and lock-delay.
 //
 // # Logs
 //
