@@ -42,11 +42,16 @@ func (a *attempt) evaluate(ctx context.Context) error {
 	case p.Verdict == queue.Granted:
 		a.granted()
 	case p.Verdict == queue.WaitFor && p.Notice:
-		// A permit's later waiter: it cannot be granted while the limit
-		// entries nearest ahead of it (Target and those behind it) all
-		// stand, and may be once any of them goes. It waits for that,
-		// not for Target's grant, which nobody writes down.
-		a.waitDeletes(ahead[p.Target:], 1, false)
+		// A permit's later waiter: it cannot be granted while limit of
+		// the limit+1 entries nearest ahead of it (from the one before
+		// Target) stand, and waits for a delete of any of them, not for
+		// Target's grant, which nobody writes down. The one farthest
+		// ahead goes first as a rule, with limit entries left ahead of
+		// us: the read after it makes us one of the first limit
+		// waiters, counting on these watches, kept (wait.go), the
+		// delete that grants us. A release reaches at most the limit+1
+		// waiters behind it, no more than 2·limit.
+		a.waitDeletes(ahead[max(0, p.Target-1):], 1, false)
 	case p.Verdict == queue.WaitFor:
 		a.pred, a.predRev, a.step = string(ahead[p.Target].Key), ahead[p.Target].CreateRevision, stepWait
 	case p.Verdict == queue.WaitAny:
