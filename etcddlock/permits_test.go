@@ -16,8 +16,9 @@ import (
 
 // How a semaphore's waiter waits (queue.Listing.Parallel): each of the
 // first limit waiters counts the deletes of the entries ahead of it, a
-// later one waits for a delete of the limit entries nearest ahead of it,
-// and nobody writes a grant notice.
+// later one waits for a delete of the limit+1 entries nearest ahead of it
+// and counts on those watches once a read makes it one of the first, and
+// nobody writes a grant notice.
 
 // heldPermits takes limit permits of key on one client and returns them.
 func heldPermits(t *testing.T, ctx context.Context, addr, key string, limit int) (*dlock.Client, []*dlock.Lease) {
@@ -205,9 +206,9 @@ func TestSemaphore_laterWaiter_grantedByCount(t *testing.T) {
 	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
 }
 
-// A later waiter waits for a delete of the limit entries nearest ahead of
-// it: of limit 1, the entry just ahead, which the tail its join read names,
-// so it waits with no read of the queue. h holds, p waits, q joins behind p.
+// A later waiter of limit 1 that joins behind the tail waits for the entry
+// just ahead, which the tail its join read names, so it waits with no read
+// of the queue. h holds, p waits, q joins behind p.
 func TestSemaphore_laterWaiter_behindTail_noRead(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)

@@ -49,8 +49,9 @@ func (a *attempt) evaluate(ctx context.Context) error {
 		// ahead goes first as a rule, with limit entries left ahead of
 		// us: the read after it makes us one of the first limit
 		// waiters, counting on these watches, kept (wait.go), the
-		// delete that grants us. A release reaches at most the limit+1
-		// waiters behind it, no more than 2·limit.
+		// delete that grants us. An entry is watched by limit+1
+		// waiters at most (no more than 2·limit): the first limit, and
+		// later ones at most limit+1 places behind it.
 		a.waitDeletes(ahead[max(0, p.Target-1):], 1, false)
 	case p.Verdict == queue.WaitFor:
 		a.pred, a.predRev, a.step = string(ahead[p.Target].Key), ahead[p.Target].CreateRevision, stepWait
