@@ -103,6 +103,10 @@ type attempt struct {
 	keyB  []byte     // key, shared by the messages that name it (never changed)
 	dirty bool       // a request that may have created our entry failed: its outcome is unknown
 
+	// watching: a semaphore's waiter's watches by key, kept from a wait
+	// to the next (wait.go); cancelled by unwatch.
+	watching map[string]*keyWatch
+
 	place
 }
 
@@ -153,9 +157,11 @@ var steps = [...]func(*attempt, context.Context) error{
 
 // run executes the attempt's steps until it is granted or fails.
 func (a *attempt) run(ctx context.Context) (*grant, error) {
+	defer a.unwatch(nil)
 	for a.step != stepGranted {
 		err := steps[a.step](a, ctx)
 		if errors.Is(err, errRequeue) {
+			a.unwatch(nil)
 			a.place, a.step = place{}, stepLease
 			err = a.requeue.wait(ctx)
 		}
@@ -189,7 +195,10 @@ func (a *attempt) takeLease(ctx context.Context) error {
 }
 
 // granted goes on from a grant by the rule.
-func (a *attempt) granted() { a.pred, a.ahead, a.step = "", nil, stepFreshen }
+func (a *attempt) granted() {
+	a.unwatch(nil)
+	a.pred, a.ahead, a.step = "", nil, stepFreshen
+}
 
 // loseLease forgets a lease that is gone, and with it our entry and its
 // name.
@@ -204,8 +213,9 @@ func (a *attempt) loseLease() error {
 // for the waiters behind it: they wait for deletes alone (evaluate).
 func (a *attempt) freshen(ctx context.Context) error {
 	// The grant's validity counts from the last renewal: an old one is
-	// renewed, which proves that etcd never dropped the lease, nor our entry.
-	if time.Since(a.l.since()) >= a.l.ttl/2 {
+	// renewed, which proves that etcd never dropped the lease, nor our
+	// entry; a lease this Client gave up fails its renewal at once.
+	if a.l.deadErr() != nil || time.Since(a.l.since()) >= a.l.ttl/2 {
 		if err := a.renew(ctx); errors.Is(err, driver.ErrNotHeld) {
 			return a.loseLease()
 		} else if err != nil {

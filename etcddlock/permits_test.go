@@ -16,8 +16,9 @@ import (
 
 // How a semaphore's waiter waits (queue.Listing.Parallel): each of the
 // first limit waiters counts the deletes of the entries ahead of it, a
-// later one waits for a delete of the limit entries nearest ahead of it,
-// and nobody writes a grant notice.
+// later one waits for a delete of the limit+1 entries nearest ahead of it
+// and counts on those watches once a read makes it one of the first, and
+// nobody writes a grant notice.
 
 // heldPermits takes limit permits of key on one client and returns them.
 func heldPermits(t *testing.T, ctx context.Context, addr, key string, limit int) (*dlock.Client, []*dlock.Lease) {
@@ -47,7 +48,8 @@ func queuedPermit(t *testing.T, ctx context.Context, addr, key string, limit int
 // A waiter granted a permit writes nothing: no grant notice for the waiter
 // behind it, which does not wait for one. Limit 2: h1 and h2 hold, p and
 // q wait; h1 releases; from its wait to its grant p sends nothing: the
-// delete it counted grants it, with no read and no write.
+// delete it counted grants it, with no read (of the queue, or of its own
+// entry: its lease's liveness proves that) and no write.
 func TestSemaphore_handOff_writesNoNotice(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)
@@ -60,8 +62,8 @@ func TestSemaphore_handOff_writesNoNotice(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := awaitLock(t, ctx, pGot)
-	if sent, _ := pc.take(); sent[txnMethod] != 0 || sent[queueRead] != 0 {
-		t.Errorf("p sent %v from its wait to its grant, want no Txn and no read of the queue", sent)
+	if sent, _ := pc.take(); sent[txnMethod] != 0 || sent[queueRead] != 0 || sent[rangeMethod] != 0 || sent[readTxn] != 0 {
+		t.Errorf("p sent %v from its wait to its grant, want no Txn and no read", sent)
 	}
 	for _, l := range []*dlock.Lease{p, held[1]} {
 		if err := l.Unlock(ctx); err != nil {
@@ -160,9 +162,53 @@ func TestSemaphore_releasesTogether_takenTogether(t *testing.T) {
 	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
 }
 
-// A later waiter waits for a delete of the limit entries nearest ahead of
-// it: of limit 1, the entry just ahead, which the tail its join read names,
-// so it waits with no read of the queue. h holds, p waits, q joins behind p.
+// A later waiter watches one entry more than the limit nearest ahead of
+// it, so that the read after that one goes finds it one of the first limit
+// waiters, which counts on the same watches: the release that frees its
+// permit grants it with no read and no watch created. Limit 2: h0 and h1
+// hold, p and q wait, r waits behind them (watching h1, p and q); h0
+// releases (p is granted), then h1 (q is granted, r reads the queue and
+// counts p and q); p releases: r is granted by the count alone.
+func TestSemaphore_laterWaiter_grantedByCount(t *testing.T) {
+	srv := testserver.SharedEtcd(t)
+	ctx := testCtx(t)
+	key := "sem-later-count/" + t.Name()
+	_, held := heldPermits(t, ctx, srv.Addr(), key, 2)
+	_, pGot := queuedPermit(t, ctx, srv.Addr(), key, 2)
+	_, qGot := queuedPermit(t, ctx, srv.Addr(), key, 2)
+	rc, rGot := queuedPermit(t, ctx, srv.Addr(), key, 2)
+	if err := held[0].Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := awaitLock(t, ctx, pGot)
+	rc.take()
+	if err := held[1].Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	q := awaitLock(t, ctx, qGot)
+	rc.waitSent(t, ctx, queueRead, 1) // r woke at h1's release
+	rc.take()
+	if err := p.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := awaitLock(t, ctx, rGot)
+	if sent, _ := rc.take(); sent[queueRead] != 0 || sent[rangeMethod] != 0 || sent[readTxn] != 0 || sent[txnMethod] != 0 || sent["watch create"] != 0 {
+		t.Errorf("r sent %v from p's release to its grant, want no read, no Txn and no watch created", sent)
+	}
+	if r.Token() <= q.Token() {
+		t.Errorf("r's token %d not above q's %d", r.Token(), q.Token())
+	}
+	for _, l := range []*dlock.Lease{q, r} {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
+}
+
+// A later waiter of limit 1 that joins behind the tail waits for the entry
+// just ahead, which the tail its join read names, so it waits with no read
+// of the queue. h holds, p waits, q joins behind p.
 func TestSemaphore_laterWaiter_behindTail_noRead(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)

@@ -42,11 +42,17 @@ func (a *attempt) evaluate(ctx context.Context) error {
 	case p.Verdict == queue.Granted:
 		a.granted()
 	case p.Verdict == queue.WaitFor && p.Notice:
-		// A permit's later waiter: it cannot be granted while the limit
-		// entries nearest ahead of it (Target and those behind it) all
-		// stand, and may be once any of them goes. It waits for that,
-		// not for Target's grant, which nobody writes down.
-		a.waitDeletes(ahead[p.Target:], 1, false)
+		// A permit's later waiter: it cannot be granted while limit of
+		// the limit+1 entries nearest ahead of it (from the one before
+		// Target) stand, and waits for a delete of any of them, not for
+		// Target's grant, which nobody writes down. The one farthest
+		// ahead goes first as a rule, with limit entries left ahead of
+		// us: the read after it makes us one of the first limit
+		// waiters, counting on these watches, kept (wait.go), the
+		// delete that grants us. An entry is watched by limit+1
+		// waiters at most (no more than 2·limit): the first limit, and
+		// later ones at most limit+1 places behind it.
+		a.waitDeletes(ahead[max(0, p.Target-1):], 1, false)
 	case p.Verdict == queue.WaitFor:
 		a.pred, a.predRev, a.step = string(ahead[p.Target].Key), ahead[p.Target].CreateRevision, stepWait
 	case p.Verdict == queue.WaitAny:

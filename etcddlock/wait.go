@@ -21,6 +21,9 @@ func (a *attempt) wait(ctx context.Context) error {
 	a.lastPred = cmp.Or(a.pred, a.lastPred)
 	rev, released, err := a.waitChange(ctx)
 	a.byRead = !released
+	if err != nil || released {
+		a.unwatch(nil) // a semaphore's kept watches serve only the read after a wake
+	}
 	switch {
 	case errors.Is(err, driver.ErrNotHeld):
 		err = a.loseLease() // a renewal found the lease gone, and our entry with it
@@ -63,10 +66,11 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 	// Watch create, from now (docs/etcd.md, Operations, Lock 3): the keys
 	// that start with the entry's key (the entry and its marker), or, for
 	// a semaphore's waiter, the deletes of each key of a.ahead, one watch
-	// a key, so that a release reaches only the waiters that count it.
+	// a key, so that a release reaches only the waiters that count it;
+	// those its last wait started that it still counts go on.
 	w := a.watches(wctx)
-	started := false // every watch's created response has come
-	created, createdRev := 0, int64(0)
+	started := w.pending == 0 // every watch's created response has come
+	createdRev := int64(0)    // the newest created response of this wait
 	went := map[string]bool{} // the entries of a.ahead seen go
 	var delayed <-chan time.Time
 	if !a.delayUntil.IsZero() {
@@ -97,7 +101,8 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 			wr = v.Interface().(clientv3.WatchResponse)
 		}
 		// The first response of each watch is its creation.
-		first := !w.created[i]
+		kw := w.watches[i-caseWatches]
+		first := !kw.created
 		failed := !ok || wr.Err() != nil || !first && wr.Canceled || first && !wr.Created
 		switch {
 		case failed && ctx.Err() != nil:
@@ -107,20 +112,14 @@ func (a *attempt) waitChange(ctx context.Context) (rev int64, released bool, err
 		case failed:
 			return 0, false, errWatch
 		case !first:
-			rev, released := a.change(wr.Events, went)
-			if rev != 0 && released && a.ahead != nil {
-				// The count's grant: our entry stood at its revision.
-				released, err := a.stands(ctx, rev)
-				return rev, released, cmp.Or(err, stop())
-			}
-			if rev != 0 {
+			if rev, released := a.change(wr.Events, went); rev != 0 {
 				return rev, released, stop()
 			}
 			continue
 		}
-		w.created[i] = true
-		created, createdRev = created+1, max(createdRev, wr.Header.Revision)
-		if created < len(w.created)-caseWatches || started {
+		kw.created, w.pending = true, w.pending-1
+		createdRev = max(createdRev, wr.Header.Revision)
+		if w.pending > 0 || started {
 			continue
 		}
 		// All created: the change may have come before they started.
@@ -157,53 +156,65 @@ const (
 // of ours: one a key of a semaphore's waiter, on the client's one stream.
 type watchSet struct {
 	cases   []reflect.SelectCase
-	created []bool // by case: that watch's created response has come
+	watches []*keyWatch // by case, from caseWatches on
+	pending int         // watches whose created response has not come
 }
 
-// watches creates the wait's watches (cancelled with ctx): the prefix of
-// a.pred, or each key of a.ahead.
+// keyWatch is one watch of a wait.
+type keyWatch struct {
+	ch      clientv3.WatchChan
+	cancel  func() // nil: it ends with its wait
+	created bool   // its created response has come
+}
+
+// watches returns the wait's watches: the prefix of a.pred, created now
+// and cancelled with ctx; or each key of a.ahead, kept in a.watching from
+// one wait to the next of the attempt until unwatch: a later waiter's
+// watches go on, started, when the read after its wake makes it one of
+// the first limit waiters, which then counts on them (evaluate).
 func (a *attempt) watches(ctx context.Context) *watchSet {
-	keys := []string{a.pred}
-	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCreatedNotify()}
-	if a.ahead != nil {
-		keys = slices.Sorted(maps.Keys(a.ahead))
-		opts = []clientv3.OpOption{clientv3.WithFilterPut(), clientv3.WithCreatedNotify()}
-	}
-	w := &watchSet{
-		cases:   make([]reflect.SelectCase, caseWatches, caseWatches+len(keys)),
-		created: make([]bool, caseWatches, caseWatches+len(keys)),
-	}
+	w := &watchSet{cases: make([]reflect.SelectCase, caseWatches, caseWatches+max(1, len(a.ahead)))}
 	for i := range w.cases {
 		w.cases[i].Dir = reflect.SelectRecv
 	}
-	for _, k := range keys {
-		wch := a.d.w.Watch(ctx, k, opts...)
-		w.cases = append(w.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(wch)})
-		w.created = append(w.created, false)
+	add := func(kw *keyWatch) {
+		w.cases = append(w.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(kw.ch)})
+		w.watches = append(w.watches, kw)
+		if !kw.created {
+			w.pending++
+		}
+	}
+	if a.ahead == nil {
+		a.unwatch(nil)
+		add(&keyWatch{ch: a.d.w.Watch(ctx, a.pred, clientv3.WithPrefix(), clientv3.WithCreatedNotify())})
+		return w
+	}
+	a.unwatch(a.ahead)
+	if a.watching == nil {
+		a.watching = make(map[string]*keyWatch, len(a.ahead))
+	}
+	for _, k := range slices.Sorted(maps.Keys(a.ahead)) {
+		kw := a.watching[k]
+		if kw == nil {
+			// Beyond this wait, on the same stream (watchCtx's metadata).
+			kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			kw = &keyWatch{cancel: cancel}
+			kw.ch = a.d.w.Watch(kctx, k, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+			a.watching[k] = kw
+		}
+		add(kw)
 	}
 	return w
 }
 
-// stands reads whether our entry still stood at rev: the count's grant
-// holds only for an entry that was in the queue when the count completed,
-// and a delete of ours comes on no watch of ours.
-func (a *attempt) stands(ctx context.Context, rev int64) (bool, error) {
-	var resp *clientv3.GetResponse
-	err := a.fresh(ctx, rev, func(ctx context.Context, opts ...clientv3.OpOption) (int64, error) {
-		// Range, our entry's key alone, keys only.
-		var err error
-		if resp, err = a.d.kv.Get(ctx, a.key, append(opts, clientv3.WithKeysOnly())...); err != nil {
-			return 0, err
+// unwatch cancels a semaphore's kept watches of the keys not in keep.
+func (a *attempt) unwatch(keep map[string]bool) {
+	for k, kw := range a.watching {
+		if !keep[k] {
+			kw.cancel()
+			delete(a.watching, k)
 		}
-		return resp.Header.Revision, nil
-	})
-	if err != nil {
-		return false, err
 	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != a.rev {
-		return false, nil // the read of the queue finds it gone
-	}
-	return true, nil
 }
 
 // change decodes a watch response: the revision at which what we wait for
@@ -214,10 +225,17 @@ func (a *attempt) stands(ctx context.Context, rev int64) (bool, error) {
 //
 // The count's grant: the read that planned it saw every entry ahead of
 // ours (a complete listing) and no lock-delay record; entries ahead only
-// go, so once need of them went fewer than limit are ahead, and the
-// rule grants our entry if it still existed then, which waitChange reads
-// (stands): no watch of ours sees its delete (an expiry, a revoke, by
-// hand), and the watches of several keys keep no order between them.
+// go, so once need of them went fewer than limit are ahead, and the rule
+// grants our entry if it still existed then. Nothing reads that it did
+// (a round trip per grant; no watch of ours sees its delete, and watches
+// of several keys keep no order between them): our entry, on our lease,
+// goes only by our own delete (none while we wait), with the lease, or
+// by hand. freshen proves the lease alive at the grant (renewed less
+// than half a TTL ago, or renewed then, and not given up by this Client,
+// which marks it before it revokes it), so it was alive at every earlier
+// revision. A delete or revoke by hand is what a lock's hand-off does
+// not check either (docs/etcd.md): the renewals' check finds it within a
+// TTL while we wait, and a grant on it ends at its first renewal.
 func (a *attempt) change(evs []*clientv3.Event, went map[string]bool) (gone int64, released bool) {
 	var marked int64
 	for _, ev := range evs {

@@ -56,8 +56,9 @@
 // every entry read ahead until Need went; else limit entries or more read
 // ahead give WaitFor with Notice, and fewer NeedMore. etcd writes no grant
 // notice (Notify is ignored): a WaitFor with Notice waits for a delete of
-// Ahead[Target] or of an entry behind it, the limit entries nearest ahead,
-// which all stand while the caller cannot be granted. At a join, the tail
+// one of the limit+1 entries nearest ahead (from Ahead[Target-1]), limit of
+// which stand while the caller cannot be granted, and keeps those watches
+// for the count of a WaitAny that the read after it plans. At a join, the tail
 // names the entry just ahead with its mode: a WaitFor there needs no read.
 // etcd takes no Delete or Release proof from a plain delete: it reads
 // again, which is always allowed.
