@@ -144,8 +144,8 @@ func (d *etcdDriver) guardKey(id clientv3.LeaseID) string {
 
 // markerKey returns the release marker of an entry. It starts with the
 // entry's key, so one watch of that prefix sees both the entry's delete and
-// the marker; no other entry's key starts with it, as entry names have a
-// fixed length.
+// the marker; no other entry's key starts with it, as no entry's name is
+// a prefix of another's (entryKey).
 func markerKey(entry string) string { return entry + markerSuffix }
 
 const markerSuffix = "/released"
