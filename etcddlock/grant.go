@@ -275,8 +275,8 @@ func (g *grant) Release(ctx context.Context) error {
 		// the release or the lease of the entry it names deletes. The
 		// full release below does exactly this when there is no tail,
 		// in a request half the size, which etcd keeps in memory until
-		// its next snapshot, and with a third of the messages for it
-		// to decode and encode.
+		// its next snapshot, with half the protocol messages for it to
+		// decode, log and apply, and no nested Txn.
 		s := new(struct {
 			cmps [2]*pb.Compare
 			then [1]*pb.RequestOp
