@@ -132,6 +132,11 @@ type place struct {
 	minRev  int64            // the next read of the queue (scan) reads at minRev or later
 	witness *mvccpb.KeyValue // stepBehind: the newest entry, if the join read it
 
+	// alone: the small Txn created our entry into a queue with no key
+	// (takeFree): no tail, no marker to delete; its release is a lone
+	// holder's unless somebody queued behind it (grant.Release).
+	alone bool
+
 	lastPred   string  // the last entry we waited for: its release marker is ours to delete
 	lostCreate bool    // a reply to our create was lost: we may not know what we waited for
 	byRead     bool    // the wait ended with a read of the queue, not a marker (see grant.strays)
@@ -252,6 +257,7 @@ func (a *attempt) grant(ctx context.Context) *grant {
 		seen:      a.seen,
 		validFrom: a.l.since(),
 		reusable:  !a.dirty,
+		alone:     a.alone,
 		mode:      a.req.Mode,
 		label:     a.label,
 		delayKey:  a.delayRecord(),

@@ -3,8 +3,12 @@ package etcddlock_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -225,4 +229,95 @@ func BenchmarkHandOffIdle(b *testing.B) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "handoff-p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "handoff-p99-µs")
+}
+
+// BenchmarkDistinctKeys is the bench module's keys section in small: 16
+// goroutines share one Client, each locking a key nobody used before and
+// releasing it at once (issue 22: distinct keys per second; what a Client
+// spends per cycle beside the server's two writes), on etcddlock and on
+// etcd's concurrency.Mutex (one Session for all keys) against the same etcd.
+//
+//	go -C etcddlock test -run '^$' -bench DistinctKeys -benchmem -cpuprofile cpu.out .
+func BenchmarkDistinctKeys(b *testing.B) {
+	srv := testserver.SharedEtcd(b)
+	ctx := context.Background()
+	b.Run("etcddlock", func(b *testing.B) {
+		c, err := dlock.Open(ctx, "etcd://"+srv.Addr(), dlock.WithTTL(10*time.Minute))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = c.Close() })
+		distinctKeys(b, srv.Addr(), func(key string) error {
+			l, err := c.Lock(ctx, key)
+			if err != nil {
+				return err
+			}
+			return l.Unlock(ctx)
+		})
+	})
+	b.Run("Mutex", func(b *testing.B) {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Addr()}, Logger: zap.NewNop()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = cli.Close() })
+		s, err := concurrency.NewSession(cli, concurrency.WithTTL(600))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = s.Close() })
+		distinctKeys(b, srv.Addr(), func(key string) error {
+			m := concurrency.NewMutex(s, key)
+			if err := m.Lock(ctx); err != nil {
+				return err
+			}
+			return m.Unlock(ctx)
+		})
+	})
+}
+
+// distinctKeys runs cycle b.N times over 16 goroutines, each time on a key
+// not used before, and reports the CPU time etcd (at addr) spent per cycle.
+func distinctKeys(b *testing.B, addr string, cycle func(key string) error) {
+	base := fmt.Sprintf("bench-keys/%d/", time.Now().UnixNano())
+	var next atomic.Int64
+	b.SetParallelism(max(1, 16/runtime.GOMAXPROCS(0)))
+	cpu0 := etcdCPU(b, addr)
+	b.ResetTimer()
+	defer func() {
+		b.ReportMetric(float64((etcdCPU(b, addr)-cpu0).Microseconds())/float64(b.N), "server-µs/op")
+	}()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := cycle(base + strconv.FormatInt(next.Add(1), 10)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// etcdCPU returns the CPU time the etcd process at addr has used, from its
+// metrics (process_cpu_seconds_total, in steps of 10 ms).
+func etcdCPU(b *testing.B, addr string) time.Duration {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(line, "process_cpu_seconds_total "); ok {
+			s, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return time.Duration(s * float64(time.Second))
+		}
+	}
+	b.Fatal("etcd reports no process_cpu_seconds_total")
+	return 0
 }

@@ -49,6 +49,7 @@ type grant struct {
 	seen      int64 // a revision at which it existed
 	validFrom time.Time
 	reusable  bool // no create request had an unknown outcome: the release needs no fence
+	alone     bool // created by the small Txn into a queue with no key: see Release
 	mode      driver.Mode
 	label     string // driver.KindLabel of the key: the entry's header (keys.go)
 	delayKey  string // our lock-delay's record (lockdelay.go); "" without one
@@ -240,8 +241,64 @@ func (g *grant) Release(ctx context.Context) error {
 		}
 		g.strays = false
 	}
+	uncertain := false // a try failed after etcd may have applied it
+	send := func(ctx context.Context, cmps []*pb.Compare, then []*pb.RequestOp) (resp *pb.TxnResponse, err error) {
+		err = retry(ctx, func(ctx context.Context) (err error) {
+			resp, err = g.d.txn(ctx, cmps, then, nil)
+			if err != nil && !rejected(err) {
+				uncertain = true
+			}
+			return err
+		})
+		return resp, err
+	}
+	commit := func(cmps []*pb.Compare, then []*pb.RequestOp) (*pb.TxnResponse, error) {
+		resp, err := send(ctx, cmps, then)
+		if err != nil && !isLeaseNotFound(err) {
+			// Our entry would stay, and hold the key, on a lease that the
+			// Client renews for its other entries: try on a while even if
+			// ctx has ended, as a cancelled Lock does (abandon).
+			bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeTimeout)
+			defer cancel()
+			resp, err = send(bctx, cmps, then)
+			if err != nil && !isLeaseNotFound(err) {
+				// Then stop renewing the lease: etcd drops it, and our
+				// entry, within the TTL.
+				g.d.giveUp(bctx, g.l, err)
+			}
+		}
+		return resp, err
+	}
+	if g.alone && g.delayKey == "" && len(g.markers) == 0 {
+		// Txn: if our entry is still the one we created and there is
+		// no tail, delete it. Nobody queued behind us then: every
+		// entry created behind another writes the tail, which only
+		// the release or the lease of the entry it names deletes. The
+		// full release below does exactly this when there is no tail,
+		// in a request half the size, which etcd keeps in memory until
+		// its next snapshot, with half the protocol messages for it to
+		// decode, log and apply, and no nested Txn.
+		s := new(struct {
+			cmps [2]*pb.Compare
+			then [1]*pb.RequestOp
+		})
+		s.cmps[0], s.cmps[1] = cmpCreate(g.keyB, pb.Compare_EQUAL, g.token), cmpCreate(tailKey(g.dir), pb.Compare_EQUAL, 0)
+		s.then[0] = opDelete(g.keyB)
+		resp, err := commit(s.cmps[:], s.then[:])
+		if err != nil {
+			return g.releaseErr(err)
+		}
+		if resp.Succeeded {
+			g.l.putSlot(g.slot)
+			return nil
+		}
+		// Somebody queued behind us (or our entry is gone): the full
+		// release, and this Client's next joins of the key go straight
+		// to the full join.
+		g.d.busy.saw(g.dir)
+	}
 	// The request's slices, in one allocation: this Txn is half of every
-	// uncontended Lock and Unlock.
+	// contended Lock and Unlock.
 	s := new(struct {
 		ours, newer [1]*pb.Compare
 		mark, els   [1]*pb.RequestOp
@@ -271,49 +328,18 @@ func (g *grant) Release(ctx context.Context) error {
 	s.newer[0], s.els[0] = cmpMod(tail, pb.Compare_GREATER, g.token), opDelete(tail)
 	then = append(then, opTxn(s.newer[:], mark, s.els[:]))
 	s.ours[0] = cmpCreate(g.keyB, pb.Compare_EQUAL, g.token)
-	ours := s.ours[:]
-	var resp *pb.TxnResponse
-	uncertain := false // a try failed after etcd may have applied it
-	send := func(ctx context.Context) error {
-		return retry(ctx, func(ctx context.Context) (err error) {
-			// Txn: if our entry is still the one we created, delete it — the
-			// hand-off: the watch of the next waiter, and only that one,
-			// fires on it — and delete the marker that was written for us.
-			// Then, if the tail names a newer entry (somebody waits behind
-			// us), put our release marker, in this same revision, where the
-			// next waiter's watch sees it: it then knows that the entry
-			// ahead of it went because its holder released, and holds the
-			// key without reading the queue (Exclusive holders only). Else
-			// the tail names us (or nothing): delete it, as we were the
-			// newest entry.
-			resp, err = g.d.txn(ctx, ours, then, nil)
-			if err != nil && !rejected(err) {
-				uncertain = true
-			}
-			return err
-		})
-	}
-	err := send(ctx)
-	if err != nil && !isLeaseNotFound(err) {
-		// Our entry would stay, and hold the key, on a lease that the
-		// Client renews for its other entries: try on a while even if
-		// ctx has ended, as a cancelled Lock does (abandon).
-		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeTimeout)
-		err = send(bctx)
-		if err != nil && !isLeaseNotFound(err) {
-			// Then stop renewing the lease: etcd drops it, and our
-			// entry, within the TTL.
-			g.d.giveUp(bctx, g.l, err)
-		}
-		cancel()
-	}
-	switch {
-	case isLeaseNotFound(err):
-		// The marker's put found the lease gone: so is our entry.
-		g.d.retire(g.l, fmt.Errorf("%w: etcd lease %x expired or was revoked", driver.ErrNotHeld, int64(g.l.id)))
-		return fmt.Errorf("%w: its etcd lease expired or was revoked", driver.ErrNotHeld)
-	case err != nil:
-		return g.d.wrapErr("delete the entry", err)
+	// Txn: if our entry is still the one we created, delete it — the
+	// hand-off: the watch of the next waiter, and only that one, fires on
+	// it — and delete the marker that was written for us. Then, if the
+	// tail names a newer entry (somebody waits behind us), put our release
+	// marker, in this same revision, where the next waiter's watch sees
+	// it: it then knows that the entry ahead of it went because its holder
+	// released, and holds the key without reading the queue (Exclusive
+	// holders only). Else the tail names us (or nothing): delete it, as we
+	// were the newest entry.
+	resp, err := commit(s.ours[:], then)
+	if err != nil {
+		return g.releaseErr(err)
 	}
 	if !resp.Succeeded {
 		if !uncertain {
@@ -340,6 +366,16 @@ func (g *grant) Release(ctx context.Context) error {
 	}
 	g.l.putSlot(g.slot)
 	return nil
+}
+
+// releaseErr is the error of a release whose Txn failed.
+func (g *grant) releaseErr(err error) error {
+	if isLeaseNotFound(err) {
+		// The marker's put found the lease gone: so is our entry.
+		g.d.retire(g.l, fmt.Errorf("%w: etcd lease %x expired or was revoked", driver.ErrNotHeld, int64(g.l.id)))
+		return fmt.Errorf("%w: its etcd lease expired or was revoked", driver.ErrNotHeld)
+	}
+	return g.d.wrapErr("delete the entry", err)
 }
 
 // strayMarkers returns the release markers in the queue dir, for a holder

@@ -83,22 +83,25 @@ func (a *attempt) enqueue(ctx context.Context, behindTail bool) (txnReply, error
 }
 
 // takeFree sends the small Txn of a join or try of a key that this Client
-// did not see busy lately, nor sends it for now (busy.go): if our entry does not exist, the
-// guard is as last seen, and the queue has no key, our entry alone; else
-// nothing, not even a read, to keep the request small. It reports whether
-// it created our entry; else the full Txn follows, which finds our entry
-// if an earlier request of this call created it (its reply lost) and
-// handles a moved guard; a queue that was not empty marks the key busy.
+// did not see busy lately, nor sends it for now (busy.go): if the guard is
+// as last seen and the queue has no key, our entry alone; else nothing,
+// not even a read, to keep the request small. It reports whether it
+// created our entry; else the full Txn follows, which finds our entry if
+// an earlier request of this call created it (its reply lost) and handles
+// a moved guard; a queue that was not empty marks the key busy.
 func (a *attempt) takeFree(ctx context.Context) (txnReply, bool, error) {
 	if !a.d.busy.claim(a.dir) {
 		return txnReply{}, false, nil
 	}
 	defer a.d.busy.unclaim(a.dir)
 	// The queue has no key: not even a release marker (a queue of markers
-	// alone takes the full Txn).
+	// alone takes the full Txn), nor our entry, which is in it: absent's
+	// comparison of our entry would only make the request larger, and
+	// etcd keeps every request in memory until its next snapshot.
 	noKey := prefixed(cmpCreate(a.dir, pb.Compare_EQUAL, 0))
-	r, err := a.commitElse(ctx, false, a.absent(noKey), a.putAlone()...)
+	r, err := a.commitElse(ctx, false, []*pb.Compare{a.l.guardUnchanged(), noKey}, a.putAlone()...)
 	if err != nil || r.put {
+		a.alone = r.put
 		return r, true, err
 	}
 	return txnReply{}, false, nil

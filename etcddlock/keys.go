@@ -18,7 +18,7 @@ import (
 // Client shares among its calls of one TTL (lease.go) and named after that
 // lease's id and a number the lease lends to one call at a time:
 //
-//	<prefix><escape(K)>/<lease id>-<n>    value: metadata (JSON)
+//	<prefix><escape(K)>/<lease id><digits of n><n>    value: metadata (JSON)
 //
 // The name identifies the call while it runs: a request retried after a
 // lost reply finds the entry it created. Numbers are lent again after a
@@ -29,7 +29,7 @@ import (
 //
 // Two more kinds of keys serve the hand-off (docs/etcd.md, "Hand-off"):
 //
-//	<prefix><escape(K)>/<lease id>-<n>/released  value: empty   lease: the releaser's
+//	<prefix><escape(K)>/<entry name>/released  value: empty   lease: the releaser's
 //	<prefix><escape(K)>\x00tail               value: the newest entry's key   lease: that entry's
 //
 // A release marker is written by a holder's release, in the same write as
@@ -99,19 +99,28 @@ func unescapeKey(s string) (string, bool) {
 // queueDir returns the etcd key prefix of key's holder and waiters.
 func (d *etcdDriver) queueDir(key string) string { return d.prefix + escapeKey(key) + "/" }
 
-// entryKey returns the etcd key of the entry of name n of a lease. Names
-// have a fixed length, so that no entry's key is a prefix of another's: a
-// watch of one entry's prefix sees that entry and its marker only.
+// entryKey returns the etcd key of the entry of name n of a lease: the
+// lease's id in 16 hex digits, then n in hex after the count of its digits
+// ("11" for 1, "2ff" for 255). No name is a prefix of another (the count
+// says where a name ends), so a watch of one entry's prefix sees that
+// entry and its marker only; and names are short, because etcd keeps each
+// entry's key in its index and its lease's table, and each request that
+// creates one in its Raft log until its next snapshot: a fixed 8 digits
+// of n and a separator made a held lock cost etcd more than a
+// concurrency.Mutex's key (bench/analysis.md, Profile: etcd memory).
 func entryKey(dir string, id clientv3.LeaseID, n uint32) string {
-	if id < 0 { // etcd grants none; %x would write a sign
-		return fmt.Sprintf("%s%016x-%08x", dir, int64(id), n)
-	}
+	var buf [8]byte
+	digits := strconv.AppendUint(buf[:0], uint64(n), 16)
 	var b strings.Builder // one allocation; Sprintf made two or three
-	b.Grow(len(dir) + 16 + 1 + 8)
+	b.Grow(len(dir) + 16 + 1 + len(digits))
 	b.WriteString(dir)
-	writeHex(&b, uint64(id), 16)
-	b.WriteByte('-')
-	writeHex(&b, uint64(n), 8)
+	if id < 0 { // etcd grants none; %x writes a sign
+		b.WriteString(fmt.Sprintf("%016x", int64(id)))
+	} else {
+		writeHex(&b, uint64(id), 16)
+	}
+	b.WriteByte(byte('0' + len(digits)))
+	b.Write(digits)
 	return b.String()
 }
 
@@ -127,15 +136,16 @@ func writeHex(b *strings.Builder, v uint64, width int) {
 
 // guardKey returns the key of a lease's guard (lease.go, fence): outside
 // every directory (no lock key starts with NUL) and without a '/', so that
-// no read of a queue, and no List, sees it.
+// no read of a queue, and no List, sees it. Short, as every request that
+// creates an entry names it. Only the Client that holds the lease uses it.
 func (d *etcdDriver) guardKey(id clientv3.LeaseID) string {
-	return fmt.Sprintf("%s\x00guard-%016x", d.prefix, int64(id))
+	return fmt.Sprintf("%s\x00g%016x", d.prefix, int64(id))
 }
 
 // markerKey returns the release marker of an entry. It starts with the
 // entry's key, so one watch of that prefix sees both the entry's delete and
-// the marker; no other entry's key starts with it, as entry names have a
-// fixed length.
+// the marker; no other entry's key starts with it, as no entry's name is
+// a prefix of another's (entryKey).
 func markerKey(entry string) string { return entry + markerSuffix }
 
 const markerSuffix = "/released"

@@ -19,7 +19,7 @@ import (
 // An entry with a delay is created with a delay record, in the same Txn,
 // so at the same create revision:
 //
-//	<prefix><escape(K)>/<lease id>-<n>/delay-<mode><delay in ns>   value: "\x00\x01" label "\x00" metadata   lease: the delay lease
+//	<prefix><escape(K)>/<entry name>/delay-<mode><delay in ns>   value: "\x00\x01" label "\x00" metadata   lease: the delay lease
 //
 // The record is on a lease of its own, its entry's lease's delay lease for
 // that delay (one per lease and delay, granted with the TTL of the entry's

@@ -301,7 +301,7 @@ func TestSharedLease_guardMoved_joinSentAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	lease := entryLease(t, ctx, admin, key+"/first")
-	guard := fmt.Sprintf("%s\x00guard-%016x", etcddlock.DefaultPrefix, int64(lease))
+	guard := fmt.Sprintf("%s\x00g%016x", etcddlock.DefaultPrefix, int64(lease))
 	if _, err := admin.Put(ctx, guard, "", clientv3.WithLease(lease)); err != nil {
 		t.Fatal(err)
 	}
