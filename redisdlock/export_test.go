@@ -50,3 +50,23 @@ func EarlyNoticeForTest(d driver.Driver, owner string) bool {
 	}
 	return false
 }
+
+// PipeStateForTest returns how many requests or pipelines d has on the
+// wire, how many calls wait in its queue, and how many calls are in its
+// pipelines on the wire.
+func PipeStateForTest(d driver.Driver) (flights, queued, onWire int) {
+	p := d.(*redisDriver).pipe
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.flights, len(p.queue), p.onWire
+}
+
+// SendPipeQueueForTest sends d's queued calls as one pipeline now, as when
+// a flight comes back.
+func SendPipeQueueForTest(d driver.Driver) {
+	p := d.(*redisDriver).pipe
+	p.mu.Lock()
+	p.flights++
+	p.mu.Unlock()
+	p.land()
+}

@@ -103,6 +103,7 @@ type redisDriver struct {
 	opts    Options
 	prefix  string
 	notify  *notifier
+	pipe    *pipe // sends the scripts
 	log     *logTo // the Client's logger
 
 	// Script arguments that never change, boxed once.
@@ -136,7 +137,7 @@ func newDriver(ctx context.Context, rdb redis.UniversalClient, opts *Options, ow
 	if err != nil {
 		return nil, wrapErr(fmt.Sprintf("redis at %s: subscribe", addr), err)
 	}
-	return &redisDriver{rdb: rdb, ownsRDB: owns, addr: addr, opts: o, prefix: o.Prefix, notify: n, log: log,
+	return &redisDriver{rdb: rdb, pipe: newPipe(rdb), ownsRDB: owns, addr: addr, opts: o, prefix: o.Prefix, notify: n, log: log,
 		waiterTimeoutArg: ms(o.WaiterTimeout), channelArg: channel, keys: &keyCache{seed: maphash.MakeSeed()}}, nil
 }
 

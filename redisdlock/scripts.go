@@ -98,7 +98,7 @@ func (s *script) sendAs(ctx context.Context, d *redisDriver, a []any, src bool) 
 	if src {
 		a[0], a[1] = "eval", s.src
 	}
-	return d.rdb.Do(ctx, a...)
+	return d.pipe.do(ctx, a)
 }
 
 // noScript reports whether err is Redis' NOSCRIPT: the server has not got
