@@ -19,22 +19,32 @@ import (
 // pipeRig is a server of its own, an admin connection to it, and a Client
 // whose driver the test can look into (redisdlock.PipeStateForTest).
 type pipeRig struct {
-	ctx   context.Context
-	admin *redis.Client
-	d     driver.Driver
-	c     *dlock.Client
+	ctx     context.Context
+	admin   *redis.Client   // a single server's
+	servers []*redis.Client // every master's, to pause them
+	held    func(t *testing.T, key string) bool
+	d       driver.Driver
+	c       *dlock.Client
 }
 
 func newPipeRig(t *testing.T, opts *redisdlock.Options) *pipeRig {
 	t.Helper()
 	srv := testserver.StartRedis(t)
-	ctx := testCtx(t)
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = admin.Close() })
 	// Calls wait on a paused server: a read timeout of go-redis's default
 	// (3 s) must not end them, their contexts do.
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, ReadTimeout: time.Minute})
 	t.Cleanup(func() { _ = rdb.Close() })
+	r := newPipeRigOn(t, rdb, []*redis.Client{admin}, opts)
+	r.admin = admin
+	return r
+}
+
+// newPipeRigOn is newPipeRig on rdb, whose masters servers are.
+func newPipeRigOn(t *testing.T, rdb redis.UniversalClient, servers []*redis.Client, opts *redisdlock.Options) *pipeRig {
+	t.Helper()
+	ctx := testCtx(t)
 	d, err := redisdlock.NewDriverForTest(ctx, rdb, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -50,23 +60,36 @@ func newPipeRig(t *testing.T, opts *redisdlock.Options) *pipeRig {
 	} else if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return &pipeRig{ctx: ctx, admin: admin, d: d, c: c}
+	r := &pipeRig{ctx: ctx, servers: servers, d: d, c: c}
+	r.held = func(t *testing.T, key string) bool {
+		t.Helper()
+		n, err := rdb.Exists(ctx, redisdlock.RedisKeyForTest("dlock:", key)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	return r
 }
 
 // pause holds every script call (they may write) on the server until
 // unpause: calls sent meanwhile stay on the wire.
 func (r *pipeRig) pause(t *testing.T) {
 	t.Helper()
-	if err := r.admin.Do(r.ctx, "client", "pause", 60000, "write").Err(); err != nil {
-		t.Fatal(err)
+	for _, s := range r.servers {
+		if err := s.Do(r.ctx, "client", "pause", 60000, "write").Err(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Do(context.Background(), "client", "unpause").Err() })
 	}
-	t.Cleanup(func() { _ = r.admin.Do(context.Background(), "client", "unpause").Err() })
 }
 
 func (r *pipeRig) unpause(t *testing.T) {
 	t.Helper()
-	if err := r.admin.Do(r.ctx, "client", "unpause").Err(); err != nil {
-		t.Fatal(err)
+	for _, s := range r.servers {
+		if err := s.Do(r.ctx, "client", "unpause").Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -133,16 +156,6 @@ func (r *pipeRig) stat(t *testing.T, field string) int64 {
 	}
 	t.Fatalf("no %s in INFO stats", field)
 	return 0
-}
-
-// held reports whether key's hash exists on the server.
-func (r *pipeRig) held(t *testing.T, key string) bool {
-	t.Helper()
-	n, err := r.admin.Exists(r.ctx, redisdlock.RedisKeyForTest("dlock:", key)).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n == 1
 }
 
 // fillFlights starts two Locks that the paused server holds, taking both
@@ -297,5 +310,34 @@ func TestPipe_cancelledOnTheWireLeavesNothingHeld(t *testing.T) {
 	}
 	if !r.held(t, "other") {
 		t.Error("the Lock that shared the pipeline does not hold its key")
+	}
+}
+
+// On a Cluster a pipeline of queued calls is split by go-redis among the
+// masters of their keys' slots: each call reaches its own key's master.
+func TestPipe_cluster(t *testing.T) {
+	addrs := testserver.StartRedisCluster(t, 3)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, ReadTimeout: time.Minute})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var servers []*redis.Client
+	for _, a := range addrs {
+		s := redis.NewClient(&redis.Options{Addr: a})
+		t.Cleanup(func() { _ = s.Close() })
+		servers = append(servers, s)
+	}
+	r := newPipeRigOn(t, rdb, servers, nil)
+	r.pause(t)
+	chans := r.fillFlights(t, "first")
+	for i := range 12 {
+		chans = append(chans, r.lockAsync(r.ctx, fmt.Sprintf("queued-%d", i)))
+	}
+	r.waitPipe(t, "12 queued", func(_, q, _ int) bool { return q == 12 })
+	r.unpause(t)
+	for _, ch := range chans {
+		if res := r.result(t, ch); res.err != nil {
+			t.Errorf("Lock(%q): %v", res.key, res.err)
+		} else if !r.held(t, res.key) {
+			t.Errorf("Lock(%q) returned a lease, but the key is not held", res.key)
+		}
 	}
 }

@@ -103,7 +103,7 @@ type redisDriver struct {
 	opts    Options
 	prefix  string
 	notify  *notifier
-	pipe    *pipe // sends the scripts
+	pipe    *pipe  // sends the scripts
 	log     *logTo // the Client's logger
 
 	// Script arguments that never change, boxed once.
