@@ -58,7 +58,10 @@ func PipeStateForTest(d driver.Driver) (flights, queued, onWire int) {
 	p := d.(*redisDriver).pipe
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.flights, len(p.queue), p.onWire
+	if p.next != nil {
+		queued = len(p.next.calls)
+	}
+	return p.flights, queued, p.onWire
 }
 
 // SendPipeQueueForTest sends d's queued calls as one pipeline now, as when
