@@ -82,6 +82,10 @@ import (
 // interrupts a request blocked on a dead connection at once, rather than
 // after the read timeout, and so that a renewal on a connection gone silent
 // is retried on another one while the lease lasts.
+//
+// Script calls that overlap are sent through rdb as pipelines (a lone call
+// as a plain request): rdb's hooks see them in ProcessPipelineHook. See
+// docs/redis.md, "Calls that overlap".
 func New(ctx context.Context, rdb redis.UniversalClient, opts *Options) (*dlock.Client, error) {
 	d, err := newDriver(ctx, rdb, opts, false, clientAddr(rdb))
 	if err != nil {
