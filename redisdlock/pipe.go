@@ -44,8 +44,8 @@ type pipe struct {
 // defaultMaxFlights is how many requests or pipelines one Client keeps on
 // the wire before it queues calls. Measured with 16 goroutines on one
 // Client: 1 and 2 cut the server's reads per cycle from 2 to 0.25 and
-// 0.4, and its CPU by as much; 4 and 8 batch less (0.7, 1.25 reads). 2
-// leaves a second call that comes while one is out unqueued.
+// 0.4 and its CPU per cycle by ≈ 15 %; 4 and 8 batch less (0.7 and 1.25
+// reads). 2 sends a second call that comes while one is out at once.
 const defaultMaxFlights = 2
 
 func newPipe(rdb redis.UniversalClient) *pipe {
