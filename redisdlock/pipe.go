@@ -20,11 +20,13 @@ import (
 //
 // Each call keeps its own context: a call that ends while queued is taken
 // out of the queue and never sent; one that ends while its pipeline is on
-// the wire returns at once, and a later call on the same key waits (within
-// its own context) until that pipeline is answered, so that a cleanup
-// (abandon's release) cannot reach the server before the request it cleans
-// up after. The pipeline's own context ends when every call in it has
-// ended, or at the latest of their deadlines.
+// the wire returns at once. If that was an acquire, the next release of
+// its key waits (within its own context) until that pipeline is answered,
+// so that the cleanup (abandon's release) cannot reach the server before
+// the acquire it cleans up after. Other calls do not wait: a renewal must
+// be free to go out on another connection while one is silent. The
+// pipeline's own context ends when every call in it has ended, or at the
+// latest of their deadlines.
 //
 // go-redis's AutoPipeliner does not fit: it runs a batched command under
 // its own context, not the caller's, and its Do is not batched at all.
@@ -36,10 +38,20 @@ type pipe struct {
 	flights int        // requests and pipelines on the wire
 	onWire  int        // calls in pipelines on the wire
 	next    *pipeBatch // the queue: the calls of the next pipeline, or nil
-	// The first key of each call that left its pipeline on the wire, and
-	// that pipeline.
+	// The first key of each acquire that left its pipeline on the wire,
+	// and that pipeline.
 	left map[string]*pipeBatch
 }
+
+// pipeRole is what a call is to the ordering of an abandoned acquire and
+// its cleanup (see pipe).
+type pipeRole uint8
+
+const (
+	roleOther   pipeRole = iota
+	roleAcquire          // leaving on the wire holds back its key's release
+	roleRelease          // waits for its key's acquire left on the wire
+)
 
 // defaultMaxFlights is how many requests or pipelines one Client keeps on
 // the wire before it queues calls. Measured with 16 goroutines on one
@@ -56,6 +68,7 @@ func newPipe(rdb redis.UniversalClient) *pipe {
 type pipeCall struct {
 	ctx  context.Context
 	cmd  *redis.Cmd
+	role pipeRole
 	key  string // the first key's name (a[3])
 	args [3 + 6 + 9]any
 }
@@ -72,9 +85,9 @@ type pipeBatch struct {
 // do sends EVALSHA or EVAL with arguments a (a[3] is the first key) and
 // returns its command, answered or failed. The caller may reuse a's array
 // once do returns.
-func (p *pipe) do(ctx context.Context, a []any) *redis.Cmd {
+func (p *pipe) do(ctx context.Context, a []any, role pipeRole) *redis.Cmd {
 	p.mu.Lock()
-	if len(p.left) > 0 {
+	if role == roleRelease && len(p.left) > 0 {
 		if b := p.left[keyName(a[3])]; b != nil {
 			p.mu.Unlock()
 			select {
@@ -94,7 +107,7 @@ func (p *pipe) do(ctx context.Context, a []any) *redis.Cmd {
 	}
 	// Queued: the command keeps a copy of a, which the caller reuses (a
 	// grant's next command) even while an abandoned call is on the wire.
-	c := &pipeCall{ctx: ctx, key: keyName(a[3])}
+	c := &pipeCall{ctx: ctx, role: role, key: keyName(a[3])}
 	args := c.args[:0]
 	if len(a) > len(c.args) {
 		args = nil
@@ -123,12 +136,14 @@ func (p *pipe) do(ctx context.Context, a []any) *redis.Cmd {
 		b.calls = slices.DeleteFunc(b.calls, func(o *pipeCall) bool { return o == c })
 		return failedCmd(ctx, a, ctx.Err())
 	}
-	// On the wire: the server may run it; keep the key's next call behind
-	// it.
-	if p.left == nil {
-		p.left = map[string]*pipeBatch{}
+	// On the wire: the server may run it; an acquire keeps its key's
+	// release behind it.
+	if c.role == roleAcquire {
+		if p.left == nil {
+			p.left = map[string]*pipeBatch{}
+		}
+		p.left[c.key] = b
 	}
-	p.left[c.key] = b
 	b.live--
 	if b.live == 0 {
 		b.cancel()

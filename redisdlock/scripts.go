@@ -98,7 +98,18 @@ func (s *script) sendAs(ctx context.Context, d *redisDriver, a []any, src bool) 
 	if src {
 		a[0], a[1] = "eval", s.src
 	}
-	return d.pipe.do(ctx, a)
+	return d.pipe.do(ctx, a, s.role())
+}
+
+// role is s's call's role in the ordering of pipe.
+func (s *script) role() pipeRole {
+	switch s {
+	case acquireScript:
+		return roleAcquire
+	case releaseScript:
+		return roleRelease
+	}
+	return roleOther
 }
 
 // noScript reports whether err is Redis' NOSCRIPT: the server has not got
