@@ -73,3 +73,12 @@ func SendPipeQueueForTest(d driver.Driver) {
 	p.mu.Unlock()
 	p.land()
 }
+
+// PipeLeftForTest returns how many keys' releases d holds back behind an
+// acquire that left its pipeline on the wire.
+func PipeLeftForTest(d driver.Driver) int {
+	p := d.(*redisDriver).pipe
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.left)
+}

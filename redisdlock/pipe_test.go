@@ -283,7 +283,8 @@ func TestPipe_cancelledWhileQueuedSendsNothing(t *testing.T) {
 // A Lock cancelled while its call is in a pipeline on the wire returns
 // with the context's error; the server then grants it the key, and the
 // cleanup that follows (abandon's release) reaches the server after that
-// grant, not before: the key is left free.
+// grant, not before: the key is left free. Other calls on the key are not
+// held back.
 func TestPipe_cancelledOnTheWireLeavesNothingHeld(t *testing.T) {
 	r := newPipeRig(t, nil)
 	r.pause(t)
@@ -295,8 +296,30 @@ func TestPipe_cancelledOnTheWireLeavesNothingHeld(t *testing.T) {
 	redisdlock.SendPipeQueueForTest(r.d)
 	r.waitPipe(t, "the queue on the wire", func(_, q, w int) bool { return q == 0 && w == 2 })
 	cancel()
-	// The victim's cleanup waits for the pipeline, which the server holds.
+	for redisdlock.PipeLeftForTest(r.d) == 0 {
+		select {
+		case <-r.ctx.Done():
+			t.Fatal("the cancelled acquire did not leave its pipeline (watchdog)")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	// The victim's cleanup (its release) waits for the pipeline, which the
+	// server holds; any other call on the key goes on: it is queued.
+	inspected := make(chan error, 1)
+	go func() {
+		_, err := r.c.Inspect(r.ctx, "victim")
+		inspected <- err
+	}()
+	r.waitPipe(t, "the Inspect queued, the release held back", func(_, q, _ int) bool { return q == 1 })
 	r.unpause(t)
+	select {
+	case err := <-inspected:
+		if err != nil {
+			t.Errorf("Inspect: %v", err)
+		}
+	case <-r.ctx.Done():
+		t.Fatal("Inspect did not return (watchdog)")
+	}
 	if res := r.result(t, victim); !errors.Is(res.err, context.Canceled) {
 		t.Fatalf("Lock cancelled on the wire: %v, want context.Canceled", res.err)
 	}
