@@ -50,3 +50,35 @@ func EarlyNoticeForTest(d driver.Driver, owner string) bool {
 	}
 	return false
 }
+
+// PipeStateForTest returns how many requests or pipelines d has on the
+// wire, how many calls wait in its queue, and how many calls are in its
+// pipelines on the wire.
+func PipeStateForTest(d driver.Driver) (flights, queued, onWire int) {
+	p := d.(*redisDriver).pipe
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.next != nil {
+		queued = len(p.next.calls)
+	}
+	return p.flights, queued, p.onWire
+}
+
+// SendPipeQueueForTest sends d's queued calls as one pipeline now, as when
+// a flight comes back.
+func SendPipeQueueForTest(d driver.Driver) {
+	p := d.(*redisDriver).pipe
+	p.mu.Lock()
+	p.flights++
+	p.mu.Unlock()
+	p.land()
+}
+
+// PipeLeftForTest returns how many keys' releases d holds back behind an
+// acquire that left its pipeline on the wire.
+func PipeLeftForTest(d driver.Driver) int {
+	p := d.(*redisDriver).pipe
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.left)
+}

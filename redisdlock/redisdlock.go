@@ -82,6 +82,10 @@ import (
 // interrupts a request blocked on a dead connection at once, rather than
 // after the read timeout, and so that a renewal on a connection gone silent
 // is retried on another one while the lease lasts.
+//
+// Script calls that overlap are sent through rdb as pipelines (a lone call
+// as a plain request): rdb's hooks see them in ProcessPipelineHook. See
+// docs/redis.md, "Calls that overlap".
 func New(ctx context.Context, rdb redis.UniversalClient, opts *Options) (*dlock.Client, error) {
 	d, err := newDriver(ctx, rdb, opts, false, clientAddr(rdb))
 	if err != nil {
@@ -103,6 +107,7 @@ type redisDriver struct {
 	opts    Options
 	prefix  string
 	notify  *notifier
+	pipe    *pipe  // sends the scripts
 	log     *logTo // the Client's logger
 
 	// Script arguments that never change, boxed once.
@@ -136,7 +141,7 @@ func newDriver(ctx context.Context, rdb redis.UniversalClient, opts *Options, ow
 	if err != nil {
 		return nil, wrapErr(fmt.Sprintf("redis at %s: subscribe", addr), err)
 	}
-	return &redisDriver{rdb: rdb, ownsRDB: owns, addr: addr, opts: o, prefix: o.Prefix, notify: n, log: log,
+	return &redisDriver{rdb: rdb, pipe: newPipe(rdb), ownsRDB: owns, addr: addr, opts: o, prefix: o.Prefix, notify: n, log: log,
 		waiterTimeoutArg: ms(o.WaiterTimeout), channelArg: channel, keys: &keyCache{seed: maphash.MakeSeed()}}, nil
 }
 

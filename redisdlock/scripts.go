@@ -74,8 +74,9 @@ func (s *script) run(ctx context.Context, d *redisDriver, keys []any, args ...an
 // send runs the script with a as EVALSHA's arguments: it fills in a[0] and
 // a[1], the command and the digest, and takes the rest as it is (the
 // number of keys, the keys, the arguments). It sends them through d's
-// go-redis client (so go-redis routes it by its first key on a Cluster, and
-// retries and hooks apply), unless the server cannot be dialled (see
+// go-redis client, alone or in a pipeline with calls that overlap (pipe.go;
+// either way go-redis routes it by its first key on a Cluster, and retries
+// and hooks apply), unless the server cannot be dialled (see
 // notifier.unreachable): then it fails with the dial's error, sending
 // nothing.
 func (s *script) send(ctx context.Context, d *redisDriver, a []any) *redis.Cmd {
@@ -98,7 +99,18 @@ func (s *script) sendAs(ctx context.Context, d *redisDriver, a []any, src bool) 
 	if src {
 		a[0], a[1] = "eval", s.src
 	}
-	return d.rdb.Do(ctx, a...)
+	return d.pipe.do(ctx, a, s.role())
+}
+
+// role is s's call's role in the ordering of pipe.
+func (s *script) role() pipeRole {
+	switch s {
+	case acquireScript:
+		return roleAcquire
+	case releaseScript:
+		return roleRelease
+	}
+	return roleOther
 }
 
 // noScript reports whether err is Redis' NOSCRIPT: the server has not got
