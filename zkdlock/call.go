@@ -42,13 +42,13 @@ func call[T any](ctx context.Context, inflight *sync.WaitGroup, timeout time.Dur
 		var zero T
 		return zero, err
 	}
-	return await(ctx, start(inflight, f), timeout)
+	return awaitCall(ctx, startCall(inflight, f), timeout)
 }
 
-// start runs f, a go-zookeeper request, in a goroutine, whose result the
+// startCall runs f, a go-zookeeper request, in a goroutine, whose result the
 // returned channel receives; with inflight as in call. It lets a request
 // go out beside another that the caller sends itself, for one round trip.
-func start[T any](inflight *sync.WaitGroup, f func() (T, error)) <-chan result[T] {
+func startCall[T any](inflight *sync.WaitGroup, f func() (T, error)) <-chan result[T] {
 	ch := make(chan result[T], 1)
 	if inflight != nil {
 		inflight.Add(1)
@@ -63,8 +63,8 @@ func start[T any](inflight *sync.WaitGroup, f func() (T, error)) <-chan result[T
 	return ch
 }
 
-// await waits for the result on ch as call does.
-func await[T any](ctx context.Context, ch <-chan result[T], timeout time.Duration) (T, error) {
+// awaitCall waits for the result on ch as call does.
+func awaitCall[T any](ctx context.Context, ch <-chan result[T], timeout time.Duration) (T, error) {
 	var expired <-chan time.Time
 	if timeout > 0 {
 		timer := time.NewTimer(timeout)

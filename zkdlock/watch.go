@@ -182,7 +182,7 @@ func (a *attempt) startWatchOwn() ownWatch {
 	d := a.d
 	path := a.keyPath + "/" + a.me.name
 	w := ownWatch{sid: d.conn.SessionID(), sent: time.Now()}
-	w.reply = start(nil, func() (existsW, error) {
+	w.reply = startCall(nil, func() (existsW, error) {
 		ok, stat, ch, err := d.conn.ExistsW(path)
 		return existsW{ok, stat, ch}, err
 	})
@@ -193,7 +193,7 @@ func (a *attempt) startWatchOwn() ownWatch {
 func (a *attempt) ownWatched(ctx context.Context, w ownWatch) error {
 	d := a.d
 	sid := w.sid
-	r, err := await(ctx, w.reply, a.callTimeout())
+	r, err := awaitCall(ctx, w.reply, a.callTimeout())
 	if err != nil {
 		return err
 	}
