@@ -38,10 +38,17 @@ type result[T any] struct {
 // or with an error when the connection breaks, the session expires or the
 // Conn is closed.
 func call[T any](ctx context.Context, inflight *sync.WaitGroup, timeout time.Duration, f func() (T, error)) (T, error) {
-	var zero T
 	if err := ctx.Err(); err != nil {
+		var zero T
 		return zero, err
 	}
+	return awaitCall(ctx, startCall(inflight, f), timeout)
+}
+
+// startCall runs f, a go-zookeeper request, in a goroutine, whose result the
+// returned channel receives; with inflight as in call. It lets a request
+// go out beside another that the caller sends itself, for one round trip.
+func startCall[T any](inflight *sync.WaitGroup, f func() (T, error)) <-chan result[T] {
 	ch := make(chan result[T], 1)
 	if inflight != nil {
 		inflight.Add(1)
@@ -53,12 +60,18 @@ func call[T any](ctx context.Context, inflight *sync.WaitGroup, timeout time.Dur
 		v, err := f()
 		ch <- result[T]{v, err}
 	}()
+	return ch
+}
+
+// awaitCall waits for the result on ch as call does.
+func awaitCall[T any](ctx context.Context, ch <-chan result[T], timeout time.Duration) (T, error) {
 	var expired <-chan time.Time
 	if timeout > 0 {
 		timer := time.NewTimer(timeout)
 		defer timer.Stop()
 		expired = timer.C
 	}
+	var zero T
 	select {
 	case r := <-ch:
 		return r.v, r.err

@@ -56,10 +56,21 @@ func (d *zkDriver) listQueue(ctx context.Context, keyPath string, timeout time.D
 		}
 	}
 	d.listMu.Unlock()
-	return call(ctx, nil, timeout, func() (*listing, error) {
-		<-l.done
+	// Waited for here, not in a goroutine of call: sendListings sends it.
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case <-l.done:
 		return l, l.err
-	})
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-expired:
+		return nil, errNoAnswer
+	}
 }
 
 // sendListings sends l, then the listing of keyPath that attempts asked for

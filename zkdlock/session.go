@@ -143,15 +143,32 @@ func (s *sessionInfo) timeout() time.Duration {
 // session's pings (xid -2, sent by go-zookeeper every third of the session
 // timeout, answered in order) with their replies for heard: an idle Client
 // has nothing else to show that its session was touched recently. It
-// passes everything through unchanged. Only go-zookeeper's reading
-// goroutine calls Read, one at a time; only its sending goroutine calls
-// Write.
+// passes everything through unchanged.
+//
+// It also buffers what it reads: go-zookeeper's reader asks for each
+// frame's 4-byte length and then for the frame, setting a read deadline
+// before and clearing it after, which unbuffered is two reads and two
+// deadline changes per reply or notification. Read fills rbuf with one read
+// of the connection, and a read deadline is set on the connection only
+// when a read of it is due, as the latest SetReadDeadline asked: a read
+// served from rbuf cannot block, so no deadline applies to it.
+//
+// Only go-zookeeper's reading goroutine calls Read and SetReadDeadline, one
+// at a time; only its sending goroutine calls Write.
 type sniffConn struct {
 	net.Conn
 	info   *sessionInfo
 	dialed time.Time // when the dial began
 	buf    []byte
 	done   bool
+
+	// rbuf[rpos:rend] is read from the connection and not yet returned;
+	// rerr is the error that came with it, returned once rbuf is empty.
+	rbuf       []byte
+	rpos, rend int
+	rerr       error
+	// dl is the read deadline asked for; dlSet, the one set on Conn.
+	dl, dlSet time.Time
 
 	// Read side, after the handshake: the session, and where the reader
 	// is in the current frame (its first 8 bytes, length and xid, are
@@ -186,15 +203,54 @@ func (c *sniffConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// readBufSize is sniffConn's read buffer: a reply to a listing of a few
+// dozen waiters, and the replies and notifications that arrive together.
+const readBufSize = 16 << 10
+
+// SetReadDeadline records the deadline for the next read of the
+// connection (see sniffConn).
+func (c *sniffConn) SetReadDeadline(t time.Time) error {
+	c.dl = t
+	return nil
+}
+
+// SetDeadline sets the write deadline and records the read deadline.
+func (c *sniffConn) SetDeadline(t time.Time) error {
+	c.dl = t
+	return c.Conn.SetWriteDeadline(t)
+}
+
 func (c *sniffConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if err != nil && !c.done {
-		// Why a connection failed before its session, for Open's error: a
-		// TLS server that refuses the client's certificate says so here.
-		c.info.mu.Lock()
-		c.info.lastErr = fmt.Errorf("%s before the session handshake: %w", c.RemoteAddr(), err)
-		c.info.mu.Unlock()
+	if len(p) == 0 {
+		return 0, nil
 	}
+	if c.rpos == c.rend && c.rerr != nil {
+		err := c.rerr
+		c.rerr = nil
+		c.noteReadErr(err)
+		return 0, err
+	}
+	if c.rpos == c.rend {
+		if !c.dl.Equal(c.dlSet) {
+			if err := c.Conn.SetReadDeadline(c.dl); err != nil {
+				return 0, err
+			}
+			c.dlSet = c.dl
+		}
+		if c.rbuf == nil {
+			c.rbuf = make([]byte, readBufSize)
+		}
+		c.rpos = 0
+		c.rend, c.rerr = c.Conn.Read(c.rbuf)
+		if c.rend == 0 {
+			err := c.rerr
+			c.rerr = nil
+			c.noteReadErr(err)
+			return 0, err
+		}
+	}
+	n := copy(p, c.rbuf[c.rpos:c.rend])
+	c.rpos += n
 	if n > 0 {
 		if c.done {
 			c.follow(p[:n])
@@ -202,7 +258,18 @@ func (c *sniffConn) Read(p []byte) (int, error) {
 			c.handshake(p[:n])
 		}
 	}
-	return n, err
+	return n, nil
+}
+
+// noteReadErr records why a connection failed before its session, for
+// Open's error: a TLS server that refuses the client's certificate says so
+// here.
+func (c *sniffConn) noteReadErr(err error) {
+	if err != nil && !c.done {
+		c.info.mu.Lock()
+		c.info.lastErr = fmt.Errorf("%s before the session handshake: %w", c.RemoteAddr(), err)
+		c.info.mu.Unlock()
+	}
 }
 
 // handshake gathers the first packet.

@@ -66,10 +66,10 @@ func (a *attempt) listAndWatch(ctx context.Context) ([]lockNode, []planner.Entry
 	// A child watch when the key was free last time: it is then the
 	// lease's watch, for one request less.
 	childWatch := a.node == nodeKnown && a.own == nil && d.wasFree(a.keyPath)
-	var watched chan error
+	var watch *ownWatch
 	if a.node == nodeKnown && a.own == nil && !childWatch && a.ownWhileWaiting() {
-		watched = make(chan error, 1)
-		go func() { watched <- a.watchOwn(ctx) }()
+		w := a.startWatchOwn()
+		watch = &w
 	}
 	var (
 		q    []lockNode
@@ -105,8 +105,8 @@ func (a *attempt) listAndWatch(ctx context.Context) ([]lockNode, []planner.Entry
 			q, es, ms, sent, sid = l.q, l.es, l.ms, l.sent, l.sid
 		}
 	}
-	if watched != nil {
-		if werr := <-watched; werr != nil && err == nil {
+	if watch != nil {
+		if werr := a.ownWatched(ctx, *watch); werr != nil && err == nil {
 			err = werr
 		}
 	}
@@ -163,14 +163,37 @@ func (a *attempt) findMine(ctx context.Context, q []lockNode) (int, error) {
 // node that turns out to be gone, or left by a session that has ended, is
 // forgotten (and in the second case removed), so that run queues again.
 func (a *attempt) watchOwn(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return a.ownWatched(ctx, a.startWatchOwn())
+}
+
+// ownWatch is watchOwn's request, sent by startWatchOwn beside another
+// request for one round trip, and handled by ownWatched.
+type ownWatch struct {
+	sid   int64
+	sent  time.Time
+	reply <-chan result[existsW]
+}
+
+// startWatchOwn sends watchOwn's exists.
+func (a *attempt) startWatchOwn() ownWatch {
 	d := a.d
 	path := a.keyPath + "/" + a.me.name
-	sid := d.conn.SessionID()
-	sent := time.Now()
-	r, err := call(ctx, nil, a.callTimeout(), func() (existsW, error) {
+	w := ownWatch{sid: d.conn.SessionID(), sent: time.Now()}
+	w.reply = startCall(nil, func() (existsW, error) {
 		ok, stat, ch, err := d.conn.ExistsW(path)
 		return existsW{ok, stat, ch}, err
 	})
+	return w
+}
+
+// ownWatched waits for the reply to w and does the rest of watchOwn.
+func (a *attempt) ownWatched(ctx context.Context, w ownWatch) error {
+	d := a.d
+	sid := w.sid
+	r, err := awaitCall(ctx, w.reply, a.callTimeout())
 	if err != nil {
 		return err
 	}
@@ -191,7 +214,7 @@ func (a *attempt) watchOwn(ctx context.Context) error {
 		a.syncFirst = true
 		return nil
 	}
-	d.noteAlive(sid, sent)
+	d.noteAlive(sid, w.sent)
 	a.node, a.sid, a.czxid, a.own, a.ownChild = nodeKnown, sid, r.stat.Czxid, r.ch, false
 	return nil
 }
@@ -246,10 +269,10 @@ func (a *attempt) wait(ctx context.Context) (*grant, error) {
 func (a *attempt) waitFor(ctx context.Context, p plan) (*grant, error) {
 	d := a.d
 	path := a.keyPath + "/" + p.target.name
-	var watched chan error
+	var watch *ownWatch
 	if a.own == nil && p.shortcut() {
-		watched = make(chan error, 1)
-		go func() { watched <- a.watchOwn(ctx) }()
+		w := a.startWatchOwn()
+		watch = &w
 	}
 	sid := d.conn.SessionID()
 	sent := time.Now()
@@ -260,9 +283,8 @@ func (a *attempt) waitFor(ctx context.Context, p plan) (*grant, error) {
 		_, stat, ch, err := d.conn.GetW(path)
 		return getW{stat: stat, ch: ch}, err
 	})
-	if watched != nil {
-		werr := <-watched
-		if werr != nil {
+	if watch != nil {
+		if werr := a.ownWatched(ctx, *watch); werr != nil {
 			return nil, werr
 		}
 		if a.own == nil {
