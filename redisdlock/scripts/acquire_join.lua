@@ -8,7 +8,7 @@
 -- same commands but HMGET for HGETALL, and the same reply. Anything else
 -- (no holder, a dead one, the caller's own record, another kind, TryLock)
 -- goes on to acquire.lua.
-if ARGV[7] == 'lock' and ARGV[4] == '1' then
+if ARGV[4] == 'lock' and ARGV[6] ~= '0' then
   local owner = ARGV[1]
   local h = redis.call('HMGET', KEYS[1], 'o', 'k', 't', 'q')
   if h[1] and not h[2] and string.sub(h[1], 1, #owner + 1) ~= owner .. '|' then
@@ -18,9 +18,9 @@ if ARGV[7] == 'lock' and ARGV[4] == '1' then
     local ms = tonumber(ms_s)
     local dl = renewed and tonumber(renewed) + tonumber(httl)
     if dl and dl >= ms then
-      local wt = tonumber(ARGV[5])
+      local wt = tonumber(ARGV[6])
       local deadline = string.format('%.0f', ms + wt)
-      local rest = '|' .. ARGV[9] .. '|lock|' .. ARGV[6] .. '|' .. ARGV[3]
+      local rest = '|' .. ARGV[5] .. '|lock|' .. ARGV[7] .. '|' .. ARGV[3]
       local first, new_queue = 0, false
       if redis.call('HSETNX', KEYS[3], owner, deadline .. '|' .. ARGV[2] .. '|' .. ms_s .. rest) == 1 then
         if redis.call('RPUSH', KEYS[2], owner) == 1 then
