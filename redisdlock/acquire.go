@@ -75,6 +75,20 @@ func shapeArgs(req *driver.AcquireRequest) (label, mode any) {
 // With Options.WaitReplicas, ack is WAIT's answer to it.
 func (d *redisDriver) runAcquire(ctx context.Context, g *grant) (r acquireReply, ack acked, err error) {
 	cmd, ack := acquireScript.sendAcked(ctx, d, g.cmd[:])
+	if err := cmd.Err(); err != nil {
+		return acquireReply{}, ack, err
+	}
+	if s, ok := cmd.Val().(string); ok {
+		// Granted, with the server's clock (µs) as the token, as is usual.
+		r.status = statusGranted
+		if r.token, err = strconv.ParseUint(s, 10, 64); err != nil {
+			return r, ack, fmt.Errorf("bad acquire reply %q", s)
+		}
+		if r.serverUs, err = parseInt(s); err != nil {
+			return r, ack, fmt.Errorf("bad server time %q in acquire reply", s)
+		}
+		return r, ack, nil
+	}
 	v, err := cmd.Slice()
 	if err != nil {
 		return acquireReply{}, ack, err
@@ -85,16 +99,15 @@ func (d *redisDriver) runAcquire(ctx context.Context, g *grant) (r acquireReply,
 	r.status, _ = v[0].(int64)
 	switch r.status {
 	case statusGranted:
-		// {1, token, now}, or {1, token} when the token is the server's
-		// clock (µs), as it usually is.
+		// {1, token, now}: the token is not the server's clock.
 		s, _ := v[1].(string)
 		if r.token, err = strconv.ParseUint(s, 10, 64); err != nil {
 			return r, ack, fmt.Errorf("bad acquire reply %v", v)
 		}
-		now := s
-		if len(v) > 2 {
-			now, _ = v[2].(string)
+		if len(v) < 3 {
+			return r, ack, fmt.Errorf("bad acquire reply %v", v)
 		}
+		now, _ := v[2].(string)
 		if r.serverUs, err = parseInt(now); err != nil {
 			return r, ack, fmt.Errorf("bad server time %q in acquire reply", now)
 		}

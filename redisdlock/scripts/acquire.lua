@@ -8,7 +8,8 @@
 -- (Seven arguments: Redis builds ARGV as a table that grows by doubling,
 -- and a ninth would cost a copy into 16 slots at every run.)
 -- Returns {1, token, now} granted (now: the server's TIME in µs, for the
--- client's watch on the server's clock; {1, token} when token is now); {0, pttl} not granted (not
+-- client's watch on the server's clock), or the token alone when it is now
+-- (a string: no Lua table to build and convert); {0, pttl} not granted (not
 -- waiting); {2, pttl, head, token} queued (head = 1 when first in line, and
 -- pttl -1 unless head: only the first in line uses it; token is the latest
 -- grant's, the hash's 't': a notice with a token up to it announces a
@@ -97,7 +98,7 @@ end
 if token then
   flush(label)
   if token == now_us_s then
-    return {1, token}
+    return token
   end
   return {1, token, now_us_s}
 end

@@ -10,7 +10,7 @@
 -- or one above the slot's record when the record is not below the clock
 -- (the clock stepped back, or grants came faster than once per µs): the
 -- record is read and raised by one GETSET, and put right by a SET in that
--- rare case. Returns {1, token}, or {1, token, now} when the token is not
+-- rare case. Returns the token, or {1, token, now} when it is not
 -- the clock's µs (see acquire.lua). Anything else (the key held, waited for,
 -- or with an old fence) goes on to acquire.lua.
 if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[4]) == 0 then
@@ -50,7 +50,7 @@ if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[4]) == 0 then
     redis.call('PUBLISH', KEYS[1] .. ':n', 'c')
   end
   if token == us_s then
-    return {1, token}
+    return token
   end
   return {1, token, us_s}
 end
