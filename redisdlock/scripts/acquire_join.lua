@@ -14,7 +14,11 @@ if ARGV[4] == 'lock' and ARGV[6] ~= '0' then
   if h[1] and not h[2] and string.sub(h[1], 1, #owner + 1) ~= owner .. '|' then
     local renewed, httl = string.match(h[1], '^[^|]+|(%d+)|(%d+)|')
     local t = redis.call('TIME')
-    local ms_s = t[1] .. string.sub(string.sub('00000' .. t[2], -6), 1, 3)
+    local frac = t[2]
+    if #frac < 6 then
+      frac = string.sub('00000' .. frac, -6)
+    end
+    local ms_s = t[1] .. string.sub(frac, 1, 3)
     local ms = tonumber(ms_s)
     local dl = renewed and tonumber(renewed) + tonumber(httl)
     if dl and dl >= ms then
