@@ -217,22 +217,34 @@ type acquireRecorder struct {
 
 func (h *acquireRecorder) DialHook(next redis.DialHook) redis.DialHook { return next }
 
+func (h *acquireRecorder) record(cmd redis.Cmder) {
+	a := cmd.Args()
+	if len(a) < 3 || a[0] != "evalsha" || a[1] != redisdlock.AcquireScriptHashForTest() || cmd.Err() != nil {
+		return
+	}
+	if c, ok := cmd.(*redis.Cmd); ok {
+		h.mu.Lock()
+		h.args, h.reply = append([]any(nil), a...), c.Val()
+		h.mu.Unlock()
+	}
+}
+
 func (h *acquireRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if a := cmd.Args(); len(a) > 2 && a[0] == "evalsha" && a[1] == redisdlock.AcquireScriptHashForTest() {
-			if c, ok := cmd.(*redis.Cmd); ok && err == nil {
-				h.mu.Lock()
-				h.args, h.reply = append([]any(nil), a...), c.Val()
-				h.mu.Unlock()
-			}
-		}
+		h.record(cmd)
 		return err
 	}
 }
 
 func (h *acquireRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			h.record(c)
+		}
+		return err
+	}
 }
 
 // The scripts' other paths run no more commands than docs/redis.md lists:
