@@ -33,15 +33,15 @@ type acquireReply struct {
 // process, so that neither allocates.
 func (d *redisDriver) newGrant(req *driver.AcquireRequest) *grant {
 	g := &grant{d: d, keys: d.lockKeys(req.Key), owner: newOwnerArg(req.Owner), ttl: req.TTL, ttlMs: ms(req.TTL), meta: req.Metadata}
-	wait := noArg
+	wait := noArg // a try: no waiter timeout
 	if req.Wait {
-		wait = oneArg
+		wait = d.waiterTimeoutArg
 	}
-	label, limit, mode := shapeArgs(req)
+	label, mode := shapeArgs(req)
 	a := g.cmd[:]
 	a[2] = numKeys(len(g.keys))
 	copy(a[3:], g.keys)
-	copy(a[3+len(g.keys):], []any{&g.owner, &g.ttlMs, &g.meta, wait, d.waiterTimeoutArg, d.channelArg, label, limit, mode})
+	copy(a[3+len(g.keys):], []any{&g.owner, &g.ttlMs, &g.meta, label, mode, wait, d.channelArg})
 	if req.LockDelay > 0 {
 		// "ttl+delay", as the holder's record keeps it (common.lua).
 		a[4+len(g.keys)] = strconv.FormatInt(g.ttlMs, 10) + "+" + strconv.FormatInt(ms(req.LockDelay), 10)
@@ -53,29 +53,42 @@ func (d *redisDriver) newGrant(req *driver.AcquireRequest) *grant {
 // allocates nothing for them.
 var (
 	lockLabelArg any = driver.KindLabel(driver.KindLock, 1)
-	oneArg       any = "1"
 	noArg        any = "0"
 	exclusiveArg any = "x"
 	sharedArg    any = "s"
 )
 
-// shapeArgs returns the kind label, the limit ("0": none) and the mode
-// ("x" or "s") of req, as acquire.lua takes them.
-func shapeArgs(req *driver.AcquireRequest) (label, limit, mode any) {
+// shapeArgs returns the kind label (which says the limit: common.lua's
+// label_limit) and the mode ("x" or "s") of req, as acquire.lua takes them.
+func shapeArgs(req *driver.AcquireRequest) (label, mode any) {
 	mode = exclusiveArg
 	if req.Mode == driver.Shared {
 		mode = sharedArg
 	}
 	if req.Kind == driver.KindLock {
-		return lockLabelArg, oneArg, mode
+		return lockLabelArg, mode
 	}
-	return driver.KindLabel(req.Kind, req.Limit), strconv.Itoa(req.Limit), mode
+	return driver.KindLabel(req.Kind, req.Limit), mode
 }
 
 // runAcquire sends g's acquire.lua command (newGrant).
 // With Options.WaitReplicas, ack is WAIT's answer to it.
 func (d *redisDriver) runAcquire(ctx context.Context, g *grant) (r acquireReply, ack acked, err error) {
 	cmd, ack := acquireScript.sendAcked(ctx, d, g.cmd[:])
+	if err := cmd.Err(); err != nil {
+		return acquireReply{}, ack, err
+	}
+	if s, ok := cmd.Val().(string); ok {
+		// Granted, with the server's clock (µs) as the token, as is usual.
+		r.status = statusGranted
+		if r.token, err = strconv.ParseUint(s, 10, 64); err != nil {
+			return r, ack, fmt.Errorf("bad acquire reply %q", s)
+		}
+		if r.serverUs, err = parseInt(s); err != nil {
+			return r, ack, fmt.Errorf("bad server time %q in acquire reply", s)
+		}
+		return r, ack, nil
+	}
 	v, err := cmd.Slice()
 	if err != nil {
 		return acquireReply{}, ack, err
@@ -86,16 +99,15 @@ func (d *redisDriver) runAcquire(ctx context.Context, g *grant) (r acquireReply,
 	r.status, _ = v[0].(int64)
 	switch r.status {
 	case statusGranted:
-		// {1, token, now}, or {1, token} when the token is the server's
-		// clock (µs), as it usually is.
+		// {1, token, now}: the token is not the server's clock.
 		s, _ := v[1].(string)
 		if r.token, err = strconv.ParseUint(s, 10, 64); err != nil {
 			return r, ack, fmt.Errorf("bad acquire reply %v", v)
 		}
-		now := s
-		if len(v) > 2 {
-			now, _ = v[2].(string)
+		if len(v) < 3 {
+			return r, ack, fmt.Errorf("bad acquire reply %v", v)
 		}
+		now, _ := v[2].(string)
 		if r.serverUs, err = parseInt(now); err != nil {
 			return r, ack, fmt.Errorf("bad server time %q in acquire reply", now)
 		}

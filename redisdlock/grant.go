@@ -30,7 +30,7 @@ type grant struct {
 	// renewal may run beside the release. The arguments point to the
 	// fields above (go-redis takes *string, *int64, *uint64), so sending
 	// allocates nothing of ours.
-	cmd      [3 + 6 + 9]any
+	cmd      [3 + 6 + 7]any
 	renewCmd [3 + 1 + 2]any
 }
 

@@ -161,6 +161,92 @@ func innerCommands(stats map[string]int) int {
 	return n
 }
 
+// A free key's acquire.lua request and reply stay as small as measured
+// (bench/analysis.md, Profile: Redis uncontended cycle): at most 8
+// arguments after the keys, since Redis builds ARGV as a Lua table that
+// grows by doubling (a ninth re-hashes it into 16 slots at every run), and
+// the grant answered with its token alone, a string, not an array that the
+// server would build as a Lua table and convert.
+func TestAcquire_freeKeyRequestAndReply(t *testing.T) {
+	ctx := testCtx(t)
+	rdb := redis.NewClient(&redis.Options{Addr: exampleAddr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	h := &acquireRecorder{}
+	rdb.AddHook(h)
+	c, err := redisdlock.New(ctx, rdb, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	var token uint64
+	// Twice: the first cycle may find the scripts not loaded (EVAL).
+	for range 2 {
+		l, err := c.Lock(ctx, "small-acquire")
+		if err != nil {
+			t.Fatal(err)
+		}
+		token = l.Token()
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.args == nil {
+		t.Fatal("no acquire.lua request seen")
+	}
+	keys, err := strconv.Atoi(fmt.Sprint(h.args[2]))
+	if err != nil {
+		t.Fatalf("EVALSHA's number of keys %v: %v", h.args[2], err)
+	}
+	if n := len(h.args) - 3 - keys; n > 8 {
+		t.Errorf("acquire.lua sent %d arguments after its %d keys, want at most 8", n, keys)
+	}
+	if s, ok := h.reply.(string); !ok || s != strconv.FormatUint(token, 10) {
+		t.Errorf("a free key's grant was answered %#v, want its token %d alone, as a string", h.reply, token)
+	}
+}
+
+// acquireRecorder is a go-redis hook that keeps the latest acquire.lua
+// request's arguments and its reply.
+type acquireRecorder struct {
+	mu    sync.Mutex
+	args  []any
+	reply any
+}
+
+func (h *acquireRecorder) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *acquireRecorder) record(cmd redis.Cmder) {
+	a := cmd.Args()
+	if len(a) < 3 || a[0] != "evalsha" || a[1] != redisdlock.AcquireScriptHashForTest() || cmd.Err() != nil {
+		return
+	}
+	if c, ok := cmd.(*redis.Cmd); ok {
+		h.mu.Lock()
+		h.args, h.reply = append([]any(nil), a...), c.Val()
+		h.mu.Unlock()
+	}
+}
+
+func (h *acquireRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.record(cmd)
+		return err
+	}
+}
+
+func (h *acquireRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			h.record(c)
+		}
+		return err
+	}
+}
+
 // The scripts' other paths run no more commands than docs/redis.md lists:
 // an uncontended Lock and Unlock, the first waiter joining a queue (which
 // creates it), and a second one.

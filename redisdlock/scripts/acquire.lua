@@ -2,11 +2,14 @@
 -- serves the first attempt, a retry after a lost reply, and a waiter's
 -- periodic poll, which also keeps its queue entry alive.
 -- ARGV[1] owner id, ARGV[2] ttl ms ("ttl+delay" with a lock-delay, as in
--- the holder's record: common.lua), ARGV[3] metadata, ARGV[4] "1" to wait,
--- ARGV[5] waiter timeout ms, ARGV[6] notification channel, ARGV[7] kind
--- label, ARGV[8] limit (0: none), ARGV[9] mode ('x' or 's').
+-- the holder's record: common.lua), ARGV[3] metadata, ARGV[4] kind label
+-- (which says the limit: label_limit), ARGV[5] mode ('x' or 's'), ARGV[6]
+-- waiter timeout ms, "0" not to wait, ARGV[7] notification channel.
+-- (Seven arguments: Redis builds ARGV as a table that grows by doubling,
+-- and a ninth would cost a copy into 16 slots at every run.)
 -- Returns {1, token, now} granted (now: the server's TIME in µs, for the
--- client's watch on the server's clock; {1, token} when token is now); {0, pttl} not granted (not
+-- client's watch on the server's clock), or the token alone when it is now
+-- (a string: no Lua table to build and convert); {0, pttl} not granted (not
 -- waiting); {2, pttl, head, token} queued (head = 1 when first in line, and
 -- pttl -1 unless head: only the first in line uses it; token is the latest
 -- grant's, the hash's 't': a notice with a token up to it announces a
@@ -17,8 +20,10 @@
 -- waiter is blocked by the limit, which every holder counts towards; an
 -- exclusive one by every holder), so that is when it may be admitted.
 local owner, ttl, meta = ARGV[1], ARGV[2], ARGV[3]
-local wait, waiter_timeout, channel = ARGV[4] == '1', tonumber(ARGV[5]), ARGV[6]
-local label, limit, mode = ARGV[7], tonumber(ARGV[8]), ARGV[9]
+local label, mode = ARGV[4], ARGV[5]
+local limit = label_limit(label)
+local waiter_timeout, channel = tonumber(ARGV[6]), ARGV[7]
+local wait = waiter_timeout > 0
 
 read_state(owner)
 if S.mine then
@@ -93,7 +98,7 @@ end
 if token then
   flush(label)
   if token == now_us_s then
-    return {1, token}
+    return token
   end
   return {1, token, now_us_s}
 end

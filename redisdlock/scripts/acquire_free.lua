@@ -10,12 +10,15 @@
 -- or one above the slot's record when the record is not below the clock
 -- (the clock stepped back, or grants came faster than once per µs): the
 -- record is read and raised by one GETSET, and put right by a SET in that
--- rare case. Returns {1, token}, or {1, token, now} when the token is not
+-- rare case. Returns the token, or {1, token, now} when it is not
 -- the clock's µs (see acquire.lua). Anything else (the key held, waited for,
 -- or with an old fence) goes on to acquire.lua.
 if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[4]) == 0 then
   local t = redis.call('TIME')
-  local frac = string.sub('00000' .. t[2], -6)
+  local frac = t[2]
+  if #frac < 6 then
+    frac = string.sub('00000' .. frac, -6)
+  end
   local us_s = t[1] .. frac
   local ms_s = t[1] .. string.sub(frac, 1, 3)
   local token = us_s
@@ -24,14 +27,14 @@ if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[4]) == 0 then
     token = string.format('%.0f', tonumber(was) + 1)
     redis.call('SET', KEYS[5], token)
   end
-  local ttl, label = ARGV[2], ARGV[7]
+  local ttl, label = ARGV[2], ARGV[4]
   -- since is left empty when it is the token's ms (common.lua, Records).
   local since = ''
   if token ~= us_s then
     since = ms_s
   end
   -- 'o''s metadata goes in 'm' (common.lua, Records).
-  local rec = ARGV[1] .. '|' .. ms_s .. '|' .. ttl .. '|' .. token .. '|' .. ARGV[9] .. '|' .. since .. '|'
+  local rec = ARGV[1] .. '|' .. ms_s .. '|' .. ttl .. '|' .. token .. '|' .. ARGV[5] .. '|' .. since .. '|'
   if label == 'lock' then
     redis.call('HSET', KEYS[1], 'o', rec, 'm', ARGV[3], 't', token)
   else
@@ -47,7 +50,7 @@ if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[4]) == 0 then
     redis.call('PUBLISH', KEYS[1] .. ':n', 'c')
   end
   if token == us_s then
-    return {1, token}
+    return token
   end
   return {1, token, us_s}
 end

@@ -8,19 +8,23 @@
 -- same commands but HMGET for HGETALL, and the same reply. Anything else
 -- (no holder, a dead one, the caller's own record, another kind, TryLock)
 -- goes on to acquire.lua.
-if ARGV[7] == 'lock' and ARGV[4] == '1' then
+if ARGV[4] == 'lock' and ARGV[6] ~= '0' then
   local owner = ARGV[1]
   local h = redis.call('HMGET', KEYS[1], 'o', 'k', 't', 'q')
   if h[1] and not h[2] and string.sub(h[1], 1, #owner + 1) ~= owner .. '|' then
     local renewed, httl = string.match(h[1], '^[^|]+|(%d+)|(%d+)|')
     local t = redis.call('TIME')
-    local ms_s = t[1] .. string.sub(string.sub('00000' .. t[2], -6), 1, 3)
+    local frac = t[2]
+    if #frac < 6 then
+      frac = string.sub('00000' .. frac, -6)
+    end
+    local ms_s = t[1] .. string.sub(frac, 1, 3)
     local ms = tonumber(ms_s)
     local dl = renewed and tonumber(renewed) + tonumber(httl)
     if dl and dl >= ms then
-      local wt = tonumber(ARGV[5])
+      local wt = tonumber(ARGV[6])
       local deadline = string.format('%.0f', ms + wt)
-      local rest = '|' .. ARGV[9] .. '|lock|' .. ARGV[6] .. '|' .. ARGV[3]
+      local rest = '|' .. ARGV[5] .. '|lock|' .. ARGV[7] .. '|' .. ARGV[3]
       local first, new_queue = 0, false
       if redis.call('HSETNX', KEYS[3], owner, deadline .. '|' .. ARGV[2] .. '|' .. ms_s .. rest) == 1 then
         if redis.call('RPUSH', KEYS[2], owner) == 1 then

@@ -30,9 +30,14 @@ if held[1] and not held[2] and held[3] and string.sub(held[1], 1, #owner + 1) ==
     if rec then
       if not us then
         local t = redis.call('TIME')
-        local frac = string.sub('00000' .. t[2], -6)
+        local frac = t[2]
+        if #frac < 6 then
+          frac = string.sub('00000' .. frac, -6)
+        end
         us_s, ms_s = t[1] .. frac, t[1] .. string.sub(frac, 1, 3)
-        us, ms = tonumber(us_s), tonumber(ms_s)
+        -- ms by arithmetic, exact below 2^53: tonumber (strtod) costs more.
+        us = tonumber(us_s)
+        ms = math.floor(us / 1000)
       end
       local deadline, ttl, _, mode, _, channel, meta =
         string.match(rec, '^(%d+)|([^|]+)|(%d+)|(%a)|([^|]*)|([^|]*)|(.*)$')
@@ -51,7 +56,7 @@ if held[1] and not held[2] and held[3] and string.sub(held[1], 1, #owner + 1) ==
           redis.call('PEXPIRE', KEYS[1], ttl)
         end
         local was = redis.call('GETSET', KEYS[5], token)
-        if was and tonumber(was) > tonumber(token) then
+        if was and tonumber(was) > (token == us_s and us or tonumber(token)) then
           redis.call('SET', KEYS[5], was)
         end
         redis.call('PUBLISH', channel, id .. ':' .. token)
