@@ -314,7 +314,8 @@ func (a *attempt) place(ctx context.Context) (*grant, error) {
 // nothing could join ahead of it, so the listing of that node, made after
 // its create, shows ours at its head, and the deletion of the head of its
 // listing grants it without another request as the release's data change
-// would.
+// would. A semaphore's permit always releases with a plain delete (see
+// plainRelease).
 func (a *attempt) take(ctx context.Context, q []lockNode, mine int, notify bool) (*grant, error) {
 	a.notify = notify && mine < len(q)-1
 	a.last = a.req.Kind == driver.KindLock && mine == len(q)-1
@@ -340,6 +341,17 @@ func (a *attempt) take(ctx context.Context, q []lockNode, mine int, notify bool)
 		return nil, a.retry(ctx, "read "+a.me.name, err)
 	}
 	return g, nil
+}
+
+// plainRelease reports whether the grant releases with a plain delete
+// instead of the release transaction (see grant.remove): a lock granted
+// with no node behind its own (see take), and every semaphore permit. A
+// permit's waiters take its deletion for its departure and no data change
+// for a grant, so the transaction's setData would tell them nothing more;
+// it would only make a first waiter that watched the permit before its
+// notice read it again, on the hand-off path (see waitAny).
+func (a *attempt) plainRelease() bool {
+	return a.last || a.req.Kind == driver.KindSemaphore
 }
 
 // leave deletes our node and returns err, the reason the attempt ends

@@ -58,8 +58,8 @@ type grant struct {
 	// leader, see Publish and rule.go's publishes).
 	publishes bool
 	// last: a lock granted with no node behind its own in the listing,
-	// which its release removes with a plain delete (see
-	// attempt.take and remove).
+	// or a semaphore's permit, which its release removes with a plain
+	// delete (see attempt.plainRelease and remove).
 	last bool
 	// mark is the path of the grant's lock-delay mark, "" without a
 	// delay: its release deletes it with the node (see removeMarked).

@@ -193,6 +193,7 @@ type hookConn struct {
 	creates  atomic.Int64 // create calls that made a node on the server
 	getWs    atomic.Int64 // getData-with-watch calls that returned
 	requests atomic.Int64 // every request sent, of any kind
+	multis   atomic.Int64 // multi calls: creates, notices, releases
 	syncs    atomic.Int64 // sync calls
 	checks   atomic.Int64 // getData calls on /zookeeper/config: standalone checks
 	// containers counts createContainer calls: each follows a listing or
@@ -248,6 +249,7 @@ func (h *hookConn) ChildrenW(path string) ([]string, *zk.Stat, <-chan zk.Event, 
 // node, for the creation zxid): the create hooks apply to it.
 func (h *hookConn) Multi(ops ...any) (rs []zk.MultiResponse, err error) {
 	h.requests.Add(1)
+	h.multis.Add(1)
 	if f := h.beforeMulti.Load(); f != nil {
 		(*f)(ops)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -25,12 +26,13 @@ import (
 // without another listing (our node still exists: see grantHeld). It
 // removes an entry only on proof that it went:
 //
-//   - its deletion (an event, or getData finding no node);
+//   - its deletion (an event, or getData finding no node): a permit is
+//     released with a plain delete (see attempt.plainRelease);
 //   - a data change of a node that had been written before the watch was
 //     set (data version 1 or more). A semaphore's node is written once by
-//     its grant notice (a setData expecting version 0, see writeNotice)
-//     and then only by its release (a setData and the delete in one
-//     transaction, see grant.Release), so such a change is the release.
+//     its grant notice (a setData expecting version 0, see writeNotice),
+//     and otherwise only by a release of an older dlock (a setData and the
+//     delete in one transaction), so such a change is a release.
 //     A data change of a node at version 0 may be its notice: it is read
 //     again (gone, or written: watched again).
 //
@@ -40,16 +42,17 @@ import (
 // removed, and the next one watched: the first limit entries of ahead that
 // are still there are the first limit entries of the queue, all granted,
 // so one of them goes before ours can be granted, and its watch wakes us.
-// A release thus notifies at most limit waiters (those watching it), the
-// one it grants sends no request, and each other sends one getData for the
-// new holder (and one more when it was watched before its notice): the
+// Events that came together are all counted before any request. A release
+// thus notifies at most limit waiters (those watching it), the one it
+// grants sends no request, and each other sends one getData for the new
+// holder (and one more when it was watched before its notice): the
 // requests per grant do not grow with the queue.
 
 // holderWatch is a semaphore waiter's watch on an entry ahead of it.
 type holderWatch struct {
 	ch <-chan zk.Event
 	// noticed: the node had been written (its grant notice) before the
-	// watch was set, so its next data change is its release.
+	// watch was set, so its next data change is a release.
 	noticed bool
 }
 
@@ -76,7 +79,9 @@ func (a *attempt) waitAny(ctx context.Context) (*grant, error) {
 		cases = append(cases,
 			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
 			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(a.own)})
+		watched := make([]string, 0, limit)
 		for _, n := range a.ahead[:limit] {
+			watched = append(watched, n.name)
 			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(a.held[n.name].ch)})
 		}
 		i, v, _ := reflect.Select(cases)
@@ -87,25 +92,44 @@ func (a *attempt) waitAny(ctx context.Context) (*grant, error) {
 			a.ownEvent(v.Interface().(zk.Event))
 			return nil, nil
 		}
-		ev := v.Interface().(zk.Event)
-		k := i - 2
-		n := a.ahead[k]
-		w := a.held[n.name]
-		delete(a.held, n.name) // a watch fires once
-		switch {
-		case ev.Type == zk.EventNodeDeleted,
-			ev.Type == zk.EventNodeDataChanged && w.noticed:
-			a.ahead = append(a.ahead[:k], a.ahead[k+1:]...) // it went
-		case ev.Type == zk.EventNodeDataChanged:
-			// Its notice, or its release: the next watchHolders reads it.
-		default:
-			// The session ended (EventNotWatching), and every watch
-			// with it: the listing tells.
-			a.syncFirst, a.held = true, nil
+		if !a.heldEvent(a.ahead[i-2].name, v.Interface().(zk.Event)) {
 			return nil, nil
+		}
+		// Departures that came together are counted together, before
+		// any request: the one that frees our permit may be queued
+		// behind one that does not.
+		for _, name := range watched {
+			select {
+			case ev := <-a.held[name].ch: // nil, never ready, once seen
+				if !a.heldEvent(name, ev) {
+					return nil, nil
+				}
+			default:
+			}
 		}
 	}
 	return a.grantHeld(ctx)
+}
+
+// heldEvent applies ev, an event of the watch on the entry named name
+// (see waitAny); false means the session ended and the waiter lists again.
+func (a *attempt) heldEvent(name string, ev zk.Event) bool {
+	w := a.held[name]
+	delete(a.held, name) // a watch fires once
+	switch {
+	case ev.Type == zk.EventNodeDeleted,
+		ev.Type == zk.EventNodeDataChanged && w.noticed:
+		// It went.
+		a.ahead = slices.DeleteFunc(a.ahead, func(n lockNode) bool { return n.name == name })
+	case ev.Type == zk.EventNodeDataChanged:
+		// Its notice, or its release: the next watchHolders reads it.
+	default:
+		// The session ended (EventNotWatching), and every watch with
+		// it: the listing tells.
+		a.syncFirst, a.held = true, nil
+		return false
+	}
+	return true
 }
 
 // grantHeld makes the grant of our node, which fewer than limit entries

@@ -23,7 +23,9 @@ import (
 // looks, unless the deleted node headed its listing. See attempt.waitFor.
 // A lock whose grant's listing showed no node behind its own is released
 // with a plain delete: any waiter behind it listed it at the head (see
-// attempt.take), so the mark would tell it nothing more.
+// attempt.take), so the mark would tell it nothing more; and so is a
+// semaphore's permit, whose waiters count deletions (see
+// attempt.plainRelease).
 //
 // The node's name carries this grant's owner, so the release can never
 // remove anybody else's node, even when retried: a retry after a lost reply

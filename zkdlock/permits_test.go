@@ -1,0 +1,92 @@
+package zkdlock_test
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+)
+
+// reads counts the requests of h that write nothing: listings, watches,
+// reads and session proofs (a granted permit's notice, a multi, is
+// written after its grant returns and is not counted).
+func reads(h *hookConn) int64 { return h.requests.Load() - h.multis.Load() - h.deletes.Load() }
+
+// TestSemaphore_handOff_noRequest: a semaphore of 2 permits, held by
+// entries that never wrote a notice (granted with nobody behind), and one
+// waiter watching both. A release grants the waiter with no request
+// between the release and the grant: the permit's release is a plain
+// delete, which the waiter counts as its departure. (A release that wrote
+// the node first made the waiter read it again, to tell the release from
+// a notice.)
+func TestSemaphore_handOff_noRequest(t *testing.T) {
+	ctx := testCtx(t)
+	const key, limit = "sem-handoff", 2
+	srv, opts, insp, held := heldSemaphore(t, ctx, key, limit)
+	w := newWatcher(t, ctx, srv.Addr(), "w0", opts)
+	p := startAcquire(ctx, w.c.Semaphore(key, limit).Acquire)
+	waitWaiters(t, ctx, insp, key, 1)
+	never := make(chan struct{})
+	awaitOrFail(t, ctx, "w0 watches the holders", func() bool { return w.watches() == limit },
+		func() { waitWaiters(t, ctx, insp, key, 1) }, never)
+	before := reads(w.hook.hookConn)
+	mustUnlock(t, ctx, held[0])
+	l := p.lease(t, ctx, "w0")
+	if d := reads(w.hook.hookConn) - before; d != 0 {
+		t.Errorf("w0 sent %d requests between the release and its grant, want 0", d)
+	}
+	mustUnlock(t, ctx, l)
+	mustUnlock(t, ctx, held[1])
+}
+
+// TestSemaphore_departuresTogether_countedTogether: a semaphore of 2
+// permits, held, and two waiters; w1 needs both holders to go. Both
+// release while w1 is still setting its watches, so that both departures
+// are waiting for it when it looks: it counts both and is granted with no
+// request after its watches were answered (it does not set a watch on the
+// next entry after the first departure, only to find the second).
+func TestSemaphore_departuresTogether_countedTogether(t *testing.T) {
+	ctx := testCtx(t)
+	const key, limit = "sem-together2", 2
+	srv, opts, insp, held := heldSemaphore(t, ctx, key, limit)
+	ws := make([]*watcher, 2)
+	ps := make([]*pendingAcquire, 2)
+	for i := range ws {
+		ws[i] = newWatcher(t, ctx, srv.Addr(), fmt.Sprintf("w%d", i), opts)
+	}
+	// w1's watch on the second holder is answered, and then held back
+	// until both holders have gone and w1's session has heard of both.
+	holders, err := insp.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(holders.Holders) != limit {
+		t.Fatalf("holders %d, want %d", len(holders.Holders), limit)
+	}
+	release := make(chan struct{})
+	var answered atomic.Int32
+	after := func(path string) {
+		if answered.Add(1) == limit {
+			<-release
+		}
+	}
+	ps[0] = startAcquire(ctx, ws[0].c.Semaphore(key, limit).Acquire)
+	waitWaiters(t, ctx, insp, key, 1)
+	ws[1].hook.afterGetW.Store(&after)
+	ps[1] = startAcquire(ctx, ws[1].c.Semaphore(key, limit).Acquire)
+	never := make(chan struct{})
+	awaitOrFail(t, ctx, "w1 watches the holders", func() bool { return answered.Load() == limit },
+		func() { waitWaiters(t, ctx, insp, key, 2) }, never)
+	events := ws[1].events.Load()
+	mustUnlock(t, ctx, held[0])
+	mustUnlock(t, ctx, held[1])
+	awaitOrFail(t, ctx, "w1 hears of both departures", func() bool { return ws[1].events.Load() == events+limit },
+		func() { ws[1].settle(t) }, never)
+	before := reads(ws[1].hook.hookConn)
+	close(release)
+	l1 := ps[1].lease(t, ctx, "w1")
+	if d := reads(ws[1].hook.hookConn) - before; d != 0 {
+		t.Errorf("w1 sent %d requests after its watches were answered, want 0", d)
+	}
+	mustUnlock(t, ctx, l1)
+	mustUnlock(t, ctx, ps[0].lease(t, ctx, "w0"))
+}
