@@ -51,6 +51,7 @@ const (
 	roleOther   pipeRole = iota
 	roleAcquire          // leaving on the wire holds back its key's release
 	roleRelease          // waits for its key's acquire left on the wire
+	roleRenew            // never queued: see do
 )
 
 // defaultMaxFlights is how many requests or pipelines one Client keeps on
@@ -86,6 +87,12 @@ type pipeBatch struct {
 // returns its command, answered or failed. The caller may reuse a's array
 // once do returns.
 func (p *pipe) do(ctx context.Context, a []any, role pipeRole) *redis.Cmd {
+	if role == roleRenew {
+		// A renewal goes out at once, on a connection of its own if need
+		// be: queued behind calls stuck on a silent connection, it would
+		// wait for their deadlines, which can be later than its lease's.
+		return p.rdb.Do(ctx, a...)
+	}
 	p.mu.Lock()
 	if role == roleRelease && len(p.left) > 0 {
 		if b := p.left[keyName(a[3])]; b != nil {

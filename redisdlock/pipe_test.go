@@ -364,3 +364,64 @@ func TestPipe_cluster(t *testing.T) {
 		}
 	}
 }
+
+// A renewal is never queued: with both flights stuck on the server (a
+// silent connection looks the same to the client), it goes out at once on
+// a connection of its own, and its lease's renewal does not wait for the
+// stuck calls' deadlines.
+func TestPipe_renewalNotQueued(t *testing.T) {
+	r := newPipeRig(t, nil)
+	g, err := r.d.Acquire(r.ctx, &driver.AcquireRequest{Key: "renewed", Owner: ownerID(), TTL: time.Minute,
+		Metadata: []byte("{}"), Kind: driver.KindLock, Limit: 1, Mode: driver.Exclusive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.pause(t)
+	stuck := r.fillFlights(t, "stuck")
+	renewed := make(chan error, 1)
+	go func() { renewed <- g.Renew(r.ctx) }()
+	// The paused server holds each write it read, its arguments kept: a
+	// third such client is the renewal, sent beside the stuck calls.
+	for r.heldCalls(t) < 3 {
+		_, queued, _ := redisdlock.PipeStateForTest(r.d)
+		if queued > 0 {
+			t.Fatal("the renewal waits in the queue behind the stuck calls")
+		}
+		select {
+		case <-r.ctx.Done():
+			t.Fatal("the renewal never reached the server (watchdog)")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	r.unpause(t)
+	if err := <-renewed; err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	for _, ch := range stuck {
+		if res := r.result(t, ch); res.err != nil {
+			t.Fatalf("Lock(%q): %v", res.key, res.err)
+		}
+	}
+}
+
+// heldCalls returns how many clients of the paused server have a command
+// read and held (CLIENT LIST's argv-mem above 0), this one's aside.
+func (r *pipeRig) heldCalls(t *testing.T) int {
+	t.Helper()
+	list, err := r.admin.ClientList(r.ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, "cmd=client|list") {
+			continue // this request's own
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "argv-mem="); ok && v != "0" {
+				n++
+			}
+		}
+	}
+	return n
+}

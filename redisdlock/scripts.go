@@ -109,6 +109,8 @@ func (s *script) role() pipeRole {
 		return roleAcquire
 	case releaseScript:
 		return roleRelease
+	case renewScript:
+		return roleRenew
 	}
 	return roleOther
 }
