@@ -237,20 +237,7 @@ func TestPipe_noScriptInPipeline(t *testing.T) {
 	if err := r.admin.ScriptFlush(r.ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	r.pause(t)
-	chans := r.fillFlights(t, "first")
-	for i := range 6 {
-		chans = append(chans, r.lockAsync(r.ctx, fmt.Sprintf("queued-%d", i)))
-	}
-	r.waitPipe(t, "6 queued", func(_, q, _ int) bool { return q == 6 })
-	r.unpause(t)
-	for _, ch := range chans {
-		if res := r.result(t, ch); res.err != nil {
-			t.Errorf("Lock(%q): %v", res.key, res.err)
-		} else if !r.held(t, res.key) {
-			t.Errorf("Lock(%q) returned a lease, but the key is not held", res.key)
-		}
-	}
+	r.queuedLocksHold(t, 6)
 	if evals := commandStats(t, r.ctx, r.admin)["eval"]; evals == 0 {
 		t.Error("no EVAL after SCRIPT FLUSH: the NOSCRIPT replies were not resent with the source")
 	}
@@ -349,20 +336,7 @@ func TestPipe_cluster(t *testing.T) {
 		servers = append(servers, s)
 	}
 	r := newPipeRigOn(t, rdb, servers, nil)
-	r.pause(t)
-	chans := r.fillFlights(t, "first")
-	for i := range 12 {
-		chans = append(chans, r.lockAsync(r.ctx, fmt.Sprintf("queued-%d", i)))
-	}
-	r.waitPipe(t, "12 queued", func(_, q, _ int) bool { return q == 12 })
-	r.unpause(t)
-	for _, ch := range chans {
-		if res := r.result(t, ch); res.err != nil {
-			t.Errorf("Lock(%q): %v", res.key, res.err)
-		} else if !r.held(t, res.key) {
-			t.Errorf("Lock(%q) returned a lease, but the key is not held", res.key)
-		}
-	}
+	r.queuedLocksHold(t, 12)
 }
 
 // A renewal is never queued: with both flights stuck on the server (a
@@ -424,4 +398,25 @@ func (r *pipeRig) heldCalls(t *testing.T) int {
 		}
 	}
 	return n
+}
+
+// queuedLocksHold pauses the server, fills the pipe's flights, queues n
+// more Locks, and checks that each of them holds its key once the server
+// answers.
+func (r *pipeRig) queuedLocksHold(t *testing.T, n int) {
+	t.Helper()
+	r.pause(t)
+	chans := r.fillFlights(t, "first")
+	for i := range n {
+		chans = append(chans, r.lockAsync(r.ctx, fmt.Sprintf("queued-%d", i)))
+	}
+	r.waitPipe(t, fmt.Sprintf("%d queued", n), func(_, q, _ int) bool { return q == n })
+	r.unpause(t)
+	for _, ch := range chans {
+		if res := r.result(t, ch); res.err != nil {
+			t.Errorf("Lock(%q): %v", res.key, res.err)
+		} else if !r.held(t, res.key) {
+			t.Errorf("Lock(%q) returned a lease, but the key is not held", res.key)
+		}
+	}
 }
