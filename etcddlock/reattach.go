@@ -27,9 +27,17 @@ func (d *etcdDriver) takeCallLease(ctx context.Context, secs int64) (*etcdLease,
 	return l, l.takeSlot(), nil
 }
 
-// refLen is the length of a grant's driver.GrantRef Data: its lease's id
-// and its name's number on it, big-endian.
-const refLen = 8 + 4
+// A grant's driver.GrantRef Data: its lease's id and its name's number
+// on it, big-endian, then refNames, the form of the entry's name. A
+// reference of refLenV0 bytes has no form byte: a gateway instance of a
+// dlock before the current names granted it (`<lease, 16 hex>-<n, 8
+// hex>`), and an instance of this one still renews and releases it, so
+// that the instances can be upgraded one at a time.
+const (
+	refLenV0 = 8 + 4
+	refLen   = refLenV0 + 1
+	refNames = 1 // entryKey's names
+)
 
 // Ref implements driver.Referrer: with Options.LeasePerGrant a grant is
 // its entry on a lease of its own, named by the lease's id and the name's
@@ -41,6 +49,7 @@ func (g *grant) Ref() ([]byte, bool) {
 	data := make([]byte, refLen)
 	binary.BigEndian.PutUint64(data, uint64(g.l.id))
 	binary.BigEndian.PutUint32(data[8:], g.slot.n)
+	data[refLenV0] = refNames
 	return data, true
 }
 
@@ -49,12 +58,18 @@ func (g *grant) Ref() ([]byte, bool) {
 // that their entry is still on it; their Release deletes the entry, if it
 // is still the one granted, and revokes the lease.
 func (d *etcdDriver) Reattach(ref driver.GrantRef) (driver.Grant, error) {
-	if len(ref.Data) != refLen || ref.Token == 0 || ref.TTL <= 0 {
+	v0 := len(ref.Data) == refLenV0
+	if !v0 && (len(ref.Data) != refLen || ref.Data[refLenV0] != refNames) || ref.Token == 0 || ref.TTL <= 0 {
 		return nil, fmt.Errorf("etcddlock: reattach: not a reference to a grant with a lease of its own")
 	}
 	id := clientv3.LeaseID(binary.BigEndian.Uint64(ref.Data))
+	n := binary.BigEndian.Uint32(ref.Data[8:])
 	dir := d.queueDir(ref.Key)
-	return &refGrant{d: d, lease: id, dir: dir, key: entryKey(dir, id, binary.BigEndian.Uint32(ref.Data[8:])),
+	key := entryKey(dir, id, n)
+	if v0 {
+		key = fmt.Sprintf("%s%016x-%08x", dir, int64(id), n)
+	}
+	return &refGrant{d: d, lease: id, dir: dir, key: key,
 		token: int64(ref.Token), ttl: ref.TTL, validFrom: time.Now()}, nil
 }
 
