@@ -70,10 +70,8 @@ func TestSemaphore_handOff_writesNoNotice(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := awaitLock(t, ctx, qGot).Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
+	// q is granted once they released.
+	unlockAll(t, ctx, srv.Addr(), key, awaitLock(t, ctx, qGot))
 }
 
 // One of the first limit waiters counts the departures ahead of it and is
@@ -102,12 +100,7 @@ func TestSemaphore_firstWaiters_countDepartures(t *testing.T) {
 	if q.Token() <= p.Token() {
 		t.Errorf("q's token %d not above p's %d", q.Token(), p.Token())
 	}
-	for _, l := range []*dlock.Lease{p, q} {
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
+	unlockAll(t, ctx, srv.Addr(), key, p, q)
 }
 
 // Permits released together are taken together, each by its own waiter on
@@ -198,12 +191,7 @@ func TestSemaphore_laterWaiter_grantedByCount(t *testing.T) {
 	if r.Token() <= q.Token() {
 		t.Errorf("r's token %d not above q's %d", r.Token(), q.Token())
 	}
-	for _, l := range []*dlock.Lease{q, r} {
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
+	unlockAll(t, ctx, srv.Addr(), key, q, r)
 }
 
 // A later waiter of limit 1 that joins behind the tail waits for the entry
@@ -226,14 +214,11 @@ func TestSemaphore_laterWaiter_behindTail_noRead(t *testing.T) {
 	if err := held[0].Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p := awaitLock(t, ctx, pGot)
-	if err := p.Unlock(ctx); err != nil {
+	if err := awaitLock(t, ctx, pGot).Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := awaitLock(t, ctx, qGot).Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
+	// q is granted once p released.
+	unlockAll(t, ctx, srv.Addr(), key, awaitLock(t, ctx, qGot))
 }
 
 // A permit that goes between a first waiter's read of the queue and the
@@ -283,12 +268,7 @@ func TestSemaphore_departureBeforeWatch_counted(t *testing.T) {
 	if sent, _ := qc.take(); sent[queueRead] != 1 {
 		t.Errorf("q read the queue %d times, want 1 (its count at the join): %v", sent[queueRead], sent)
 	}
-	for _, l := range []*dlock.Lease{l, held[1]} {
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
+	unlockAll(t, ctx, srv.Addr(), key, l, held[1])
 }
 
 // A release reaches only the waiters that count it, not every waiter of
@@ -347,4 +327,16 @@ func TestSemaphore_release_reachesBoundedWaiters(t *testing.T) {
 		t.Errorf("h0's release reached %d of %d waiters' watches, want at most %d", reached, waiters, 2*limit)
 	}
 	checkNothingStored(t, ctx, admin, key)
+}
+
+// unlockAll unlocks each lease in turn and checks that key's queue keeps
+// nothing on the server afterwards.
+func unlockAll(t *testing.T, ctx context.Context, addr, key string, leases ...*dlock.Lease) {
+	t.Helper()
+	for _, l := range leases {
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkNothingStored(t, ctx, adminClient(t, addr), key)
 }
