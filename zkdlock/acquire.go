@@ -111,11 +111,15 @@ type attempt struct {
 	createReq zk.CreateRequest
 	markReq   zk.SetDataRequest
 	createOps [2]any
-	// delayReq and delayOps: the create's multi with the lock-delay's
-	// mark (see lockdelay.go), used until the mark exists.
+	// delayReq, indexReq and delayOps: the create's multi with the
+	// lock-delay's mark and its index entry (see lockdelay.go and
+	// delayindex.go), used until the mark exists.
 	delayReq zk.CreateRequest
-	delayOps [3]any
+	indexReq zk.CreateRequest
+	delayOps [4]any
 	marked   bool // our mark exists: a create made it, or said it exists
+	// indexMissing: the last create failed for want of the index node.
+	indexMissing bool
 
 	step step
 

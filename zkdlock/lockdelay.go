@@ -174,8 +174,7 @@ func (a *attempt) dropMark(ctx context.Context) error {
 	if a.req.LockDelay == 0 {
 		return nil
 	}
-	path := a.markPath()
-	err := call0(ctx, nil, a.d.timeout(), func() error { return a.d.conn.Delete(path, -1) })
+	err := a.d.deleteMark(ctx, a.keyPath, markName(a.req.Owner, a.req.LockDelay, a.req.Mode), -1)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil
 	}
@@ -225,8 +224,7 @@ func (a *attempt) sitOut(ctx context.Context, os []mark) error {
 		}
 	}
 	for _, o := range os {
-		path := a.keyPath + "/" + o.name
-		err := call0(ctx, nil, d.timeout(), func() error { return d.conn.Delete(path, -1) })
+		err := d.deleteMark(ctx, a.keyPath, o.name, -1)
 		if err != nil && !errors.Is(err, zk.ErrNoNode) {
 			return a.retry(ctx, "delete "+o.name, err)
 		}
@@ -339,7 +337,7 @@ func (d *zkDriver) reap(ctx context.Context, path string, o mark, until time.Tim
 		if err == nil {
 			// Delete it at the version read: a mark written since is
 			// not the one we timed.
-			err = call0(ctx, nil, d.timeout(), func() error { return d.conn.Delete(mpath, r.stat.Version) })
+			err = d.deleteMark(ctx, path, o.name, r.stat.Version)
 		}
 		if err == nil || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
 			return
@@ -404,18 +402,20 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 // removeMarked releases a grant with a mark: the release's multi, with the
-// mark's delete in the same transaction, so that a released entry never
-// leaves an orphan, and an entry that did not release always does. A
-// forfeited grant's node (see forfeit.go) goes without its mark: its lease
-// ended at its deadline, not by a release, and its holder may not have
-// noticed yet. With no write permission on the node (see remove), the
-// setData is left out.
+// mark's delete and its index entry's in the same transaction, so that a
+// released entry never leaves an orphan, and an entry that did not release
+// always does. A forfeited grant's node (see forfeit.go) goes without its
+// mark: its lease ended at its deadline, not by a release, and its holder
+// may not have noticed yet. With no write permission on the node (see
+// remove), the setData is left out; with no index entry (see
+// indexMissing), its delete.
 func (g *grant) removeMarked(ctx context.Context, version int32) error {
 	d := g.d
 	g.lifeMu.Lock()
 	keepMark := g.forfeited
 	g.lifeMu.Unlock()
 	sent := time.Now()
+	withIndex := !keepMark
 	del := func(withSet bool) error {
 		ops := []any{&zk.DeleteRequest{Path: g.path, Version: version}}
 		if withSet {
@@ -424,10 +424,21 @@ func (g *grant) removeMarked(ctx context.Context, version int32) error {
 		if !keepMark {
 			ops = append(ops, &zk.DeleteRequest{Path: g.mark, Version: -1})
 		}
-		return call0(ctx, nil, g.validity, func() error {
-			_, err := d.conn.Multi(ops...)
-			return err
+		if withIndex {
+			i := strings.LastIndexByte(g.mark, '/')
+			ops = append(ops, &zk.DeleteRequest{Path: d.entryPath(g.mark[:i], g.mark[i+1:]), Version: -1})
+		}
+		rs, err := call(ctx, nil, g.validity, func() ([]zk.MultiResponse, error) {
+			return d.conn.Multi(ops...)
 		})
+		if withIndex && indexMissing(rs, err) {
+			withIndex = false
+			sent = time.Now()
+			_, err = call(ctx, nil, g.validity, func() ([]zk.MultiResponse, error) {
+				return d.conn.Multi(ops[:len(ops)-1]...)
+			})
+		}
+		return err
 	}
 	err := del(true)
 	if errors.Is(err, zk.ErrNoAuth) {
@@ -478,7 +489,7 @@ func (d *zkDriver) delayInfo(ctx context.Context, path string, ms []mark, q []lo
 		case !until.After(time.Now()):
 			// Its delay is over: a leftover nobody deleted yet.
 			// Best effort: a mark left is a delay shown too long.
-			_ = call0(ctx, nil, d.timeout(), func() error { return d.conn.Delete(path+"/"+m.name, r.stat.Version) })
+			_ = d.deleteMark(ctx, path, m.name, r.stat.Version)
 			continue
 		default:
 			d.reapMark(path, m, until)
