@@ -480,6 +480,16 @@ func TestLockDelay_holderDiesKeyUntouched_sweepDeletesMark(t *testing.T) {
 	if asked.Before(until) && (len(info.Holders) != 1 || info.Holders[0].Token != h.Token() || info.Holders[0].LockDelay != testDelay || !info.DelayedUntil.Equal(until)) {
 		t.Errorf("Inspect while the delay is in force: holders %+v, DelayedUntil %v; want the ended holder with LockDelay %v, until %v", info.Holders, info.DelayedUntil, testDelay, until)
 	}
+	// The index is no key.
+	infos, err := sc.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range infos {
+		if i.Key != key {
+			t.Errorf("List shows key %q", i.Key)
+		}
+	}
 
 	awaitNoMarks(t, ctx, admin, root, key, testDelay+30*time.Second)
 	if idx := indexOf(t, admin, root); len(idx) != 0 {
