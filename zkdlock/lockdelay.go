@@ -36,7 +36,10 @@ import (
 // still there and still an orphan (see reapMark): so a mark goes once its
 // delay is over while any Client that saw it lives, though nobody locks
 // the key again, and a grantee that dies while sitting out does not make
-// the next one count the delay again. Keys nobody uses with a delay have
+// the next one count the delay again. A mark no living Client saw is
+// found by the sweep of the root's index of marks (see delayindex.go),
+// whose entry goes in the same multi as the mark wherever it is deleted
+// (deleteMark, removeMarked). Keys nobody uses with a delay have
 // no marks, and cost nothing more: the name check in a listing's parse,
 // no request.
 //

@@ -89,8 +89,11 @@
 // a mark left without its node delays the next grant by its delay, counted
 // from the moment the first Client to see the mark saw it (it writes the
 // time the delay ends into the mark), and every Client that saw it and
-// lives deletes it then. Keys without a delay pay nothing for it. docs/zookeeper.md, section Revoke and
-// lock-delay, has the details.
+// lives deletes it then. Every mark has an entry in an index of the root,
+// which every Client sweeps (Options.LockDelaySweep), so a mark whose
+// Client died goes too, though nobody looks at its key again, while any
+// Client of the root runs. Locks without a delay pay nothing for it.
+// docs/zookeeper.md, section Revoke and lock-delay, has the details.
 package zkdlock
 
 import (
