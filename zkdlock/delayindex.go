@@ -21,11 +21,11 @@ import (
 //	<root>/%lock-delays                               persistent, one per root
 //	<root>/%lock-delays/<escaped key>@<mark's name>   persistent, no data
 //
-// Every Client of the root sweeps the index now and then (Options.
-// LockDelaySweep, jittered): a listing, then at most sweepPage entries from
-// where its last sweep stopped, so it comes round to every entry within
-// len(index)/sweepPage sweeps, and a Client's sweep never grows with the
-// number of Clients. For each entry it lists the key node: a mark whose
+// Every Client of the root sweeps the index now and then
+// (Options.LockDelaySweep, jittered): a listing, then at most sweepPage
+// entries from where its last sweep stopped, so it comes round to every
+// entry within len(index)/sweepPage sweeps, and a Client's sweep never
+// grows with the number of Clients. For each entry it lists the key node: a mark whose
 // owner has a node is in use; one that is gone takes its entry with it; an
 // orphan nobody counts yet gets its "until=" (the Client whose write wins
 // deletes it then, from a janitor: one Client, not every sweeper); an
