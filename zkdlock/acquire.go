@@ -120,6 +120,9 @@ type attempt struct {
 	marked   bool // our mark exists: a create made it, or said it exists
 	// indexMissing: the last create failed for want of the index node.
 	indexMissing bool
+	// reclaim: our node was made anew beside a mark made before it,
+	// which a Client may have taken for an orphan's (see reclaimMark).
+	reclaim bool
 
 	step step
 
@@ -260,6 +263,13 @@ func (a *attempt) place(ctx context.Context) (*grant, error) {
 			return nil, a.retry(ctx, "watch "+a.me.name, err)
 		}
 		return nil, nil
+	}
+	if a.reclaim {
+		if err := a.reclaimMark(ctx); err != nil {
+			a.step = stepList
+			return nil, a.retry(ctx, "reclaim "+a.markPath(), err)
+		}
+		a.reclaim = false
 	}
 	if a.d.conn.SessionID() != a.sid {
 		// Our node belongs to a session that has ended (a stale server

@@ -193,6 +193,7 @@ func (a *attempt) create(ctx context.Context) (*zk.Stat, error) {
 		return nil, fmt.Errorf("create returned %q, not a lock node", path)
 	}
 	a.forget()
+	a.reclaim = a.req.LockDelay > 0 && len(ops) != len(a.delayOps)
 	a.marked = len(ops) == len(a.delayOps) || a.marked
 	a.me, a.node = n, nodeAdopted
 	if sid != 0 && d.conn.SessionID() == sid {

@@ -190,10 +190,7 @@ func (d *zkDriver) sweepEntry(ctx context.Context, name string) {
 		// Nobody counts it: from now. Only the Client whose write wins
 		// deletes it then; the others' sweeps come back to it later.
 		until = time.Now().Add(m.delay)
-		_, err := call(ctx, nil, d.timeout(), func() ([]zk.MultiResponse, error) {
-			return d.conn.Multi(&zk.SetDataRequest{Path: keyPath + "/" + m.name, Data: untilData(until, r.data), Version: r.stat.Version})
-		})
-		if err == nil {
+		if d.markUntil(ctx, keyPath, m, r, until) {
 			d.reapMark(keyPath, m, until)
 		}
 	case !until.After(time.Now()):

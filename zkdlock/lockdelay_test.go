@@ -585,3 +585,105 @@ func TestLockDelay_olderDlock(t *testing.T) {
 		}
 	})
 }
+
+// TestLockDelay_waiterQueuedAnew_reclaimsItsMark: a waiter with a
+// lock-delay whose node goes (its session, or an operator) while its mark
+// stays, and which another Client counts meanwhile as an orphan's (here
+// written by hand, in the same transaction as the delete, with a time long
+// past), queues anew and makes the mark its entry's again: once granted,
+// its mark holds no time, and when its Client then dies the next TryLock
+// is refused for the delay, not granted on the stale time.
+func TestLockDelay_waiterQueuedAnew_reclaimsItsMark(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	admin := dialZK(t, ctx, srv.Addr(), connOpts{})
+	root := testRoot(t)
+	o := zkdlock.Options{Root: root}
+	hc := plainClient(t, ctx, srv.Addr(), o)
+	wconn := dialZK(t, ctx, srv.Addr(), connOpts{})
+	wc := newClient(t, ctx, wconn, o)
+	c := plainClient(t, ctx, srv.Addr(), o)
+	const key = "job"
+	kp := zkdlock.KeyPathForTest(root, key)
+
+	h, err := hc.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   *dlock.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := wc.Lock(ctx, key, dlock.WithLockDelay(time.Minute))
+		got <- result{l, err}
+	}()
+
+	// The waiter's node and mark, then both changed in one transaction.
+	var mark, node string
+	timer := time.NewTimer(30 * time.Second)
+	defer timer.Stop()
+	for mark == "" || node == "" {
+		cs, _, ch, err := admin.ChildrenW(kp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mark, node = "", ""
+		for _, c := range cs {
+			if strings.HasPrefix(c, "delay-") {
+				mark = c
+			}
+		}
+		if owner, _, ok := strings.Cut(strings.TrimPrefix(mark, "delay-"), "-"); ok {
+			for _, c := range cs {
+				if c != mark && strings.Contains(c, owner) {
+					node = c
+				}
+			}
+		}
+		if mark != "" && node != "" {
+			break
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			t.Fatal("the waiter did not queue")
+		case <-ctx.Done():
+			t.Fatal("watchdog")
+		}
+	}
+	past := time.Now().Add(-time.Hour).UnixMilli()
+	if _, err := admin.Multi(
+		&zk.DeleteRequest{Path: kp + "/" + node, Version: -1},
+		&zk.SetDataRequest{Path: kp + "/" + mark, Data: []byte("until=" + strconv.FormatInt(past, 10) + "\n"), Version: -1},
+	); err != nil {
+		t.Fatal(err)
+	}
+
+	mustUnlock(t, ctx, h)
+	var r result
+	select {
+	case r = <-got:
+	case <-ctx.Done():
+		t.Fatal("watchdog")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	data, _, err := admin.Get(kp + "/" + mark)
+	if err != nil {
+		t.Fatalf("the granted waiter's mark: %v", err)
+	}
+	if strings.HasPrefix(string(data), "until=") {
+		t.Errorf("the granted waiter's mark holds %q: a time counted while it was queued", data)
+	}
+
+	wconn.Close()
+	if l, err := c.TryLock(ctx, key); !errors.Is(err, dlock.ErrLocked) {
+		if err == nil {
+			mustUnlock(t, ctx, l)
+		}
+		t.Fatalf("TryLock after the delayed holder's Client died = %v, want ErrLocked for the delay", err)
+	}
+}
