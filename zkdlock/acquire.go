@@ -111,11 +111,18 @@ type attempt struct {
 	createReq zk.CreateRequest
 	markReq   zk.SetDataRequest
 	createOps [2]any
-	// delayReq and delayOps: the create's multi with the lock-delay's
-	// mark (see lockdelay.go), used until the mark exists.
+	// delayReq, indexReq and delayOps: the create's multi with the
+	// lock-delay's mark and its index entry (see lockdelay.go and
+	// delayindex.go), used until the mark exists.
 	delayReq zk.CreateRequest
-	delayOps [3]any
+	indexReq zk.CreateRequest
+	delayOps [4]any
 	marked   bool // our mark exists: a create made it, or said it exists
+	// indexMissing: the last create failed for want of the index node.
+	indexMissing bool
+	// reclaim: our node was made anew beside a mark made before it,
+	// which a Client may have taken for an orphan's (see reclaimMark).
+	reclaim bool
 
 	step step
 
@@ -256,6 +263,13 @@ func (a *attempt) place(ctx context.Context) (*grant, error) {
 			return nil, a.retry(ctx, "watch "+a.me.name, err)
 		}
 		return nil, nil
+	}
+	if a.reclaim {
+		if err := a.reclaimMark(ctx); err != nil {
+			a.step = stepList
+			return nil, a.retry(ctx, "reclaim "+a.markPath(), err)
+		}
+		a.reclaim = false
 	}
 	if a.d.conn.SessionID() != a.sid {
 		// Our node belongs to a session that has ended (a stale server

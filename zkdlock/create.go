@@ -80,6 +80,15 @@ func (a *attempt) queue(ctx context.Context) error {
 	sent := time.Now()
 	ks, err := a.create(ctx)
 	if err != nil {
+		if errors.Is(err, zk.ErrNoNode) && a.indexMissing {
+			// The root's lock-delay index does not exist yet: the
+			// first mark under this root, or an operator deleted it.
+			a.indexMissing = false
+			if err := d.ensurePath(ctx, d.indexPath()); err != nil {
+				return a.retry(ctx, "create the lock-delay index", err)
+			}
+			return nil
+		}
 		if errors.Is(err, zk.ErrNoNode) {
 			// The key node does not exist (yet, or any more: the
 			// server deletes empty containers).
@@ -145,21 +154,25 @@ func (a *attempt) create(ctx context.Context) (*zk.Stat, error) {
 	ops := a.createOps[:]
 	if a.req.LockDelay > 0 && !a.marked {
 		if a.delayOps[0] == nil {
-			// The lock-delay's mark, persistent, in the same
-			// transaction (see lockdelay.go).
+			// The lock-delay's mark, persistent, and its entry in
+			// the root's index, in the same transaction (see
+			// lockdelay.go and delayindex.go).
 			a.delayReq = zk.CreateRequest{Path: a.markPath(), Data: a.req.Metadata, Acl: d.acl, Flags: 0}
-			a.delayOps = [3]any{&a.createReq, &a.markReq, &a.delayReq}
+			a.indexReq = zk.CreateRequest{Path: d.entryPath(a.keyPath, a.delayReq.Path[len(a.keyPath)+1:]), Acl: d.acl, Flags: 0}
+			a.delayOps = [4]any{&a.createReq, &a.markReq, &a.delayReq, &a.indexReq}
 		}
 		ops = a.delayOps[:]
 	}
 	rs, err := call(ctx, &a.creates, a.callTimeout(), func() ([]zk.MultiResponse, error) {
 		return d.conn.Multi(ops...)
 	})
+	// Only the index entry's create failed: no index node.
+	a.indexMissing = len(ops) == len(a.delayOps) && indexMissing(rs, err)
 	if err == nil && (len(rs) != len(ops) || rs[0].Error != nil || rs[1].Error != nil || rs[1].Stat == nil) {
 		err = fmt.Errorf("unexpected reply to a multi: %+v", rs)
 	}
 	if err != nil {
-		if errors.Is(err, zk.ErrNodeExists) && len(ops) == 3 {
+		if errors.Is(err, zk.ErrNodeExists) && len(ops) == len(a.delayOps) {
 			// Our mark is there already, from a create whose reply was
 			// lost or whose node went with its session: keep it.
 			a.created--
@@ -180,7 +193,8 @@ func (a *attempt) create(ctx context.Context) (*zk.Stat, error) {
 		return nil, fmt.Errorf("create returned %q, not a lock node", path)
 	}
 	a.forget()
-	a.marked = len(ops) == 3 || a.marked
+	a.reclaim = a.req.LockDelay > 0 && len(ops) != len(a.delayOps)
+	a.marked = len(ops) == len(a.delayOps) || a.marked
 	a.me, a.node = n, nodeAdopted
 	if sid != 0 && d.conn.SessionID() == sid {
 		// Answered on the session it was sent on (session ids never come

@@ -90,6 +90,7 @@ func TestErrorMessages(t *testing.T) {
 		{"new-session-timeout-short", &zkdlock.Options{SessionTimeout: time.Millisecond}},
 		{"new-root-slash", &zkdlock.Options{SessionTimeout: time.Second, Root: "/"}},
 		{"new-root-relative", &zkdlock.Options{SessionTimeout: time.Second, Root: "dlock"}},
+		{"new-lock-delay-sweep-negative", &zkdlock.Options{SessionTimeout: time.Second, LockDelaySweep: -time.Second}},
 	} {
 		_, err := zkdlock.New(ctx, conn, c.o)
 		r.Record(c.name, err, dlock.ErrInvalidOption)

@@ -18,3 +18,7 @@ func SetListAskHookForTest(f func(keyPath string)) {
 	}
 	onListAsk.Store(&f)
 }
+
+// DelayIndexForTest returns the node under root that indexes the
+// lock-delay marks.
+func DelayIndexForTest(root string) string { return root + "/" + indexName }

@@ -36,7 +36,10 @@ import (
 // still there and still an orphan (see reapMark): so a mark goes once its
 // delay is over while any Client that saw it lives, though nobody locks
 // the key again, and a grantee that dies while sitting out does not make
-// the next one count the delay again. Keys nobody uses with a delay have
+// the next one count the delay again. A mark no living Client saw is
+// found by the sweep of the root's index of marks (see delayindex.go),
+// whose entry goes in the same multi as the mark wherever it is deleted
+// (deleteMark, removeMarked). Keys nobody uses with a delay have
 // no marks, and cost nothing more: the name check in a listing's parse,
 // no request.
 //
@@ -174,8 +177,7 @@ func (a *attempt) dropMark(ctx context.Context) error {
 	if a.req.LockDelay == 0 {
 		return nil
 	}
-	path := a.markPath()
-	err := call0(ctx, nil, a.d.timeout(), func() error { return a.d.conn.Delete(path, -1) })
+	err := a.d.deleteMark(ctx, a.keyPath, markName(a.req.Owner, a.req.LockDelay, a.req.Mode), -1)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil
 	}
@@ -225,8 +227,7 @@ func (a *attempt) sitOut(ctx context.Context, os []mark) error {
 		}
 	}
 	for _, o := range os {
-		path := a.keyPath + "/" + o.name
-		err := call0(ctx, nil, d.timeout(), func() error { return d.conn.Delete(path, -1) })
+		err := d.deleteMark(ctx, a.keyPath, o.name, -1)
 		if err != nil && !errors.Is(err, zk.ErrNoNode) {
 			return a.retry(ctx, "delete "+o.name, err)
 		}
@@ -259,11 +260,10 @@ func (d *zkDriver) noteUntil(ctx context.Context, path string, o mark, t time.Ti
 	until, _ = parseMarkData(r.data)
 	if until.IsZero() {
 		until = t
-		// Written by somebody else meanwhile (who counts too): the
-		// janitor reads what they wrote.
-		_, _ = call(ctx, nil, d.timeout(), func() ([]zk.MultiResponse, error) {
-			return d.conn.Multi(&zk.SetDataRequest{Path: mpath, Data: untilData(t, r.data), Version: r.stat.Version})
-		})
+		// Not written: by somebody else meanwhile (who counts too: the
+		// janitor reads what they wrote), or undone (its owner queued
+		// anew: the janitor sees its node).
+		d.markUntil(ctx, path, o, r, t)
 	}
 	d.reapMark(path, o, until)
 	return until, true
@@ -339,7 +339,7 @@ func (d *zkDriver) reap(ctx context.Context, path string, o mark, until time.Tim
 		if err == nil {
 			// Delete it at the version read: a mark written since is
 			// not the one we timed.
-			err = call0(ctx, nil, d.timeout(), func() error { return d.conn.Delete(mpath, r.stat.Version) })
+			err = d.deleteMark(ctx, path, o.name, r.stat.Version)
 		}
 		if err == nil || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
 			return
@@ -404,18 +404,20 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 // removeMarked releases a grant with a mark: the release's multi, with the
-// mark's delete in the same transaction, so that a released entry never
-// leaves an orphan, and an entry that did not release always does. A
-// forfeited grant's node (see forfeit.go) goes without its mark: its lease
-// ended at its deadline, not by a release, and its holder may not have
-// noticed yet. With no write permission on the node (see remove), the
-// setData is left out.
+// mark's delete and its index entry's in the same transaction, so that a
+// released entry never leaves an orphan, and an entry that did not release
+// always does. A forfeited grant's node (see forfeit.go) goes without its
+// mark: its lease ended at its deadline, not by a release, and its holder
+// may not have noticed yet. With no write permission on the node (see
+// remove), the setData is left out; with no index entry (see
+// indexMissing), its delete.
 func (g *grant) removeMarked(ctx context.Context, version int32) error {
 	d := g.d
 	g.lifeMu.Lock()
 	keepMark := g.forfeited
 	g.lifeMu.Unlock()
 	sent := time.Now()
+	withIndex := !keepMark
 	del := func(withSet bool) error {
 		ops := []any{&zk.DeleteRequest{Path: g.path, Version: version}}
 		if withSet {
@@ -424,10 +426,21 @@ func (g *grant) removeMarked(ctx context.Context, version int32) error {
 		if !keepMark {
 			ops = append(ops, &zk.DeleteRequest{Path: g.mark, Version: -1})
 		}
-		return call0(ctx, nil, g.validity, func() error {
-			_, err := d.conn.Multi(ops...)
-			return err
+		if withIndex {
+			i := strings.LastIndexByte(g.mark, '/')
+			ops = append(ops, &zk.DeleteRequest{Path: d.entryPath(g.mark[:i], g.mark[i+1:]), Version: -1})
+		}
+		rs, err := call(ctx, nil, g.validity, func() ([]zk.MultiResponse, error) {
+			return d.conn.Multi(ops...)
 		})
+		if withIndex && indexMissing(rs, err) {
+			withIndex = false
+			sent = time.Now()
+			_, err = call(ctx, nil, g.validity, func() ([]zk.MultiResponse, error) {
+				return d.conn.Multi(ops[:len(ops)-1]...)
+			})
+		}
+		return err
 	}
 	err := del(true)
 	if errors.Is(err, zk.ErrNoAuth) {
@@ -478,7 +491,7 @@ func (d *zkDriver) delayInfo(ctx context.Context, path string, ms []mark, q []lo
 		case !until.After(time.Now()):
 			// Its delay is over: a leftover nobody deleted yet.
 			// Best effort: a mark left is a delay shown too long.
-			_ = call0(ctx, nil, d.timeout(), func() error { return d.conn.Delete(path+"/"+m.name, r.stat.Version) })
+			_ = d.deleteMark(ctx, path, m.name, r.stat.Version)
 			continue
 		default:
 			d.reapMark(path, m, until)
@@ -507,4 +520,98 @@ func errDelayed(os []mark) error {
 		longest = max(longest, o.delay)
 	}
 	return fmt.Errorf("%w: a lock-delay of %v is in force (a holder's grant ended without a release)", driver.ErrLocked, longest)
+}
+
+// reclaimMark makes this attempt's mark, made before its node was made
+// anew (the node went with its session, or a create's reply was lost), its
+// entry's again. While no node of ours was in the queue, a Client may have
+// taken the mark for an orphan's: written when its delay ends (markUntil),
+// or deleted it once that time passed. Either, left as it is, would give a
+// later end of this entry a shorter delay, or none. Our node is in the
+// queue now, so no Client takes the mark for an orphan's from here on
+// (markUntil looks again after it writes): strip the time, or make the mark
+// again, with its index entry.
+func (a *attempt) reclaimMark(ctx context.Context) error {
+	d := a.d
+	mpath := a.markPath()
+	var err error
+	for range reapTries {
+		var r getW
+		r, err = call(ctx, nil, d.timeout(), func() (getW, error) {
+			data, stat, err := d.conn.Get(mpath)
+			return getW{stat: stat, data: data}, err
+		})
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			entry := d.entryPath(a.keyPath, mpath[len(a.keyPath)+1:])
+			var rs []zk.MultiResponse
+			rs, err = call(ctx, nil, d.timeout(), func() ([]zk.MultiResponse, error) {
+				return d.conn.Multi(
+					&zk.CreateRequest{Path: mpath, Data: a.req.Metadata, Acl: d.acl, Flags: 0},
+					&zk.CreateRequest{Path: entry, Acl: d.acl, Flags: 0},
+				)
+			})
+			switch {
+			case indexMissing(rs, err):
+				err = d.ensurePath(ctx, d.indexPath())
+			case len(rs) == 2 && rs[0].Error == nil && errors.Is(rs[1].Error, zk.ErrNodeExists):
+				// An entry an older dlock left when it deleted the mark.
+				err = call0(ctx, nil, d.timeout(), func() error {
+					_, err := d.conn.Create(mpath, a.req.Metadata, 0, d.acl)
+					return err
+				})
+			}
+			if err == nil {
+				return nil
+			}
+		case err == nil:
+			until, meta := parseMarkData(r.data)
+			if until.IsZero() {
+				return nil
+			}
+			_, err = call(ctx, nil, d.timeout(), func() ([]zk.MultiResponse, error) {
+				return d.conn.Multi(&zk.SetDataRequest{Path: mpath, Data: meta, Version: r.stat.Version})
+			})
+			if err == nil {
+				return nil
+			}
+		}
+		if !errors.Is(err, zk.ErrNodeExists) && !errors.Is(err, zk.ErrBadVersion) && !errors.Is(err, zk.ErrNoNode) {
+			if err := backoff(ctx, 1, d.timeout()/10); err != nil {
+				return err
+			}
+		}
+	}
+	return err
+}
+
+// markUntil writes into the orphan o of the key node at path, read as r,
+// that its delay ends at t, at the version read; written reports whether
+// that write took. Then it lists the key node again: an owner whose node
+// was made anew meanwhile may have read its mark before this write
+// (reclaimMark), and its mark must not keep a time counted while its
+// entry was alive, so the write is undone. Written and undone in that
+// order, the orphan's owner or this Client sees the other's node or write:
+// both go through the leader, which orders them. What is left: an entry
+// that ends between the two listings gets its delay counted from this
+// write, a few round trips early at most.
+func (d *zkDriver) markUntil(ctx context.Context, path string, o mark, r getW, t time.Time) (written bool) {
+	mpath := path + "/" + o.name
+	rs, err := call(ctx, nil, d.timeout(), func() ([]zk.MultiResponse, error) {
+		return d.conn.Multi(&zk.SetDataRequest{Path: mpath, Data: untilData(t, r.data), Version: r.stat.Version})
+	})
+	if err != nil || len(rs) != 1 || rs[0].Stat == nil {
+		return false
+	}
+	children, err := call(ctx, nil, d.timeout(), func() ([]string, error) {
+		children, _, err := d.conn.Children(path)
+		return children, err
+	})
+	if err == nil && ownerIn(queue(children), o.owner) {
+		_, _ = call(ctx, nil, d.timeout(), func() ([]zk.MultiResponse, error) {
+			return d.conn.Multi(&zk.SetDataRequest{Path: mpath, Data: r.data, Version: rs[0].Stat.Version})
+		})
+		return false
+	}
+	return true
 }

@@ -36,3 +36,27 @@ func TestMark_names_roundTrip(t *testing.T) {
 		t.Errorf("parseMarkData(untilData) = %v, %q", until, m)
 	}
 }
+
+// TestIndexEntry_names_roundTrip: an index entry's name gives back its key
+// node and mark, for keys with '@' and escaped characters too; the index
+// node is never taken for a key node.
+func TestIndexEntry_names_roundTrip(t *testing.T) {
+	d := &zkDriver{root: "/r"}
+	mk := markName("0123456789abcdef0123456789abcdef", time.Second, driver.Shared)
+	for _, key := range []string{"job", "a@b", "@", "x/y%z", ".."} {
+		kp := d.keyPath(key)
+		e := d.entryPath(kp, mk)
+		keyName, m, ok := parseEntry(e[len(d.indexPath())+1:])
+		if !ok || d.root+"/"+keyName != kp || m.name != mk {
+			t.Errorf("key %q: parseEntry of %q = %q, %+v, %v", key, e, keyName, m, ok)
+		}
+	}
+	for _, bad := range []string{"job", "job@", "@" + mk, "%zz@" + mk, "job@lock-0123456789abcdef0123456789abcdef-0000000001"} {
+		if _, _, ok := parseEntry(bad); ok {
+			t.Errorf("parseEntry(%q) accepted", bad)
+		}
+	}
+	if key, ok := unescapeKey(indexName); ok {
+		t.Errorf("the index node %q is key %q's node", indexName, key)
+	}
+}

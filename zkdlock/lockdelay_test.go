@@ -103,6 +103,9 @@ func TestLockDelay_revoke_nextGrantAfterTheDelay(t *testing.T) {
 			if m := marksOf(t, admin, root, key); len(m) != 0 {
 				t.Errorf("marks left: %v", m)
 			}
+			if idx := indexOf(t, admin, root); len(idx) != 0 {
+				t.Errorf("index entries left: %v", idx)
+			}
 		})
 	}
 }
@@ -341,6 +344,9 @@ func TestLockDelay_release_startsNoDelay(t *testing.T) {
 	if m := marksOf(t, admin, root, key); len(m) != 1 {
 		t.Fatalf("marks after the waiter gave up: %v, want the holder's only", m)
 	}
+	if idx := indexOf(t, admin, root); len(idx) != 1 {
+		t.Fatalf("index after the waiter gave up: %v, want the holder's entry only", idx)
+	}
 
 	w := startAcquire(ctx, func(ctx ctxT, opts ...dlock.LockOption) (*dlock.Lease, error) { return c.Lock(ctx, key) })
 	waitWaiters(t, ctx, c, key, 1)
@@ -355,6 +361,9 @@ func TestLockDelay_release_startsNoDelay(t *testing.T) {
 	}
 	if m := marksOf(t, admin, root, key); len(m) != 0 {
 		t.Errorf("marks after the release: %v", m)
+	}
+	if idx := indexOf(t, admin, root); len(idx) != 0 {
+		t.Errorf("index entries after the release: %v", idx)
 	}
 	mustUnlock(t, ctx, l)
 }
@@ -398,4 +407,283 @@ func TestLockDelay_semaphore_revokedPermitStaysTaken(t *testing.T) {
 	}
 	mustUnlock(t, ctx, b)
 	mustUnlock(t, ctx, l)
+}
+
+// indexOf returns the entries of root's lock-delay index.
+func indexOf(t *testing.T, admin *zk.Conn, root string) []string {
+	t.Helper()
+	return children(t, admin, zkdlock.DelayIndexForTest(root))
+}
+
+// awaitMarkData waits until the mark at path holds a time its delay ends
+// ("until=…"), woken by a data watch, and returns that time.
+func awaitMarkData(t *testing.T, ctx context.Context, admin *zk.Conn, path string, within time.Duration) time.Time {
+	t.Helper()
+	timer := time.NewTimer(within)
+	defer timer.Stop()
+	for {
+		data, _, ch, err := admin.GetW(path)
+		if err != nil {
+			t.Fatalf("read the mark: %v", err)
+		}
+		if ms, ok := strings.CutPrefix(string(data), "until="); ok {
+			line, _, _ := strings.Cut(ms, "\n")
+			n, err := strconv.ParseInt(line, 10, 64)
+			if err != nil {
+				t.Fatalf("mark data %q", data)
+			}
+			return time.UnixMilli(n)
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			t.Fatalf("nobody counted the delay of %s within %v", path, within)
+		case <-ctx.Done():
+			t.Fatal("watchdog")
+		}
+	}
+}
+
+// TestLockDelay_holderDiesKeyUntouched_sweepDeletesMark: the Client of a
+// holder with a lock-delay dies (its session closed, no Unlock) and nobody
+// locks or inspects the key again; another Client of the same root, which
+// only sweeps the root's index of marks, counts the delay (Inspect shows
+// it while in force) and deletes the mark, with its index entry, once the
+// delay is over.
+func TestLockDelay_holderDiesKeyUntouched_sweepDeletesMark(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	admin := dialZK(t, ctx, srv.Addr(), connOpts{})
+	root := testRoot(t)
+	hconn := dialZK(t, ctx, srv.Addr(), connOpts{})
+	hc := newClient(t, ctx, hconn, zkdlock.Options{Root: root})
+	sc := plainClient(t, ctx, srv.Addr(), zkdlock.Options{Root: root, LockDelaySweep: 20 * time.Millisecond})
+	const key = "job"
+
+	h, err := hc.Lock(ctx, key, dlock.WithLockDelay(testDelay))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := marksOf(t, admin, root, key)
+	if idx := indexOf(t, admin, root); len(m) != 1 || len(idx) != 1 || !strings.HasSuffix(idx[0], "@"+m[0]) {
+		t.Fatalf("marks %v, index %v: want the holder's mark and its entry", m, idx)
+	}
+	hconn.Close()
+
+	// The sweeper counts the delay from when it finds the orphan.
+	until := awaitMarkData(t, ctx, admin, zkdlock.KeyPathForTest(root, key)+"/"+m[0], 30*time.Second)
+	asked := time.Now()
+	info, err := sc.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if asked.Before(until) && (len(info.Holders) != 1 || info.Holders[0].Token != h.Token() || info.Holders[0].LockDelay != testDelay || !info.DelayedUntil.Equal(until)) {
+		t.Errorf("Inspect while the delay is in force: holders %+v, DelayedUntil %v; want the ended holder with LockDelay %v, until %v", info.Holders, info.DelayedUntil, testDelay, until)
+	}
+	// The index is no key.
+	infos, err := sc.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range infos {
+		if i.Key != key {
+			t.Errorf("List shows key %q", i.Key)
+		}
+	}
+
+	awaitNoMarks(t, ctx, admin, root, key, testDelay+30*time.Second)
+	if idx := indexOf(t, admin, root); len(idx) != 0 {
+		t.Errorf("index entries left: %v", idx)
+	}
+}
+
+// TestLockDelay_olderDlock: marks made by a dlock without the index go as
+// they did: a TryLock is refused while the delay is in force, and granted
+// after it (deleting the mark); an index entry whose mark an older dlock
+// deleted goes at the next sweep.
+func TestLockDelay_olderDlock(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	admin := dialZK(t, ctx, srv.Addr(), connOpts{})
+	root := testRoot(t)
+	c := plainClient(t, ctx, srv.Addr(), zkdlock.Options{Root: root, LockDelaySweep: 20 * time.Millisecond})
+	const owner = "0123456789abcdef0123456789abcdef"
+	mark := "delay-" + owner + "-" + strconv.FormatInt(testDelay.Milliseconds(), 10) + "-x"
+	t.Run("markWithoutEntry", func(t *testing.T) {
+		const key = "old"
+		kp := zkdlock.KeyPathForTest(root, key)
+		if _, err := admin.CreateContainer(kp, nil, zk.FlagContainer, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.Create(kp+"/"+mark, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.TryLock(ctx, key); !errors.Is(err, dlock.ErrLocked) {
+			t.Fatalf("TryLock beside an older dlock's orphan = %v, want ErrLocked", err)
+		}
+		until := awaitMarkData(t, ctx, admin, kp+"/"+mark, 30*time.Second)
+		timer := time.NewTimer(time.Until(until) + time.Millisecond)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			t.Fatal("watchdog")
+		}
+		l, err := c.TryLock(ctx, key)
+		if err != nil && !errors.Is(err, dlock.ErrLocked) {
+			t.Fatal(err)
+		}
+		if err == nil {
+			mustUnlock(t, ctx, l)
+		}
+		// Granted, or the mark's janitor deleted it first: either way
+		// the mark goes, alone.
+		awaitNoMarks(t, ctx, admin, root, key, 30*time.Second)
+	})
+	t.Run("releaseWithoutEntry", func(t *testing.T) {
+		// An operator deleted the index entry of a holder's mark: the
+		// release still deletes the node and the mark.
+		const key = "unindexed"
+		l, err := c.Lock(ctx, key, dlock.WithLockDelay(testDelay))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range indexOf(t, admin, root) {
+			if err := admin.Delete(zkdlock.DelayIndexForTest(root)+"/"+e, -1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mustUnlock(t, ctx, l)
+		if m, q := marksOf(t, admin, root, key), children(t, admin, zkdlock.KeyPathForTest(root, key)); len(m) != 0 || len(q) != 0 {
+			t.Errorf("after the release: key node's children %v", q)
+		}
+	})
+	t.Run("entryWithoutMark", func(t *testing.T) {
+		if _, err := admin.Create(zkdlock.DelayIndexForTest(root), nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			t.Fatal(err)
+		}
+		entry := zkdlock.DelayIndexForTest(root) + "/gone@" + mark
+		if _, err := admin.Create(entry, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+		timer := time.NewTimer(30 * time.Second)
+		defer timer.Stop()
+		for {
+			ok, _, ch, err := admin.ExistsW(entry)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			select {
+			case <-ch:
+			case <-timer.C:
+				t.Fatalf("index entry %s of a gone mark still there", entry)
+			case <-ctx.Done():
+				t.Fatal("watchdog")
+			}
+		}
+	})
+}
+
+// TestLockDelay_waiterQueuedAnew_reclaimsItsMark: a waiter with a
+// lock-delay whose node goes (its session, or an operator) while its mark
+// stays, and which another Client counts meanwhile as an orphan's (here
+// written by hand, in the same transaction as the delete, with a time long
+// past), queues anew and makes the mark its entry's again: once granted,
+// its mark holds no time, and when its Client then dies the next TryLock
+// is refused for the delay, not granted on the stale time.
+func TestLockDelay_waiterQueuedAnew_reclaimsItsMark(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	admin := dialZK(t, ctx, srv.Addr(), connOpts{})
+	root := testRoot(t)
+	o := zkdlock.Options{Root: root}
+	hc := plainClient(t, ctx, srv.Addr(), o)
+	wconn := dialZK(t, ctx, srv.Addr(), connOpts{})
+	wc := newClient(t, ctx, wconn, o)
+	c := plainClient(t, ctx, srv.Addr(), o)
+	const key = "job"
+	kp := zkdlock.KeyPathForTest(root, key)
+
+	h, err := hc.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   *dlock.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := wc.Lock(ctx, key, dlock.WithLockDelay(time.Minute))
+		got <- result{l, err}
+	}()
+
+	// The waiter's node and mark, then both changed in one transaction.
+	var mark, node string
+	timer := time.NewTimer(30 * time.Second)
+	defer timer.Stop()
+	for mark == "" || node == "" {
+		cs, _, ch, err := admin.ChildrenW(kp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mark, node = "", ""
+		for _, c := range cs {
+			if strings.HasPrefix(c, "delay-") {
+				mark = c
+			}
+		}
+		if owner, _, ok := strings.Cut(strings.TrimPrefix(mark, "delay-"), "-"); ok {
+			for _, c := range cs {
+				if c != mark && strings.Contains(c, owner) {
+					node = c
+				}
+			}
+		}
+		if mark != "" && node != "" {
+			break
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			t.Fatal("the waiter did not queue")
+		case <-ctx.Done():
+			t.Fatal("watchdog")
+		}
+	}
+	past := time.Now().Add(-time.Hour).UnixMilli()
+	if _, err := admin.Multi(
+		&zk.DeleteRequest{Path: kp + "/" + node, Version: -1},
+		&zk.SetDataRequest{Path: kp + "/" + mark, Data: []byte("until=" + strconv.FormatInt(past, 10) + "\n"), Version: -1},
+	); err != nil {
+		t.Fatal(err)
+	}
+
+	mustUnlock(t, ctx, h)
+	var r result
+	select {
+	case r = <-got:
+	case <-ctx.Done():
+		t.Fatal("watchdog")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	data, _, err := admin.Get(kp + "/" + mark)
+	if err != nil {
+		t.Fatalf("the granted waiter's mark: %v", err)
+	}
+	if strings.HasPrefix(string(data), "until=") {
+		t.Errorf("the granted waiter's mark holds %q: a time counted while it was queued", data)
+	}
+
+	wconn.Close()
+	if l, err := c.TryLock(ctx, key); !errors.Is(err, dlock.ErrLocked) {
+		if err == nil {
+			mustUnlock(t, ctx, l)
+		}
+		t.Fatalf("TryLock after the delayed holder's Client died = %v, want ErrLocked for the delay", err)
+	}
 }

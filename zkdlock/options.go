@@ -23,6 +23,14 @@ const (
 	// gives up with dlock.ErrUnavailable: go-zookeeper tries every server
 	// once a second, so this is about five rounds.
 	DefaultConnectTimeout = 5 * time.Second
+
+	// DefaultLockDelaySweep is how often a Client looks through its root's
+	// lock-delay marks for ones left by a Client that died (see
+	// Options.LockDelaySweep): a listing a minute per Client is next to
+	// nothing for the server, and a mark left that way then goes within a
+	// few minutes of its delay's end (docs/zookeeper.md, "Revoke and
+	// lock-delay").
+	DefaultLockDelaySweep = time.Minute
 )
 
 // Options configure the ZooKeeper backend for New. The zero value (or nil)
@@ -69,6 +77,14 @@ type Options struct {
 	// counts. The zero value, Detect, finds out: see Detect.
 	Deployment Deployment
 
+	// LockDelaySweep is how often, on average, the Client sweeps the
+	// index of its root's lock-delay marks (dlock.WithLockDelay): a
+	// listing, and a look at up to three marks, which deletes those whose
+	// Client died once their delay is over, though nobody uses their keys
+	// again. Each sweep waits between half and one and a half of it.
+	// Default DefaultLockDelaySweep; it may not be negative.
+	LockDelaySweep time.Duration
+
 	// ClientOptions are passed to dlock.NewClient (WithMetadata, WithLogger
 	// defaults for every lock). WithTTL cannot change the lease length on
 	// ZooKeeper: New refuses one other than SessionTimeout.
@@ -97,6 +113,9 @@ func (o *Options) withDefaults(needTimeout bool) (Options, error) {
 	}
 	if err := checkTick(out.TickTime, out.Deployment, out.SessionTimeout); err != nil {
 		return out, fmt.Errorf("%w: zkdlock: %v", dlock.ErrInvalidOption, err)
+	}
+	if out.LockDelaySweep < 0 {
+		return out, fmt.Errorf("%w: zkdlock.Options.LockDelaySweep %v is negative", dlock.ErrInvalidOption, out.LockDelaySweep)
 	}
 	if len(out.ACL) == 0 {
 		out.ACL = zk.WorldACL(zk.PermAll)

@@ -89,8 +89,11 @@
 // a mark left without its node delays the next grant by its delay, counted
 // from the moment the first Client to see the mark saw it (it writes the
 // time the delay ends into the mark), and every Client that saw it and
-// lives deletes it then. Keys without a delay pay nothing for it. docs/zookeeper.md, section Revoke and
-// lock-delay, has the details.
+// lives deletes it then. Every mark has an entry in an index of the root,
+// which every Client sweeps (Options.LockDelaySweep), so a mark whose
+// Client died goes too, though nobody looks at its key again, while any
+// Client of the root runs. Locks without a delay pay nothing for it.
+// docs/zookeeper.md, section Revoke and lock-delay, has the details.
 package zkdlock
 
 import (
@@ -186,6 +189,11 @@ type zkDriver struct {
 	closed   bool // guarded by mu
 	janitors sync.WaitGroup
 	reaping  sync.Map // paths of the marks a janitor will delete (lockdelay.go's reapMark)
+
+	// sweepEvery is how often the index of lock-delay marks is swept
+	// (delayindex.go), and stopSweep stops the sweeper (guarded by mu).
+	sweepEvery time.Duration
+	stopSweep  context.CancelFunc
 
 	// heard is what the server that expires the session (the leader) is
 	// known to have heard from it, and when the latest request that the
@@ -320,6 +328,11 @@ func newDriver(conn Conn, o Options, addr string, timeout func() time.Duration, 
 		heard:   h,
 		ctx:     ctx,
 		cancel:  cancel,
+
+		sweepEvery: o.LockDelaySweep,
+	}
+	if d.sweepEvery == 0 {
+		d.sweepEvery = DefaultLockDelaySweep // Open's Options come with no defaults
 	}
 	d.checking.Store(detects(o.TickTime, o.Deployment))
 	return d
@@ -369,7 +382,11 @@ func (d *zkDriver) init(ctx context.Context, identities []string) error {
 			return err
 		}
 	}
-	return d.detect(ctx)
+	if err := d.detect(ctx); err != nil {
+		return err
+	}
+	d.startSweep()
+	return nil
 }
 
 // checkRootACL checks that identities may create and read nodes under the
@@ -491,6 +508,9 @@ func (d *zkDriver) Close() error {
 		return nil
 	}
 	d.closed = true
+	if d.stopSweep != nil {
+		d.stopSweep() // it would keep Close waiting for the janitors
+	}
 	d.mu.Unlock()
 
 	done := make(chan struct{})
