@@ -334,7 +334,7 @@ func TestToken_oldFenceReadAndDrained(t *testing.T) {
 
 // A free key's grant compares the slot's record with the clock's µs as
 // digits: a record with more digits than the clock's is the higher (only
-// past 2^53, where a token's arithmetic is exact to 2: year 2255 of the
+// past 2^53, beyond the exact tokens of docs/redis.md: year 2255 of the
 // clock), one with fewer the lower (a counter, say). The first gives a token
 // from the record, the second the clock's.
 func TestToken_slotRecordOfOtherLengths(t *testing.T) {

@@ -25,8 +25,9 @@ if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[4]) == 0 then
   local was = redis.call('GETSET', KEYS[5], us_s)
   -- Both are decimal integers with no leading zero (every writer of the
   -- record writes TIME's digits or a %.0f), so the longer is the higher,
-  -- and at equal length the order of their digits decides: exact above
-  -- 2^53 too, and cheaper than two tonumber (strtod).
+  -- and at equal length the order of their digits decides (Lua's strcoll:
+  -- digits collate in order in every locale): cheaper than two tonumber
+  -- (strtod).
   if was and (#was > #us_s or #was == #us_s and was >= us_s) then
     token = string.format('%.0f', tonumber(was) + 1)
     redis.call('SET', KEYS[5], token)
