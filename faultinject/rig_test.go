@@ -186,7 +186,7 @@ func (r *rig) holderTTL(name string, weak bool, ttl time.Duration, via ...*fault
 func (r *rig) isAcquire(f *faultproxy.Frame) bool {
 	switch {
 	case r.kind == "redis" && r.recipe == "dlock":
-		return isScript(f, 6, 7)
+		return isScript(f, 5, 7)
 	case r.kind == "redis":
 		return f.Command() == "SET"
 	case r.kind == "zk" && r.recipe == "dlock":
@@ -228,7 +228,7 @@ func (r *rig) isRenew(f *faultproxy.Frame) bool {
 }
 
 // isScript matches a redisdlock script call with that many keys and
-// arguments: EVALSHA sha numkeys keys... args..., with 6 keys and 7
+// arguments: EVALSHA sha numkeys keys... args..., with 5 keys and 7
 // arguments (acquire), 6 keys and 2 (release), or 1 key and 2 (renew).
 func isScript(f *faultproxy.Frame, keys, args int) bool {
 	c := f.Command()

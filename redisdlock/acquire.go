@@ -38,16 +38,23 @@ func (d *redisDriver) newGrant(req *driver.AcquireRequest) *grant {
 		wait = d.waiterTimeoutArg
 	}
 	label, mode := shapeArgs(req)
-	a := g.cmd[:]
-	a[2] = numKeys(len(g.keys))
-	copy(a[3:], g.keys)
-	copy(a[3+len(g.keys):], []any{&g.owner, &g.ttlMs, &g.meta, label, mode, wait, d.channelArg})
+	keys := g.keys[:acquireKeys]
+	a := g.cmd[:3+len(keys)+7]
+	a[2] = numKeys(len(keys))
+	copy(a[3:], keys)
+	copy(a[3+len(keys):], []any{&g.owner, &g.ttlMs, &g.meta, label, mode, wait, d.channelArg})
 	if req.LockDelay > 0 {
 		// "ttl+delay", as the holder's record keeps it (common.lua).
-		a[4+len(g.keys)] = strconv.FormatInt(g.ttlMs, 10) + "+" + strconv.FormatInt(ms(req.LockDelay), 10)
+		a[4+len(keys)] = strconv.FormatInt(g.ttlMs, 10) + "+" + strconv.FormatInt(ms(req.LockDelay), 10)
 	}
+	g.acquireLen = len(a)
 	return g
 }
+
+// acquireKeys is how many of lockKeys acquire.lua takes: all but the
+// release trace, which only release.lua touches. Each key sent costs the
+// server a Lua string in KEYS at every run.
+const acquireKeys = 5
 
 // The arguments of a lock's shape, boxed once per process: the lock's path
 // allocates nothing for them.
@@ -74,7 +81,7 @@ func shapeArgs(req *driver.AcquireRequest) (label, mode any) {
 // runAcquire sends g's acquire.lua command (newGrant).
 // With Options.WaitReplicas, ack is WAIT's answer to it.
 func (d *redisDriver) runAcquire(ctx context.Context, g *grant) (r acquireReply, ack acked, err error) {
-	cmd, ack := acquireScript.sendAcked(ctx, d, g.cmd[:])
+	cmd, ack := acquireScript.sendAcked(ctx, d, g.cmd[:g.acquireLen])
 	if err := cmd.Err(); err != nil {
 		return acquireReply{}, ack, err
 	}

@@ -30,8 +30,9 @@ type grant struct {
 	// renewal may run beside the release. The arguments point to the
 	// fields above (go-redis takes *string, *int64, *uint64), so sending
 	// allocates nothing of ours.
-	cmd      [3 + 6 + 7]any
-	renewCmd [3 + 1 + 2]any
+	cmd        [3 + 6 + 7]any
+	acquireLen int // of acquire.lua's command in cmd
+	renewCmd   [3 + 1 + 2]any
 }
 
 // metaArg is metadata as a script argument: go-redis sends a

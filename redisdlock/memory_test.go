@@ -332,6 +332,41 @@ func TestToken_oldFenceReadAndDrained(t *testing.T) {
 	}
 }
 
+// A free key's grant compares the slot's record with the clock's µs as
+// digits: a record with more digits than the clock's is the higher (only
+// past 2^53, beyond the exact tokens of docs/redis.md: year 2255 of the
+// clock), one with fewer the lower (a counter, say). The first gives a token
+// from the record, the second the clock's.
+func TestToken_slotRecordOfOtherLengths(t *testing.T) {
+	srv, ctx, admin, _ := costRig(t)
+	c := newTestClient(t, ctx, srv.Addr(), nil)
+	const key = "record-lengths"
+	record := redisdlock.LockKeysForTest(redisdlock.DefaultPrefix, key)[4]
+	for _, rec := range []string{"10000000000000006", "42"} {
+		if err := admin.Set(ctx, record, rec, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		before, err := admin.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := c.Lock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := uint64(before.UnixMicro()) // the clock's
+		if len(rec) > 16 {
+			want = 10000000000000000 // the record's
+		}
+		if l.Token() < want {
+			t.Errorf("slot record %s: token %d, want at least %d", rec, l.Token(), want)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // Two keys of one slot. The slot's record must never go down: a hand-off of
 // a key whose tokens are behind the record (its holder was granted before
 // the other key's grant, and the server's clock then stepped back) writes

@@ -1,6 +1,8 @@
 -- acquire.lua: take the key, or join (or stay in) its queue. The same call
 -- serves the first attempt, a retry after a lost reply, and a waiter's
 -- periodic poll, which also keeps its queue entry alive.
+-- KEYS are common.lua's but the release trace, which acquiring never
+-- touches (five: each key sent costs a Lua string at every run).
 -- ARGV[1] owner id, ARGV[2] ttl ms ("ttl+delay" with a lock-delay, as in
 -- the holder's record: common.lua), ARGV[3] metadata, ARGV[4] kind label
 -- (which says the limit: label_limit), ARGV[5] mode ('x' or 's'), ARGV[6]

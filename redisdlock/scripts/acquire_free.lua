@@ -23,7 +23,12 @@ if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[4]) == 0 then
   local ms_s = t[1] .. string.sub(frac, 1, 3)
   local token = us_s
   local was = redis.call('GETSET', KEYS[5], us_s)
-  if was and tonumber(was) >= tonumber(us_s) then
+  -- Both are decimal integers with no leading zero (every writer of the
+  -- record writes TIME's digits or a %.0f), so the longer is the higher,
+  -- and at equal length the order of their digits decides (Lua's strcoll:
+  -- digits collate in order in every locale): cheaper than two tonumber
+  -- (strtod).
+  if was and (#was > #us_s or #was == #us_s and was >= us_s) then
     token = string.format('%.0f', tonumber(was) + 1)
     redis.call('SET', KEYS[5], token)
   end

@@ -56,7 +56,8 @@
 --                   release resent after a lost reply finds its own record
 --                   in it.
 -- renew.lua is sent KEYS[1] only, and runs without this file: it touches
--- nothing else.
+-- nothing else. acquire.lua is sent the first five: it never touches the
+-- trace (trace is nil there).
 -- Modes are 'x' (exclusive) and 's' (shared). Every holder and waiter of a
 -- key has the same kind label: a request with another is refused before
 -- anything is written (acquire.lua).
