@@ -174,7 +174,7 @@ func (a *attempt) watchOwn(ctx context.Context) error {
 type ownWatch struct {
 	sid   int64
 	sent  time.Time
-	reply <-chan result[existsW]
+	reply *pending[existsW]
 }
 
 // startWatchOwn sends watchOwn's exists.
@@ -193,7 +193,7 @@ func (a *attempt) startWatchOwn() ownWatch {
 func (a *attempt) ownWatched(ctx context.Context, w ownWatch) error {
 	d := a.d
 	sid := w.sid
-	r, err := awaitCall(ctx, w.reply, a.callTimeout())
+	r, err := w.reply.await(ctx, a.callTimeout())
 	if err != nil {
 		return err
 	}
