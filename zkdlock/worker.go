@@ -10,7 +10,7 @@ import (
 
 // go-zookeeper's requests block and cannot be cancelled, so call runs each
 // on another goroutine and waits for it or for ctx. Starting a goroutine
-// and a result channel per request costs four allocations and a stack
+// and a result channel per request costs three allocations and a stack
 // that grows again each time; here a request is a pending, reused once its
 // result has been read, and runs on a worker, a goroutine kept for the
 // next request for a while.
