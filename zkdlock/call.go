@@ -38,12 +38,12 @@ func call[T any](ctx context.Context, inflight *sync.WaitGroup, timeout time.Dur
 		var zero T
 		return zero, err
 	}
-	return startCall(inflight, f).await(ctx, timeout)
+	return awaitCall(ctx, startCall(inflight, f), timeout)
 }
 
 // startCall sends f, a go-zookeeper request, as call does, without waiting
-// for it; its await waits as call does. It lets a request go out beside
-// another that the caller sends itself, for one round trip.
+// for it; awaitCall waits for it as call does. It lets a request go out
+// beside another that the caller sends itself, for one round trip.
 func startCall[T any](inflight *sync.WaitGroup, f func() (T, error)) *pending[T] {
 	p := newPending(inflight, f, nil)
 	dispatch(p)
@@ -57,7 +57,7 @@ func call0(ctx context.Context, inflight *sync.WaitGroup, timeout time.Duration,
 	}
 	p := newPending[struct{}](inflight, nil, f)
 	dispatch(p)
-	_, err := p.await(ctx, timeout)
+	_, err := awaitCall(ctx, p, timeout)
 	return err
 }
 

@@ -201,7 +201,7 @@ func (a *attempt) startWatchOwn() ownWatch {
 func (a *attempt) ownWatched(ctx context.Context, w ownWatch) error {
 	d := a.d
 	sid := w.sid
-	r, err := w.reply.await(ctx, a.callTimeout())
+	r, err := awaitCall(ctx, w.reply, a.callTimeout())
 	if err != nil {
 		return err
 	}

@@ -17,14 +17,15 @@ import (
 
 // A pending is one request for call: f (or f0), run by a worker, and its
 // result. It is kept for a later request of the same result type once
-// await has read its result, or, when await gave up on it, once f returns.
+// awaitCall has read its result, or, when it gave up on it, once f
+// returns.
 type pending[T any] struct {
 	f        func() (T, error)
 	f0       func() error // call0's request, instead of f
 	inflight *sync.WaitGroup
 	v        T
 	err      error
-	// done receives once f has returned, unless await gave up first
+	// done receives once f has returned, unless awaitCall gave up first
 	// (state): buffered, so that run never blocks.
 	done  chan struct{}
 	state atomic.Uint32 // pendingRunning, then pendingDone or pendingAbandoned
@@ -76,9 +77,9 @@ func (p *pending[T]) run() {
 	p.done <- struct{}{}
 }
 
-// await waits for p's result as call does, and recycles p unless it gives
-// up on it first.
-func (p *pending[T]) await(ctx context.Context, timeout time.Duration) (T, error) {
+// awaitCall waits for p's result as call does, and recycles p unless it
+// gives up on it first.
+func awaitCall[T any](ctx context.Context, p *pending[T], timeout time.Duration) (T, error) {
 	var expired <-chan time.Time
 	if timeout > 0 {
 		timer := getTimer(timeout)
