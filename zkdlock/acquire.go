@@ -136,10 +136,13 @@ type attempt struct {
 	// still make one: cleanup has nothing to do.
 	clean bool
 
-	node  nodeState
-	me    lockNode // nodeAdopted, nodeKnown
-	sid   int64    // nodeKnown
-	czxid int64    // nodeKnown
+	node nodeState
+	me   lockNode // nodeAdopted, nodeKnown
+	// path is me's path as the create's reply gave it, "" when me was
+	// found in a listing (see mePath).
+	path  string
+	sid   int64 // nodeKnown
+	czxid int64 // nodeKnown
 	// own, when not nil, fires when me is deleted or the session ends: an
 	// exists watch on me, or (ownChild) a child watch on the key node,
 	// which fires on any change of the queue too. Invariant: own is only
@@ -160,6 +163,10 @@ type attempt struct {
 	q        []lockNode
 	es       []planner.Entry
 	listSent time.Time
+	// qBuf and esBuf hold q and es when they come from a listing of the
+	// attempt's own of a free key (see listAndWatch).
+	qBuf  [1]lockNode
+	esBuf [1]planner.Entry
 	// marks are q's listing's lock-delay marks; delayAhead is set when
 	// one of them may delay our grant (see lockdelay.go and handOff);
 	// seen is when each orphan we sit out was first seen to end.
@@ -390,9 +397,18 @@ func (a *attempt) locked(q []lockNode, mine int) error {
 
 // forget drops what the attempt knew of its node: run queues again.
 func (a *attempt) forget() {
-	a.node, a.own, a.ownChild, a.sid, a.czxid = nodeNone, nil, false, 0, 0
+	a.node, a.own, a.ownChild, a.sid, a.czxid, a.path = nodeNone, nil, false, 0, 0, ""
 	a.notify, a.ahead, a.held, a.last = false, a.ahead[:0], nil, false
 	a.step = stepQueue
+}
+
+// mePath returns the path of our node: the create's reply's string when
+// there is one, which spares building it again.
+func (a *attempt) mePath() string {
+	if a.path != "" {
+		return a.path
+	}
+	return a.keyPath + "/" + a.me.name
 }
 
 // callTimeout is how long one request may go unanswered before the attempt

@@ -22,14 +22,10 @@ var errNoAnswer = errors.New("zk: no answer within the session timeout")
 // retry goes out on a new one (see zkDriver.dropIfSilent).
 var errSilent = errors.New("zk: connection silent")
 
-type result[T any] struct {
-	v   T
-	err error
-}
-
-// call runs one go-zookeeper request, which cannot be cancelled, in a
-// goroutine, and returns its result; or ctx.Err() when ctx ends first; or
-// errNoAnswer after timeout (if timeout > 0). A request given up on this way still completes
+// call runs one go-zookeeper request, which cannot be cancelled, on
+// another goroutine (a worker: see worker.go), and returns its result; or
+// ctx.Err() when ctx ends first; or errNoAnswer after timeout (if timeout
+// > 0). A request given up on this way still completes
 // in the background: it may yet act on the server, so a caller that gives up
 // on a Create must find out later what it did (see attempt.cleanup). When
 // inflight is not nil, it counts the request until it completes.
@@ -45,46 +41,23 @@ func call[T any](ctx context.Context, inflight *sync.WaitGroup, timeout time.Dur
 	return awaitCall(ctx, startCall(inflight, f), timeout)
 }
 
-// startCall runs f, a go-zookeeper request, in a goroutine, whose result the
-// returned channel receives; with inflight as in call. It lets a request
-// go out beside another that the caller sends itself, for one round trip.
-func startCall[T any](inflight *sync.WaitGroup, f func() (T, error)) <-chan result[T] {
-	ch := make(chan result[T], 1)
-	if inflight != nil {
-		inflight.Add(1)
-	}
-	go func() {
-		if inflight != nil {
-			defer inflight.Done()
-		}
-		v, err := f()
-		ch <- result[T]{v, err}
-	}()
-	return ch
-}
-
-// awaitCall waits for the result on ch as call does.
-func awaitCall[T any](ctx context.Context, ch <-chan result[T], timeout time.Duration) (T, error) {
-	var expired <-chan time.Time
-	if timeout > 0 {
-		timer := time.NewTimer(timeout)
-		defer timer.Stop()
-		expired = timer.C
-	}
-	var zero T
-	select {
-	case r := <-ch:
-		return r.v, r.err
-	case <-ctx.Done():
-		return zero, ctx.Err()
-	case <-expired:
-		return zero, errNoAnswer
-	}
+// startCall sends f, a go-zookeeper request, as call does, without waiting
+// for it; awaitCall waits for it as call does. It lets a request go out
+// beside another that the caller sends itself, for one round trip.
+func startCall[T any](inflight *sync.WaitGroup, f func() (T, error)) *pending[T] {
+	p := newPending(inflight, f, nil)
+	dispatch(p)
+	return p
 }
 
 // call0 is call for requests that return only an error.
 func call0(ctx context.Context, inflight *sync.WaitGroup, timeout time.Duration, f func() error) error {
-	_, err := call(ctx, inflight, timeout, func() (struct{}, error) { return struct{}{}, f() })
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p := newPending[struct{}](inflight, nil, f)
+	dispatch(p)
+	_, err := awaitCall(ctx, p, timeout)
 	return err
 }
 

@@ -195,7 +195,7 @@ func (a *attempt) create(ctx context.Context) (*zk.Stat, error) {
 	a.forget()
 	a.reclaim = a.req.LockDelay > 0 && len(ops) != len(a.delayOps)
 	a.marked = len(ops) == len(a.delayOps) || a.marked
-	a.me, a.node = n, nodeAdopted
+	a.me, a.node, a.path = n, nodeAdopted, path
 	if sid != 0 && d.conn.SessionID() == sid {
 		// Answered on the session it was sent on (session ids never come
 		// back): the node is that session's.

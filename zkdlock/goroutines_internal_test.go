@@ -24,10 +24,11 @@ func goroutinesCreated(t *testing.T) uint64 {
 }
 
 // maxWaitGoroutines bounds the goroutines started by a Lock that waits
-// behind a holder and is granted by its release, the release included: one
-// per request (go-zookeeper's cannot be cancelled: the create, the listing,
-// the exists on our node sent beside it, the getData watch on the node
-// ahead, the release), the grant's watch, keepFresh, and the test's.
+// behind a holder and is granted by its release, the release included: at
+// most one per request (go-zookeeper's cannot be cancelled: the create, the
+// listing, the exists on our node sent beside it, the getData watch on the
+// node ahead, the release; fewer when a worker is idle, see worker.go),
+// the grant's watch, keepFresh, and the test's.
 const maxWaitGoroutines = 8
 
 // A waiter's listing, and the exists on its own node that goes out beside

@@ -59,8 +59,8 @@ func (d *zkDriver) listQueue(ctx context.Context, keyPath string, timeout time.D
 	// Waited for here, not in a goroutine of call: sendListings sends it.
 	var expired <-chan time.Time
 	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
+		t := getTimer(timeout)
+		defer putTimer(t)
 		expired = t.C
 	}
 	select {

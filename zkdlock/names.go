@@ -231,7 +231,12 @@ func validOwner(owner string) bool {
 // order of the key's queue (see rule.go). Names that are not lock nodes
 // are ignored.
 func queue(children []string) []lockNode {
-	q := make([]lockNode, 0, len(children))
+	return queueInto(make([]lockNode, 0, len(children)), children)
+}
+
+// queueInto is queue appending to q, which has room for children when
+// the caller has one at hand.
+func queueInto(q []lockNode, children []string) []lockNode {
 	for _, c := range children {
 		if n, ok := parseLockNode(c); ok {
 			q = append(q, n)

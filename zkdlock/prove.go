@@ -44,7 +44,7 @@ func (a *attempt) grantFrom(ctx context.Context, validFrom time.Time) (*grant, e
 			validFrom = synced
 		}
 	} else if time.Since(validFrom) > d.timeout()/3 {
-		path := a.keyPath + "/" + a.me.name
+		path := a.mePath()
 		sent := time.Now()
 		r, err := call(ctx, nil, a.callTimeout(), func() (existsW, error) {
 			ok, stat, err := d.conn.Exists(path)
@@ -60,7 +60,7 @@ func (a *attempt) grantFrom(ctx context.Context, validFrom time.Time) (*grant, e
 		d.noteAlive(sid, sent)
 		validFrom = sent
 	}
-	g := newGrant(d, a.req.Key, a.keyPath+"/"+a.me.name, sid, a.czxid, publishes(a.label), a.notify, a.plainRelease(), a.req.Metadata, validFrom, a.own)
+	g := newGrant(d, a.req.Key, a.mePath(), sid, a.czxid, publishes(a.label), a.notify, a.plainRelease(), a.req.Metadata, validFrom, a.own)
 	if a.req.LockDelay > 0 {
 		g.mark = a.markPath()
 	}

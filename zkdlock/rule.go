@@ -58,9 +58,13 @@ func grantedPrefix(q []lockNode, limit int) int {
 // by the attempts that read it, since each plans on every entry ahead of
 // it.
 func entries(q []lockNode) []planner.Entry {
-	es := make([]planner.Entry, len(q))
-	for i, n := range q {
-		es[i] = planner.Entry{Mode: n.mode, Label: n.label}
+	return entriesInto(make([]planner.Entry, 0, len(q)), q)
+}
+
+// entriesInto is entries appending to es.
+func entriesInto(es []planner.Entry, q []lockNode) []planner.Entry {
+	for _, n := range q {
+		es = append(es, planner.Entry{Mode: n.mode, Label: n.label})
 	}
 	return es
 }

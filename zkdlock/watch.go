@@ -88,8 +88,16 @@ func (a *attempt) listAndWatch(ctx context.Context) ([]lockNode, []planner.Entry
 			return childrenW{children, ch}, err
 		})
 		if err == nil {
-			q, ms = queue(r.children), marks(r.children)
-			es = entries(q)
+			// A listing of our own, read by this attempt only: a free
+			// key's fits the attempt's buffers.
+			if len(r.children) <= len(a.qBuf) {
+				q = queueInto(a.qBuf[:0], r.children)
+				es = entriesInto(a.esBuf[:0], q)
+			} else {
+				q = queue(r.children)
+				es = entries(q)
+			}
+			ms = marks(r.children)
 			if sid == a.sid && d.conn.SessionID() == sid {
 				// Fires when any child of the key node changes, our
 				// node's deletion included, and when the session ends.
@@ -174,13 +182,13 @@ func (a *attempt) watchOwn(ctx context.Context) error {
 type ownWatch struct {
 	sid   int64
 	sent  time.Time
-	reply <-chan result[existsW]
+	reply *pending[existsW]
 }
 
 // startWatchOwn sends watchOwn's exists.
 func (a *attempt) startWatchOwn() ownWatch {
 	d := a.d
-	path := a.keyPath + "/" + a.me.name
+	path := a.mePath()
 	w := ownWatch{sid: d.conn.SessionID(), sent: time.Now()}
 	w.reply = startCall(nil, func() (existsW, error) {
 		ok, stat, ch, err := d.conn.ExistsW(path)
