@@ -439,14 +439,13 @@ func TestModes_requestsPerGrant_flat(t *testing.T) {
 			per[n] = float64(requests) / float64(n)
 			t.Logf("%s, %d waiters: %.2f requests per grant", tc.name, n, per[n])
 		}
-		// A semaphore's waiter: pre-listing, create, a watch (getData
-		// on the entry limit places ahead), the listing that entry's
-		// notice causes, a watch on each of the limit holders and on its
-		// own node, a watch on each new holder while it waits, its own
-		// notice, the release; a watch on a holder set before that
-		// holder's notice is set again. Served in turn, a waiter's
+		// A semaphore's waiter: pre-listing, create, a watch on each of
+		// the limit+1 entries nearest ahead and on its own node, at its
+		// promotion a probe of each entry it kept and did not watch
+		// (all gone, served in turn, but a few), a watch on each new
+		// holder while it waits, the release. Served in turn, a waiter's
 		// listing often shows it granted or among the first limit at
-		// once: 6.4–6.8 measured, 9 with a margin. A reader: pre-listing, create, the
+		// once: 7.5–8.5 measured, 9 with a margin. A reader: pre-listing, create, the
 		// watches on its node and on the writer ahead, the release: 5;
 		// a writer, behind readers, one listing more per reader release
 		// that wakes it: 7 on average is generous for one writer in four.
