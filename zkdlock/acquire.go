@@ -344,8 +344,8 @@ func (a *attempt) take(ctx context.Context, q []lockNode, mine int) (*grant, err
 // with no node behind its own (see take), and every semaphore permit. A
 // permit's waiters take its deletion for its departure and no data change
 // for a grant, so the transaction's setData would tell them nothing more;
-// it would only make a first waiter that watched the permit before its
-// notice read it again, on the hand-off path (see waitAny).
+// it would only make a waiter that watched the permit at version 0 read it
+// again, on the hand-off path (see waitAny).
 func (a *attempt) plainRelease() bool {
 	return a.last || a.req.Kind == driver.KindSemaphore
 }
