@@ -49,19 +49,23 @@ import (
 //   - a later waiter: the limit+1 entries nearest ahead. Ours cannot be
 //     granted while limit of them stand, so one of them goes first, and
 //     the farthest goes first as a rule (it was granted first), while ours
-//     still waits for another. At that first departure it probes every
-//     entry kept that it does not watch (one getData with a watch each, in
-//     one round trip, at most probeMax; else it lists the queue): those
-//     gone are crossed out, and it watches every entry left from then on.
-//     Its promotion to the first limit waiters thus needs no listing and
-//     no grant notice, and its grant, as theirs, no request.
+//     still waits for another. At that first departure, if it keeps at
+//     most 2·limit+1 entries, it probes those it does not watch (one
+//     getData with a watch each, in one round trip): those gone are
+//     crossed out, and it watches every entry left from then on. Its
+//     promotion to the first limit waiters then needs no listing, and its
+//     grant, as theirs, no request. Keeping more (it joined behind a long
+//     queue), it lists the queue instead (see listInstead) and waits again
+//     with the watches it has. Either way the promotion comes one
+//     departure before the waiter can be granted, and no grant notice is
+//     needed: no grant writes its node.
 //
-// Events that came together are all counted before any request. An entry
-// is watched only by waiters at most probeMax+limit+1 places behind it
-// (the first limit waiters, the limit+1 behind it as their nearest, and
-// those that probed it after a departure, which keep at most that many):
-// a release notifies a bounded number of waiters, whatever the queue's
-// length, and the requests per grant do not grow with the queue.
+// Events that came together are all counted before any request. A waiter
+// watches no entry more than 2·limit+1 places ahead of it (its nearest
+// limit+1, the first limit while fewer than 2·limit are ahead, or all of
+// at most 2·limit+1 after a departure): a release notifies a bounded
+// number of waiters, whatever the queue's length, and the requests per
+// grant do not grow with the queue.
 
 // holderWatch is a semaphore waiter's watch on an entry ahead of it.
 type holderWatch struct {
@@ -75,8 +79,8 @@ type holderWatch struct {
 // planner.WaitFor with Notice: wait as above, until the entries left in
 // a.ahead are fewer than the limit (granted), our node's watch fires, a
 // watch says the session ended, or ctx ends. Anything but a grant or
-// ctx's end lists again, and so does a later waiter that would probe more
-// than probeMax entries.
+// ctx's end lists again, and so does a later waiter that keeps too many
+// entries to probe them (see listInstead).
 func (a *attempt) waitAny(ctx context.Context) (*grant, error) {
 	a.step = stepList
 	limit := a.req.Limit
@@ -94,7 +98,7 @@ func (a *attempt) waitAny(ctx context.Context) (*grant, error) {
 			break // some were gone already
 		}
 		// Wait for the first event of a watch on an entry ahead, our
-		// node's, or ctx: at most probeMax+limit+3 channels.
+		// node's, or ctx: at most 2·limit+3 channels.
 		cases := make([]reflect.SelectCase, 0, len(a.held)+2)
 		cases = append(cases,
 			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
@@ -133,24 +137,12 @@ func (a *attempt) waitAny(ctx context.Context) (*grant, error) {
 	return a.grantHeld(ctx)
 }
 
-// probeMax is how many unwatched entries ahead a later waiter probes at
-// once after it saw a departure (see watching); with more it lists the
-// queue instead, so that its requests per promotion stay bounded.
-func probeMax(limit int) int { return 3 * limit }
-
-// listInstead reports whether a later waiter that saw a departure would
-// probe more than probeMax entries.
+// listInstead reports whether a later waiter that saw a departure keeps
+// too many entries to probe them (see watching): more than 2·limit+1, so
+// that a waiter watches no entry farther ahead than that, and a listing,
+// one request, costs less than the reads.
 func (a *attempt) listInstead(limit int) bool {
-	if !a.probe || len(a.ahead) < 2*limit {
-		return false
-	}
-	n := 0
-	for _, e := range a.ahead {
-		if _, ok := a.held[e.name]; !ok {
-			n++
-		}
-	}
-	return n > probeMax(limit)
+	return a.probe && len(a.ahead) > 2*limit+1
 }
 
 // watching returns the entries of a.ahead that must be watched now (see

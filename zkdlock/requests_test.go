@@ -442,10 +442,10 @@ func TestModes_requestsPerGrant_flat(t *testing.T) {
 		// A semaphore's waiter: pre-listing, create, a watch on each of
 		// the limit+1 entries nearest ahead and on its own node, at the
 		// first of them to go a read of each other entry it kept (most
-		// are gone by then; a listing instead when more than 3·limit),
+		// are gone by then; a listing when it keeps more than 2·limit+1),
 		// a watch on each new holder while it waits, the release. Served
 		// in turn, a waiter's listing often shows it granted or among
-		// the first limit at once: 7.5–8.7 measured, 10 with a margin
+		// the first limit at once: 7.5–8.2 measured, 10 with a margin
 		// (6.2–6.3 when a grant wrote a notice, a durable write, which
 		// these reads replace). A reader: pre-listing, create, the
 		// watches on its node and on the writer ahead, the release: 5;

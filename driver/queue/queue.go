@@ -41,7 +41,8 @@
 // WaitFor with Notice is waited as a WaitAny that watches the limit+1
 // entries nearest ahead, limit of which stand while the caller cannot be
 // granted, and at the first departure reads (with a watch) every other
-// entry of its listing instead of listing again, then counts.
+// entry of its listing, or lists when it keeps more than 2*limit+1, then
+// counts.
 //
 // etcd (etcddlock) reads the queue in pages by create revision, at its
 // attempt's stepEvaluate. An Exclusive entry reads keys only, newest first: its
