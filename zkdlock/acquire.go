@@ -164,7 +164,7 @@ type attempt struct {
 	ahead []lockNode
 	held  map[string]holderWatch
 	// probe: a later waiter saw an entry ahead go, and watches every
-	// entry of ahead from then on (see watching).
+	// entry of ahead from then on, or lists (see watching, listInstead).
 	probe bool
 	// syncFirst is set after a request failed on a broken connection, or
 	// a watch said our node went: the next listing is preceded by a sync,
