@@ -149,8 +149,6 @@ type attempt struct {
 	// set while node is nodeKnown.
 	own      <-chan zk.Event
 	ownChild bool
-	// notify: the grant must write its grant notice (see take).
-	notify bool
 	// last: the grant's listing showed no node behind ours, so its
 	// release may be a plain delete (see take).
 	last bool
@@ -179,6 +177,9 @@ type attempt struct {
 	// watches on the first limit of them (planner.WaitAny: see waitAny).
 	ahead []lockNode
 	held  map[string]holderWatch
+	// probe: a later waiter saw an entry ahead go, and watches every
+	// entry of ahead from then on, or lists (see watching, listInstead).
+	probe bool
 	// syncFirst is set after a request failed on a broken connection, or
 	// a watch said our node went: the next listing is preceded by a sync,
 	// so that it reflects whatever happened on the server.
@@ -289,7 +290,7 @@ func (a *attempt) place(ctx context.Context) (*grant, error) {
 	}
 	a.fails = 0
 	if p.Verdict == planner.Granted {
-		return a.take(ctx, q, mine, p.Notify)
+		return a.take(ctx, q, mine)
 	}
 	if !a.req.Wait {
 		// Not granted at once: leave, without having made anybody wait.
@@ -302,12 +303,16 @@ func (a *attempt) place(ctx context.Context) (*grant, error) {
 		// once more and is gone.
 		a.own, a.ownChild = nil, false
 	}
-	if p.Verdict == planner.WaitAny {
-		// One of a semaphore's first limit waiters: it waits for the
-		// entries ahead to go (see waitAny), starting from this listing.
+	if p.Verdict == planner.WaitAny || p.Notice {
+		// A semaphore's waiter, one of the first limit (WaitAny) or a
+		// later one (WaitFor the entry limit places ahead, Notice): it
+		// waits for the entries ahead to go (see waitAny), starting from
+		// this listing, and keeps the watches it has on those still in it.
+		a.plan.Verdict = planner.WaitAny
 		a.ahead = append(a.ahead[:0], q[:mine]...)
+		a.probe = false
 		for name := range a.held {
-			if !slices.ContainsFunc(a.ahead[:p.Any], func(n lockNode) bool { return n.name == name }) {
+			if !slices.ContainsFunc(a.ahead, func(n lockNode) bool { return n.name == name }) {
 				delete(a.held, name) // gone: its watch fired or will
 			}
 		}
@@ -317,17 +322,9 @@ func (a *attempt) place(ctx context.Context) (*grant, error) {
 }
 
 // take makes the grant of our node, granted by the rule in the listing q
-// (stepPlace). An entry that must notify (a semaphore's: planner.Plan's
-// Notify) writes its node once granted when the listing shows a node
-// behind it: that node may be a waiter watching ours for this notice (see
-// plan), and is then one of the first limit waiters. No node that joins
-// after the listing needs it: its own listing shows ours granted, so it is
-// granted or one of the first limit waiters itself; and a waiter that
-// watches ours listed before our listing (had it listed after, ours would
-// have been granted in its listing), so after its create. (A permit
-// granted without a listing always writes it: see grantHeld.) The grant writes the notice after it
-// returns (grant.writeNotice), off the hand-off path: see there why that
-// is safe.
+// (stepPlace). A semaphore's entry writes nothing once granted (planner's
+// Notify is ignored, as on etcd): its later waiters count departures
+// instead of waiting for a grant notice (see waitAny).
 //
 // A lock granted with no node behind ours in the listing releases with a
 // plain delete (see grant.remove): a node that joins later is created
@@ -337,8 +334,7 @@ func (a *attempt) place(ctx context.Context) (*grant, error) {
 // listing grants it without another request as the release's data change
 // would. A semaphore's permit always releases with a plain delete (see
 // plainRelease).
-func (a *attempt) take(ctx context.Context, q []lockNode, mine int, notify bool) (*grant, error) {
-	a.notify = notify && mine < len(q)-1
+func (a *attempt) take(ctx context.Context, q []lockNode, mine int) (*grant, error) {
 	a.last = a.req.Kind == driver.KindLock && mine == len(q)-1
 	if a.own == nil {
 		// Our node's watch, for the lease: the node exists (watchOwn
@@ -369,8 +365,8 @@ func (a *attempt) take(ctx context.Context, q []lockNode, mine int, notify bool)
 // with no node behind its own (see take), and every semaphore permit. A
 // permit's waiters take its deletion for its departure and no data change
 // for a grant, so the transaction's setData would tell them nothing more;
-// it would only make a first waiter that watched the permit before its
-// notice read it again, on the hand-off path (see waitAny).
+// it would only make a waiter that watched the permit at version 0 read it
+// again, on the hand-off path (see waitAny).
 func (a *attempt) plainRelease() bool {
 	return a.last || a.req.Kind == driver.KindSemaphore
 }
@@ -398,7 +394,7 @@ func (a *attempt) locked(q []lockNode, mine int) error {
 // forget drops what the attempt knew of its node: run queues again.
 func (a *attempt) forget() {
 	a.node, a.own, a.ownChild, a.sid, a.czxid, a.path = nodeNone, nil, false, 0, 0, ""
-	a.notify, a.ahead, a.held, a.last = false, a.ahead[:0], nil, false
+	a.ahead, a.held, a.last, a.probe = a.ahead[:0], nil, false, false
 	a.step = stepQueue
 }
 

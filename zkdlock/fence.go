@@ -3,7 +3,6 @@ package zkdlock
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/internal/leasegrant"
@@ -38,8 +37,8 @@ type MultiConn interface {
 // gone or written (a release writes and deletes it in one transaction; see
 // rule.go and Release); and a granted node stays granted while it is there,
 // in every mode: a semaphore's permit, a reader, an election's leader. The
-// check expects the data version of the grant (that of the create, or of a
-// semaphore's grant notice), so a write by anybody else fails it too; an
+// check expects the data version of the grant (that of the create), so a
+// write by anybody else fails it too; an
 // election's leader rewrites its own node (Proclaim), which hands nothing
 // over (its candidates wait for the node's deletion), so its check matches
 // any version. No other node can ever have the path: its name carries the
@@ -125,18 +124,6 @@ func grantOf(call string, lease *dlock.Lease) (*grant, error) {
 func (g *grant) checkVersion() int32 {
 	if g.publishes {
 		return -1
-	}
-	if g.noticed != nil {
-		// The grant notice may be in flight: expect the version it
-		// leaves. Bounded, and safe if it runs out: a check of the
-		// version before the notice fails as stale, which refuses a
-		// write and never lets one through.
-		t := time.NewTimer(g.validity)
-		select {
-		case <-g.noticed:
-		case <-t.C:
-		}
-		t.Stop()
 	}
 	// Not written by us after that but by the release, which deletes it in
 	// the same transaction; the lock is for the race detector's sake.

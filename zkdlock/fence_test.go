@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -208,9 +207,9 @@ func TestCheckHeld_nodeWrittenBySomebodyElse_refused(t *testing.T) {
 }
 
 // A semaphore's permits: each passes while it is held, and fails once
-// released, while the others pass. The permit granted with a node behind
-// it writes its node (the grant notice, data version 1) after its grant:
-// its check expects that version.
+// released, while the others pass. A permit granted after a wait, with a
+// node behind it, writes nothing to its node (no grant notice): its check
+// expects the create's version.
 func TestCheckHeld_semaphore(t *testing.T) {
 	e := newFenceEnv(t)
 	sem := func() *dlock.Semaphore { return e.client(t).Semaphore("pool", 2) }
@@ -237,8 +236,8 @@ func TestCheckHeld_semaphore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, stat, err := e.admin.Exists(check.Path); err != nil || stat.Version != 1 {
-		t.Fatalf("the third permit's node: version %v (err %v), want 1 (its grant notice): the test would not cover the notice", stat.Version, err)
+	if _, stat, err := e.admin.Exists(check.Path); err != nil || stat.Version != 0 || check.Version != 0 {
+		t.Fatalf("the third permit's node: version %v (err %v), its check expects %d; want 0 (no grant notice)", stat.Version, err, check.Version)
 	}
 	e.hold(t, p3, "p3")
 	e.hold(t, p2, "p2")
@@ -406,67 +405,6 @@ func (otherGrant) Validity() time.Duration         { return time.Minute }
 func (otherGrant) Renew(ctx context.Context) error { return nil }
 func (otherGrant) Release(context.Context) error   { return nil }
 func (otherGrant) Lost() <-chan error              { return nil }
-
-// A semaphore permit's grant notice is applied on the server and its reply
-// is lost, and meanwhile the waiter behind it gives up. The node's data
-// version is 1 all the same, and the grant must expect it. Pinned: the
-// grant kept version 0, so its check failed with zk.ErrBadVersion while
-// the permit was held ("MultiHeld under the lease … want nil: … was
-// written by somebody else"), and its first renewal would have declared
-// the lease lost. The notice is written after the grant returns: CheckHeld
-// waits for its outcome.
-func TestCheckHeld_semaphore_lostNoticeReply(t *testing.T) {
-	e := newFenceEnv(t)
-	const key = "pool"
-	insp := e.client(t)
-	p1, err := insp.Semaphore(key, 1).Acquire(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	behind := make(chan *pendingAcquire, 1) // the waiter behind, once started
-	dctx, cancelBehind := context.WithCancel(e.ctx)
-	defer cancelBehind()
-	var notices, dropped atomic.Int32
-	hook := &hookConn{Conn: dialZK(t, e.ctx, e.addr, connOpts{})}
-	hook.onSetData = func(path string, err error) bool {
-		notices.Add(1)
-		if err != nil || !dropped.CompareAndSwap(0, 1) {
-			return false
-		}
-		// Before the reply would arrive, the waiter behind gives up:
-		// its Acquire returns once its node is deleted.
-		cancelBehind()
-		select {
-		case w := <-behind:
-			<-w.done
-		case <-e.ctx.Done():
-		}
-		return true
-	}
-	c := newClient(t, e.ctx, hook, e.opts)
-	w := startAcquire(e.ctx, c.Semaphore(key, 1).Acquire)
-	waitWaiters(t, e.ctx, insp, key, 1)
-	behind <- startAcquire(dctx, e.client(t).Semaphore(key, 1).Acquire)
-	waitWaiters(t, e.ctx, insp, key, 2)
-	mustUnlock(t, e.ctx, p1)
-	l := w.lease(t, e.ctx, "the permit whose notice's reply was lost")
-	check, err := zkdlock.CheckHeld(l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if dropped.Load() != 1 {
-		t.Fatalf("no notice's reply was dropped (%d notices): the test does not cover the case", notices.Load())
-	}
-	_, stat, err := e.admin.Exists(check.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if stat.Version < 1 || check.Version != stat.Version {
-		t.Errorf("the permit's node has data version %d, its check expects %d", stat.Version, check.Version)
-	}
-	e.hold(t, l, "held")
-	mustUnlock(t, e.ctx, l)
-}
 
 // lostReply is a MultiConn whose Multi is applied on the server and whose
 // answer is then lost, as when the connection breaks before it arrives.

@@ -64,17 +64,12 @@ type grant struct {
 	// mark is the path of the grant's lock-delay mark, "" without a
 	// delay: its release deletes it with the node (see removeMarked).
 	mark string
-	// noticed is closed once the grant notice of a semaphore's entry (see
-	// writeNotice) has landed or will never be written; nil when the
-	// grant writes none.
-	noticed chan struct{}
 	// pubMu serialises Publish calls.
 	pubMu sync.Mutex
 	// verMu guards the node's data versions that are ours: version, that
-	// of the last write of ours known to have landed (0, or 1 after a
-	// semaphore's grant notice, or a Publish's), and pending, that of a
-	// notice or Publish sent whose answer is not known (0: none), with the
-	// data it wrote. Any other version is somebody else's write.
+	// of the last write of ours known to have landed (0, or a Publish's),
+	// and pending, that of a Publish sent whose answer is not known (0:
+	// none), with the data it wrote. Any other version is somebody else's write.
 	verMu       sync.Mutex
 	version     int32
 	pending     int32
@@ -87,9 +82,8 @@ type grant struct {
 
 // newGrant makes the grant of the node at path, unwritten since its
 // create, and starts following watch, the node's lost-lease watch. With
-// notify, the grant then writes its grant notice, data (see writeNotice);
-// with last, it releases with a plain delete (see attempt.take).
-func newGrant(d *zkDriver, key, path string, sid, czxid int64, publishes, notify, last bool, data []byte, validFrom time.Time, watch <-chan zk.Event) *grant {
+// last, it releases with a plain delete (see attempt.take).
+func newGrant(d *zkDriver, key, path string, sid, czxid int64, publishes, last bool, validFrom time.Time, watch <-chan zk.Event) *grant {
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &grant{
 		d:         d,
@@ -113,13 +107,6 @@ func newGrant(d *zkDriver, key, path string, sid, czxid int64, publishes, notify
 	g.provedAt = time.Now()
 	g.forfeit = time.AfterFunc(g.validity, g.onForfeit)
 	g.lifeMu.Unlock()
-	if notify {
-		// In doubt from now: the watch may see the notice before its
-		// answer comes.
-		g.noticed = make(chan struct{})
-		g.inDoubt(data)
-		go g.writeNotice(data)
-	}
 	go g.watch()
 	return g
 }
@@ -188,9 +175,9 @@ func (g *grant) send(err error) {
 // children left, ours included. A write to the node's data is a loss too:
 // the waiter behind takes any write to its predecessor for a release (see
 // Release), so it is taking the key; except on a grant that writes its
-// own node, an election's leader (Publish) or a semaphore's entry (its
-// grant notice): there the watch is set again, and the version and data
-// the node has then tell whose write it was (see ours). Other events
+// own node, an election's leader (Publish): there the watch is set again,
+// and the version and data the node has then tell whose write it was (see
+// ours). Other events
 // (another child of the key node came or went) only need a watch on the
 // lock node set again.
 func (g *grant) watch() {
@@ -225,7 +212,7 @@ func (g *grant) watch() {
 		case ev.Type == zk.EventNodeDeleted:
 			g.report(fmt.Errorf("lock node %s was deleted by somebody else", g.nodeName()))
 			return
-		case ev.Type == zk.EventNodeDataChanged && !g.publishes && g.noticed == nil:
+		case ev.Type == zk.EventNodeDataChanged && !g.publishes:
 			g.report(g.overwritten())
 			return
 		case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrSessionExpired):
@@ -234,15 +221,6 @@ func (g *grant) watch() {
 		case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrClosing):
 			g.report(fmt.Errorf("the ZooKeeper connection was closed: %w", zk.ErrClosing))
 			return
-		}
-		if g.noticed != nil {
-			// Set the watch once the notice has landed, or it
-			// fires for the notice too: a request more.
-			select {
-			case <-g.noticed:
-			case <-g.ctx.Done():
-				return
-			}
 		}
 		if !g.rearm() {
 			return

@@ -193,7 +193,7 @@ type hookConn struct {
 	creates  atomic.Int64 // create calls that made a node on the server
 	getWs    atomic.Int64 // getData-with-watch calls that returned
 	requests atomic.Int64 // every request sent, of any kind
-	multis   atomic.Int64 // multi calls: creates, notices, releases
+	multis   atomic.Int64 // multi calls: creates, releases, Publish
 	syncs    atomic.Int64 // sync calls
 	checks   atomic.Int64 // getData calls on /zookeeper/config: standalone checks
 	// containers counts createContainer calls: each follows a listing or
@@ -218,12 +218,6 @@ type hookConn struct {
 	// afterGetW, when set, runs after a getData-with-watch returned and
 	// before its caller sees the result.
 	afterGetW atomic.Pointer[func(path string)]
-	// onSetData, when set before the client uses the conn, runs after a
-	// multi of one setData (a semaphore's grant notice, a Publish) was
-	// answered; if it returns true, the answer is dropped and the call
-	// fails with zk.ErrConnectionClosed, as when the connection breaks
-	// after the server applied the write and before its reply arrives.
-	onSetData func(path string, err error) (drop bool)
 	// beforeMulti and afterMulti, when set, run before every multi and
 	// after it returned, before its caller sees the result.
 	beforeMulti atomic.Pointer[func(ops []any)]
@@ -258,13 +252,6 @@ func (h *hookConn) Multi(ops ...any) (rs []zk.MultiResponse, err error) {
 	}
 	if len(ops) == 0 {
 		return h.Conn.Multi(ops...)
-	}
-	if sd, ok := ops[0].(*zk.SetDataRequest); ok && len(ops) == 1 && h.onSetData != nil {
-		rs, err := h.Conn.Multi(ops...)
-		if h.onSetData(sd.Path, err) {
-			return nil, zk.ErrConnectionClosed
-		}
-		return rs, err
 	}
 	if _, ok := ops[0].(*zk.CreateRequest); !ok {
 		return h.Conn.Multi(ops...)

@@ -15,11 +15,14 @@ import (
 
 // TestSemaphore_release_wakesOnlyTheFirstWaiters: a semaphore of 2
 // permits, held, with 6 waiters each on its own session. Each of the first
-// 2 waiters watches both holders; each later one the entry 2 places ahead.
-// A release notifies the first 2 waiters (one is granted, without listing
-// the queue; its notice fires the watch on its own node) and, through the notice the granted waiter writes to its node,
-// the waiter 2 places behind it, which joins the first 2. No other waiter
-// is notified or lists the queue, whatever the length of the queue.
+// 2 waiters watches both holders; each later one the 3 entries nearest
+// ahead of it. A release notifies the first 2 waiters (one is granted,
+// without a request; the other watches the new holder if it did not),
+// which are also those that watch the released entry as one of their
+// nearest; one of them may list the queue once, at its promotion, when it
+// joined behind more than 5 entries. The waiters 2 or more places behind
+// the granted one hear nothing and send nothing, whatever the length of
+// the queue.
 func TestSemaphore_release_wakesOnlyTheFirstWaiters(t *testing.T) {
 	ctx := testCtx(t)
 	const key, limit, n = "sem-herd", 2, 6
@@ -30,7 +33,7 @@ func TestSemaphore_release_wakesOnlyTheFirstWaiters(t *testing.T) {
 		ws[i] = newWatcher(t, ctx, srv.Addr(), fmt.Sprintf("w%d", i), opts)
 		ps[i] = startAcquire(ctx, ws[i].c.Semaphore(key, limit).Acquire)
 		waitWaiters(t, ctx, insp, key, i+1)
-		want := int64(1) // the entry limit places ahead
+		want := int64(limit + 1) // the entries nearest ahead
 		if i < limit {
 			want = limit // every holder
 		}
@@ -43,52 +46,27 @@ func TestSemaphore_release_wakesOnlyTheFirstWaiters(t *testing.T) {
 		for j, w := range ws {
 			before[j] = w.counts()
 		}
-		var watchesBefore int64
-		if i+limit < n {
-			watchesBefore = ws[i+limit].watches()
-		}
 		mustUnlock(t, ctx, held[0])
 		held = append(held[1:], ps[i].lease(t, ctx, ws[i].name))
-		// The granted waiter writes its notice after its grant returns;
-		// CheckHeld waits for it.
-		if _, err := zkdlock.CheckHeld(held[len(held)-1]); err != nil {
-			t.Fatal(err)
-		}
-		if i+limit < n {
-			// The waiter limit places behind lists once, on the notice,
-			// and watches the holders.
-			never := make(chan struct{})
-			w := ws[i+limit]
-			awaitOrFail(t, ctx, w.name+" watches the holders", func() bool {
-				return w.hook.lists.Load() > before[i+limit].lists && w.watches() >= watchesBefore+limit
-			}, func() { waitWaiters(t, ctx, insp, key, n-i-1) }, never)
-		}
-		for _, w := range ws[i+1:] {
+		for _, w := range ws[i:] {
 			w.settle(t)
 		}
-		if d := ws[i].events.Load() - before[i].events; d != 2 {
-			// The release, and its own notice, which its lease's watch
-			// on its node sees (and sets again).
-			t.Errorf("release %d: the first waiter %s got %d notifications, want 2", i, ws[i].name, d)
+		if d := ws[i].events.Load() - before[i].events; d != 1 {
+			t.Errorf("release %d: the first waiter %s got %d notifications, want 1 (the release)", i, ws[i].name, d)
 		}
-		if d := ws[i].hook.lists.Load() - before[i].lists; d != 0 {
-			t.Errorf("release %d: the first waiter %s listed the queue %d times to take the permit, want 0", i, ws[i].name, d)
+		if d := ws[i].hook.requests.Load() - before[i].requests; d != 0 {
+			t.Errorf("release %d: the first waiter %s sent %d requests to take the permit, want 0", i, ws[i].name, d)
 		}
 		for j := i + 1; j < n; j++ {
 			d := ws[j].events.Load() - before[j].events
+			lists := ws[j].hook.lists.Load() - before[j].lists
 			switch {
-			case j < i+limit && (d < 1 || d > 2):
-				// The release, and the new holder's notice if it
-				// watched that node before the notice.
-				t.Errorf("release %d: the waiter %s got %d notifications, want 1 or 2", i, ws[j].name, d)
-			case j < i+limit && ws[j].hook.lists.Load() != before[j].lists:
-				t.Errorf("release %d: %s listed the queue; it needs only a watch on the new holder", i, ws[j].name)
-			case j == i+limit && d != 1:
-				t.Errorf("release %d: the waiter %s got %d notifications, want 1 (the notice)", i, ws[j].name, d)
-			case j > i+limit && d != 0:
-				t.Errorf("release %d woke %s too: %d notifications", i, ws[j].name, d)
-			case j > i+limit && ws[j].hook.lists.Load() != before[j].lists:
-				t.Errorf("release %d: %s listed the queue (herd)", i, ws[j].name)
+			case j < i+limit && d != 1:
+				t.Errorf("release %d: the waiter %s got %d notifications, want 1", i, ws[j].name, d)
+			case j < i+limit && lists > 1:
+				t.Errorf("release %d: the waiter %s listed the queue %d times, want at most 1", i, ws[j].name, lists)
+			case j >= i+limit && (d != 0 || ws[j].hook.requests.Load() != before[j].requests):
+				t.Errorf("release %d woke %s too: %d notifications, %d requests", i, ws[j].name, d, ws[j].hook.requests.Load()-before[j].requests)
 			}
 		}
 		if t.Failed() {

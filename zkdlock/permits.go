@@ -10,56 +10,77 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// How a semaphore's waiter waits (planner.WaitAny with Listing.Parallel):
-// each of the first limit waiters waits on its own for the holders to go,
-// so that permits freed together are taken together, each by its own
-// waiter, and no grant waits for another waiter's grant or notice. A later
-// waiter watches the entry limit places ahead (plan, Notice): once that
-// one is granted, every waiter ahead of it is too, so fewer than limit
-// waiters are left ahead of ours, and it lists and joins the first limit.
+// How a semaphore's waiter waits (planner.WaitAny with Listing.Parallel,
+// and a later waiter's WaitFor with Notice, waited the same way): each
+// waiter counts the departures of the entries ahead of it, and is granted
+// by the count, with no listing and no request after the departure that
+// completes it; permits freed together are taken together, each by its own
+// waiter, and no grant waits for another waiter's grant.
 //
 // The waiter keeps ahead, the entries ahead of its node in its listing
-// (made after its create), less those it has seen go. Entries only ever
-// leave the queue ahead of a node (see rule.go), so the queue ahead is at
-// all times a subset of ahead: when fewer than limit are left in ahead,
-// fewer than limit are ahead of our node, and it is granted by the rule
-// without another listing (our node still exists: see grantHeld). It
-// removes an entry only on proof that it went:
+// (made after its create), less those it has seen go. Why that grant is
+// safe (never more than limit holders, in queue order): entries only ever
+// leave the queue ahead of a node (new ones join behind, see rule.go), so
+// the queue ahead is at all times a subset of ahead; when fewer than limit
+// are left in ahead, fewer than limit are ahead of our node, and it is
+// granted by the rule, as a listing would show (our node still exists: see
+// grantHeld). It removes an entry only on proof that it went:
 //
 //   - its deletion (an event, or getData finding no node): a permit is
 //     released with a plain delete (see attempt.plainRelease);
 //   - a data change of a node that had been written before the watch was
-//     set (data version 1 or more). A semaphore's node is written once by
-//     its grant notice (a setData expecting version 0, see writeNotice),
-//     and otherwise only by a release of an older dlock (a setData and the
-//     delete in one transaction), so such a change is a release.
-//     A data change of a node at version 0 may be its notice: it is read
+//     set (data version 1 or more). This dlock never writes a semaphore's
+//     node; an older one wrote it once, by its grant notice (a setData
+//     expecting version 0), and at its release (a setData and the delete
+//     in one transaction), so such a change is a release. A data change
+//     of a node at version 0 may be an older dlock's notice: it is read
 //     again (gone, or written: watched again).
 //
-// It watches the first limit entries of ahead (getData with a watch),
-// each once for as long as it stays there, and its own node (an exists
-// watch), all in one round trip. An entry found gone when watched is
-// removed, and the next one watched: the first limit entries of ahead that
-// are still there are the first limit entries of the queue, all granted,
-// so one of them goes before ours can be granted, and its watch wakes us.
-// Events that came together are all counted before any request. A release
-// thus notifies at most limit waiters (those watching it), the one it
-// grants sends no request, and each other sends one getData for the new
-// holder (and one more when it was watched before its notice): the
-// requests per grant do not grow with the queue.
+// Which entries it watches (getData with a watch, each once for as long as
+// it is kept, with an exists watch on its own node, in one round trip; see
+// watching) decides only when it learns of a departure, never whether a
+// grant is safe:
+//
+//   - fewer than 2·limit kept (one of the first limit waiters): the first
+//     limit entries of ahead. An entry found gone when watched is removed,
+//     and the next one watched: the first limit kept that are still there
+//     are the queue's first limit entries, all granted, so one of them goes
+//     before ours can be granted, and its watch wakes us.
+//   - a later waiter: the limit+1 entries nearest ahead. Ours cannot be
+//     granted while limit of them stand, so one of them goes first, and
+//     the farthest goes first as a rule (it was granted first), while ours
+//     still waits for another. At that first departure, if it keeps at
+//     most 2·limit+1 entries, it probes those it does not watch (one
+//     getData with a watch each, in one round trip): those gone are
+//     crossed out, and it watches every entry left from then on. Its
+//     promotion to the first limit waiters then needs no listing, and its
+//     grant, as theirs, no request. Keeping more (it joined behind a long
+//     queue), it lists the queue instead (see listInstead) and waits again
+//     with the watches it has. Either way the promotion comes one
+//     departure before the waiter can be granted, and no grant notice is
+//     needed: no grant writes its node.
+//
+// Events that came together are all counted before any request. A waiter
+// watches no entry more than 2·limit+1 places ahead of it (its nearest
+// limit+1, the first limit while fewer than 2·limit are ahead, or all of
+// at most 2·limit+1 after a departure): a release notifies a bounded
+// number of waiters, whatever the queue's length, and the requests per
+// grant do not grow with the queue.
 
 // holderWatch is a semaphore waiter's watch on an entry ahead of it.
 type holderWatch struct {
 	ch <-chan zk.Event
-	// noticed: the node had been written (its grant notice) before the
-	// watch was set, so its next data change is a release.
+	// noticed: the node had been written (an older dlock's grant notice)
+	// before the watch was set, so its next data change is a release.
 	noticed bool
 }
 
-// waitAny is stepWait for planner.WaitAny: wait as above, until the
-// entries left in a.ahead are fewer than the limit (granted), our node's
-// watch fires, a watch says the session ended, or ctx ends. Anything but
-// a grant or ctx's end lists again.
+// waitAny is stepWait for planner.WaitAny, and for a later waiter's
+// planner.WaitFor with Notice: wait as above, until the entries left in
+// a.ahead are fewer than the limit (granted), our node's watch fires, a
+// watch says the session ended, or ctx ends. Anything but a grant or
+// ctx's end lists again, and so does a later waiter that keeps too many
+// entries to probe them (see listInstead).
 func (a *attempt) waitAny(ctx context.Context) (*grant, error) {
 	a.step = stepList
 	limit := a.req.Limit
@@ -67,22 +88,27 @@ func (a *attempt) waitAny(ctx context.Context) (*grant, error) {
 		if err := a.watchHolders(ctx, limit); err != nil {
 			return nil, a.retry(ctx, "watch "+a.ahead[0].name, err)
 		}
+		if a.listInstead(limit) {
+			return nil, nil // too many to probe: a listing is one request
+		}
 		if a.own == nil {
 			return nil, nil // our node is gone: queue again
 		}
 		if len(a.ahead) < limit {
 			break // some were gone already
 		}
-		// Wait for the first event of a holder's watch, our node's, or
-		// ctx: at most limit+2 channels.
-		cases := make([]reflect.SelectCase, 0, limit+2)
+		// Wait for the first event of a watch on an entry ahead, our
+		// node's, or ctx: at most 2·limit+3 channels.
+		cases := make([]reflect.SelectCase, 0, len(a.held)+2)
 		cases = append(cases,
 			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
 			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(a.own)})
-		watched := make([]string, 0, limit)
-		for _, n := range a.ahead[:limit] {
-			watched = append(watched, n.name)
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(a.held[n.name].ch)})
+		watched := make([]string, 0, len(a.held))
+		for _, n := range a.ahead {
+			if w, ok := a.held[n.name]; ok {
+				watched = append(watched, n.name)
+				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.ch)})
+			}
 		}
 		i, v, _ := reflect.Select(cases)
 		switch i {
@@ -92,7 +118,7 @@ func (a *attempt) waitAny(ctx context.Context) (*grant, error) {
 			a.ownEvent(v.Interface().(zk.Event))
 			return nil, nil
 		}
-		if !a.heldEvent(a.ahead[i-2].name, v.Interface().(zk.Event)) {
+		if !a.heldEvent(watched[i-2], v.Interface().(zk.Event)) {
 			return nil, nil
 		}
 		// Departures that came together are counted together, before
@@ -111,6 +137,29 @@ func (a *attempt) waitAny(ctx context.Context) (*grant, error) {
 	return a.grantHeld(ctx)
 }
 
+// listInstead reports whether a later waiter that saw a departure keeps
+// too many entries to probe them (see watching): more than 2·limit+1, so
+// that a waiter watches no entry farther ahead than that, and a listing,
+// one request, costs less than the reads.
+func (a *attempt) listInstead(limit int) bool {
+	return a.probe && len(a.ahead) > 2*limit+1
+}
+
+// watching returns the entries of a.ahead that must be watched now (see
+// the waiting above): the first limit while fewer than 2·limit are kept;
+// a later waiter's limit+1 nearest until it sees a departure, and every
+// entry kept from then on.
+func (a *attempt) watching(limit int) []lockNode {
+	n := len(a.ahead)
+	switch {
+	case n < 2*limit:
+		return a.ahead[:limit]
+	case a.probe:
+		return a.ahead
+	}
+	return a.ahead[n-limit-1:]
+}
+
 // heldEvent applies ev, an event of the watch on the entry named name
 // (see waitAny); false means the session ended and the waiter lists again.
 func (a *attempt) heldEvent(name string, ev zk.Event) bool {
@@ -121,8 +170,10 @@ func (a *attempt) heldEvent(name string, ev zk.Event) bool {
 		ev.Type == zk.EventNodeDataChanged && w.noticed:
 		// It went.
 		a.ahead = slices.DeleteFunc(a.ahead, func(n lockNode) bool { return n.name == name })
+		a.probe = true
 	case ev.Type == zk.EventNodeDataChanged:
-		// Its notice, or its release: the next watchHolders reads it.
+		// An older dlock's notice, or its release: the next
+		// watchHolders reads it.
 	default:
 		// The session ended (EventNotWatching), and every watch with
 		// it: the listing tells.
@@ -142,21 +193,17 @@ func (a *attempt) grantHeld(ctx context.Context) (*grant, error) {
 	if a.ownFired() {
 		return nil, nil
 	}
-	// A permit granted without a listing does not know who queued behind
-	// it since its own: it writes its notice, which a later waiter may
-	// wait for (see take).
-	a.notify = true
 	return a.handOff(ctx)
 }
 
-// watchHolders sets a watch on each of the first limit entries of a.ahead
-// that has none, and on our node if it has none, in one round trip.
-// Entries found gone are removed from a.ahead, and the next ones watched.
+// watchHolders sets a watch on each entry of a.watching that has none,
+// and on our node if it has none, in one round trip. Entries found gone
+// are removed from a.ahead, and the next ones watched.
 func (a *attempt) watchHolders(ctx context.Context, limit int) error {
 	d := a.d
-	for len(a.ahead) >= limit {
+	for len(a.ahead) >= limit && !a.listInstead(limit) {
 		var todo []lockNode
-		for _, n := range a.ahead[:limit] {
+		for _, n := range a.watching(limit) {
 			if _, ok := a.held[n.name]; !ok {
 				todo = append(todo, n)
 			}
@@ -229,7 +276,7 @@ func (a *attempt) watchHolders(ctx context.Context, limit int) error {
 				kept = append(kept, n)
 			}
 		}
-		a.ahead = kept
+		a.ahead, a.probe = kept, true
 	}
 	return nil
 }

@@ -8,8 +8,7 @@ import (
 )
 
 // reads counts the requests of h that write nothing: listings, watches,
-// reads and session proofs (a granted permit's notice, a multi, is
-// written after its grant returns and is not counted).
+// reads and session proofs.
 func reads(h *hookConn) int64 { return h.requests.Load() - h.multis.Load() - h.deletes.Load() }
 
 // awaitNotice waits until w's permit granted without a listing has written
@@ -102,4 +101,62 @@ func TestSemaphore_departuresTogether_countedTogether(t *testing.T) {
 	}
 	mustUnlock(t, ctx, l1)
 	mustUnlock(t, ctx, ps[0].lease(t, ctx, "w0"))
+}
+
+// TestSemaphore_laterWaiter_promotedWithoutListing: a semaphore of 2
+// permits, held (h0, h1), two first waiters (w0, w1) and a later waiter W,
+// which watches the 3 entries nearest ahead of it (h1, w0, w1). h0's
+// release grants w0 and does not reach W. h1's release grants w1 and
+// promotes W to the first waiters: W probes the one entry it kept and does
+// not watch (h0, gone) and lists nothing. w0's release then grants W with
+// no request between the release and the grant. Pinned: the old code's W
+// watched only w0, for the grant notice w0 writes after h0's release, and
+// listed the queue on it ("h0's release reached the later waiter: 1
+// notifications, 1 requests", with the first wait relaxed to its one
+// watch).
+func TestSemaphore_laterWaiter_promotedWithoutListing(t *testing.T) {
+	ctx := testCtx(t)
+	const key, limit = "sem-promote", 2
+	srv, opts, insp, held := heldSemaphore(t, ctx, key, limit)
+	ws := make([]*watcher, 3)
+	ps := make([]*pendingAcquire, len(ws))
+	never := make(chan struct{})
+	for i := range ws {
+		ws[i] = newWatcher(t, ctx, srv.Addr(), fmt.Sprintf("w%d", i), opts)
+		ps[i] = startAcquire(ctx, ws[i].c.Semaphore(key, limit).Acquire)
+		waitWaiters(t, ctx, insp, key, i+1)
+	}
+	w := ws[2]
+	awaitOrFail(t, ctx, "the later waiter watches the entries nearest ahead", func() bool { return w.watches() >= limit+1 },
+		func() { waitWaiters(t, ctx, insp, key, 3) }, never)
+	w.settle(t)
+	start := w.counts()
+
+	mustUnlock(t, ctx, held[0])
+	l0 := ps[0].lease(t, ctx, "w0")
+	w.settle(t)
+	if c := w.counts(); c != start {
+		t.Fatalf("h0's release reached the later waiter: %d notifications, %d requests", c.events-start.events, c.requests-start.requests)
+	}
+
+	mustUnlock(t, ctx, held[1])
+	l1 := ps[1].lease(t, ctx, "w1")
+	awaitOrFail(t, ctx, "the promoted waiter probes h0", func() bool { return w.hook.requests.Load() > start.requests },
+		func() { waitWaiters(t, ctx, insp, key, 1) }, ps[2].done)
+	w.settle(t)
+	promoted := w.counts()
+	if d := promoted.lists - start.lists; d != 0 {
+		t.Errorf("the promoted waiter listed the queue %d times, want 0", d)
+	}
+	if d := promoted.requests - start.requests; d != 1 {
+		t.Errorf("the promoted waiter sent %d requests, want 1 (the probe of h0)", d)
+	}
+
+	mustUnlock(t, ctx, l0)
+	lw := ps[2].lease(t, ctx, "the promoted waiter")
+	if d := w.hook.requests.Load() - promoted.requests; d != 0 {
+		t.Errorf("the promoted waiter sent %d requests between the release and its grant, want 0", d)
+	}
+	mustUnlock(t, ctx, l1)
+	mustUnlock(t, ctx, lw)
 }

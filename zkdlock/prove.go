@@ -60,7 +60,7 @@ func (a *attempt) grantFrom(ctx context.Context, validFrom time.Time) (*grant, e
 		d.noteAlive(sid, sent)
 		validFrom = sent
 	}
-	g := newGrant(d, a.req.Key, a.mePath(), sid, a.czxid, publishes(a.label), a.notify, a.plainRelease(), a.req.Metadata, validFrom, a.own)
+	g := newGrant(d, a.req.Key, a.mePath(), sid, a.czxid, publishes(a.label), a.plainRelease(), validFrom, a.own)
 	if a.req.LockDelay > 0 {
 		g.mark = a.markPath()
 	}

@@ -39,8 +39,8 @@ const maxInDoubt = 8
 // It extends nothing: the lease keeps counting from its renewals.
 //
 // Only an election's grant publishes: the waiter behind a lock's node, or
-// a writer's, takes a data change of it for a release, and a semaphore's
-// waiter for a grant notice (rule.go); so a write of theirs would hand the
+// a writer's, takes a data change of it for a release, and so may a
+// semaphore's waiter (permits.go); so a write of theirs would hand the
 // key over. An election's candidate instead reads its predecessor again
 // after a data change (plan.publishes): gone is a release, there a Publish.
 // The data is the caller's metadata (the JSON with the published value),
@@ -152,7 +152,7 @@ func (g *grant) landed(v int32) {
 // ours: the last known one or an earlier one (a read sent before our
 // latest write and answered after it: every version up to the last known
 // one is ours, since each of our writes expected the one before, and the
-// first is the create's, or the notice's), or the one in doubt with the data (read with
+// first is the create's), or the one in doubt with the data (read with
 // the version) of one of the writes in doubt, which is then recorded as
 // landed. Renew reads no data (exists): it takes the version in doubt for
 // ours, records nothing, and leaves the verdict to the grant's watch,

@@ -377,7 +377,7 @@ func TestModes_requestsPerGrant_flat(t *testing.T) {
 		bound float64
 	}{
 		{"semaphore", func(c *dlock.Client, key string) (*dlock.Lease, error) { return c.Semaphore(key, 2).Acquire(ctx) }, 2,
-			func(c *dlock.Client, key string, _ int) acquireFunc { return c.Semaphore(key, 2).Acquire }, 9},
+			func(c *dlock.Client, key string, _ int) acquireFunc { return c.Semaphore(key, 2).Acquire }, 10},
 		{"rwmutex", func(c *dlock.Client, key string) (*dlock.Lease, error) { return c.RWMutex(key).Lock(ctx) }, 1,
 			func(c *dlock.Client, key string, i int) acquireFunc {
 				if i%4 == 3 {
@@ -439,14 +439,15 @@ func TestModes_requestsPerGrant_flat(t *testing.T) {
 			per[n] = float64(requests) / float64(n)
 			t.Logf("%s, %d waiters: %.2f requests per grant", tc.name, n, per[n])
 		}
-		// A semaphore's waiter: pre-listing, create, a watch (getData
-		// on the entry limit places ahead), the listing that entry's
-		// notice causes, a watch on each of the limit holders and on its
-		// own node, a watch on each new holder while it waits, its own
-		// notice, the release; a watch on a holder set before that
-		// holder's notice is set again. Served in turn, a waiter's
-		// listing often shows it granted or among the first limit at
-		// once: 6.4–6.8 measured, 9 with a margin. A reader: pre-listing, create, the
+		// A semaphore's waiter: pre-listing, create, a watch on each of
+		// the limit+1 entries nearest ahead and on its own node, at the
+		// first of them to go a read of each other entry it kept (most
+		// are gone by then; a listing when it keeps more than 2·limit+1),
+		// a watch on each new holder while it waits, the release. Served
+		// in turn, a waiter's listing often shows it granted or among
+		// the first limit at once: 7.5–8.2 measured, 10 with a margin
+		// (6.2–6.3 when a grant wrote a notice, a durable write, which
+		// these reads replace). A reader: pre-listing, create, the
 		// watches on its node and on the writer ahead, the release: 5;
 		// a writer, behind readers, one listing more per reader release
 		// that wakes it: 7 on average is generous for one writer in four.

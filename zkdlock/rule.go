@@ -99,10 +99,9 @@ func (a *attempt) decide(es []planner.Entry, i int) planner.Plan {
 //     lock or a writer the node just before it, as in Curator's lock
 //     recipe; for a reader the nearest Exclusive node ahead, as in
 //     ZooKeeper's shared-lock recipe (its release grants every reader up
-//     to the next writer together); for a later semaphore waiter the node
-//     limit places ahead, for its deletion and for the notice it writes
-//     once granted (see attempt.take), after which the watcher is one of
-//     the first limit waiters.
+//     to the next writer together). (A later semaphore waiter's WaitFor,
+//     the node limit places ahead with Notice, is waited as a WaitAny: see
+//     attempt.place and waitAny.)
 //
 // The events of the watch on target that prove our grant without another
 // listing (see grants and attempt.waitFor):
@@ -120,10 +119,6 @@ func (a *attempt) decide(es []planner.Entry, i int) planner.Plan {
 //     and one per Publish, for the first candidate only.
 //   - Delete: target's deletion: nothing that could block us was ahead of
 //     it in the listing.
-//
-// Notice says a data change of target, or a data version above 0, is its
-// grant notice: we are then one of the first limit waiters, and list again
-// to watch the holders.
 type plan struct {
 	planner.Plan
 	target lockNode // Ahead[Target], for planner.WaitFor
@@ -138,7 +133,8 @@ var electionLabel = driver.KindLabel(driver.KindElection, 1)
 // their nodes while they hold it (driver.Publisher): an election's
 // leader. Nobody else may: the waiter behind a lock's or a writer's node
 // takes a data change for a release (see grant.Release), and a
-// semaphore's waiter for a grant notice (see attempt.take).
+// semaphore's waiter for a release or an older dlock's grant notice (see
+// waitAny).
 func publishes(label string) bool { return label == electionLabel }
 
 // grants reports whether ev, an event of the watch on p.target, proves

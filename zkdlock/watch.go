@@ -319,11 +319,6 @@ func (a *attempt) waitFor(ctx context.Context, p plan) (*grant, error) {
 		return nil, err
 	}
 	d.noteAlive(sid, sent)
-	if p.Notice && r.stat.Version > 0 {
-		// Granted between our listing and the watch: we are one of the
-		// first limit waiters now.
-		return nil, nil
-	}
 	if p.shortcut() {
 		// The proof that the grant needs is kept fresh meanwhile, rather
 		// than sent after the release (see keepFresh).

@@ -37,9 +37,12 @@
 // granted when fewer than Limit are left, Need departures after the
 // listing. A data change of the target grants when Release && !Publishes
 // (with Publishes it is told apart from a release by a read), its deletion
-// when Delete; Notice makes it list again. A granted entry whose Plan says
-// Notify writes its node when its listing shows a node behind it, or when
-// it was granted without a listing.
+// when Delete. ZooKeeper writes no grant notice (Notify is ignored): a
+// WaitFor with Notice is waited as a WaitAny that watches the limit+1
+// entries nearest ahead, limit of which stand while the caller cannot be
+// granted, and at the first departure reads (with a watch) every other
+// entry of its listing, or lists when it keeps more than 2*limit+1, then
+// counts.
 //
 // etcd (etcddlock) reads the queue in pages by create revision, at its
 // attempt's stepEvaluate. An Exclusive entry reads keys only, newest first: its
