@@ -220,16 +220,9 @@ type sentinelTopology struct {
 
 func startSentinelTopology(t *testing.T) *sentinelTopology {
 	t.Helper()
-	st := &sentinelTopology{master: testserver.StartRedis(t)}
-	var err error
-	st.proxy, err = faultproxy.New(st.master.Addr(), &faultproxy.Options{Protocol: faultproxy.RESP, Clock: faultinject.Mono})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.proxy.Close)
-	st.proxy.Tag(func(f *faultproxy.Frame) bool { c := f.Command(); return c == "PSYNC" || c == "SYNC" })
+	rr := testserver.StartReplicatedRedis(t, faultinject.Mono)
+	st := &sentinelTopology{master: rr.Master, proxy: rr.Proxy, replica: rr.Replica}
 	_, pport, _ := net.SplitHostPort(st.proxy.Addr())
-	st.replica = testserver.StartRedis(t, "--replicaof", "127.0.0.1", pport)
 	st.admin = redis.NewClient(&redis.Options{Addr: st.master.Addr()})
 	t.Cleanup(func() { _ = st.admin.Close() })
 	bin := testserver.LookBinary(t, "REDIS_SERVER_BIN", "redis-server", "apt-get install -y redis-server")
@@ -247,7 +240,7 @@ func startSentinelTopology(t *testing.T) *sentinelTopology {
 	}
 	// Ready: every Sentinel knows the replica and the two other Sentinels,
 	// and the replica's link is up.
-	st.await(t, 60*time.Second, "Sentinels and replica ready", func(ctx context.Context) error {
+	testserver.Await(t, 60*time.Second, "Sentinels and replica ready", func(ctx context.Context) error {
 		rc := redis.NewClient(&redis.Options{Addr: st.replica.Addr()})
 		info, err := rc.Info(ctx, "replication").Result()
 		_ = rc.Close()
@@ -266,24 +259,6 @@ func startSentinelTopology(t *testing.T) *sentinelTopology {
 		return nil
 	})
 	return st
-}
-
-// await polls ready until it succeeds: the servers offer nothing to wait on.
-func (st *sentinelTopology) await(t *testing.T, timeout time.Duration, what string, ready func(ctx context.Context) error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := ready(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v: %v", what, timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond) // polling the servers
-	}
 }
 
 // failedOver reports whether every Sentinel names the replica as master.
