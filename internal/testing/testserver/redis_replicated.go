@@ -27,12 +27,7 @@ type ReplicatedRedis struct {
 func StartReplicatedRedis(t testing.TB, clock func() int64) *ReplicatedRedis {
 	t.Helper()
 	r := &ReplicatedRedis{Master: StartRedis(t)}
-	var err error
-	r.Proxy, err = faultproxy.New(r.Master.Addr(), &faultproxy.Options{Protocol: faultproxy.RESP, Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Proxy.Close)
+	r.Proxy = faultproxy.Start(t, r.Master.Addr(), &faultproxy.Options{Protocol: faultproxy.RESP, Clock: clock})
 	r.Proxy.Tag(func(f *faultproxy.Frame) bool { c := f.Command(); return c == "PSYNC" || c == "SYNC" })
 	_, pport, _ := net.SplitHostPort(r.Proxy.Addr())
 	r.Replica = StartRedis(t, "--replicaof", "127.0.0.1", pport)
