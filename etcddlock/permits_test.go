@@ -10,8 +10,6 @@ import (
 	"github.com/dlockdev/dlock/etcddlock"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
 )
 
 // How a semaphore's waiter waits (queue.Listing.Parallel): each of the
@@ -201,18 +199,7 @@ func TestSemaphore_departureBeforeWatch_counted(t *testing.T) {
 	key := "sem-before-watch/" + t.Name()
 	_, held := heldPermits(t, ctx, srv.Addr(), key, 2)
 	qc := newCounter()
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: []string{srv.Addr()},
-		Logger:    zap.NewNop(),
-		DialOptions: []grpc.DialOption{
-			grpc.WithChainUnaryInterceptor(qc.unary),
-			grpc.WithChainStreamInterceptor(qc.stream),
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
+	cli := qc.etcdClient(t, srv.Addr())
 	var once sync.Once
 	released := make(chan error, 1)
 	q, err := etcddlock.NewWithBeforeWatchForTest(ctx, cli, &etcddlock.Options{ClientOptions: []dlock.Option{longTTL}}, func(ctx context.Context, _ string) {
