@@ -32,19 +32,7 @@ type zkEnsemble struct {
 
 func startZKEnsemble(t *testing.T, n int) *zkEnsemble {
 	t.Helper()
-	testserver.SkipIfShort(t)
-	// A port found free can be taken before the server binds it: start
-	// again on new ports then.
-	for attempt := 1; ; attempt++ {
-		e, err := tryZKEnsemble(t, n)
-		if err == nil {
-			return e
-		}
-		if attempt == 3 {
-			t.Fatalf("zookeeper: %v", err)
-		}
-		t.Logf("zookeeper, attempt %d: %v; again on new ports", attempt, err)
-	}
+	return startOnFreePorts(t, "zookeeper", func() (*zkEnsemble, error) { return tryZKEnsemble(t, n) })
 }
 
 // newZKEnsemble finds Java and ZooKeeper's classpath for an ensemble of t
@@ -167,21 +155,15 @@ func (e *zkEnsemble) waitQuorum(n int) {
 	}
 }
 
-// awaitQuorum waits until n servers serve, one of them as leader. It polls
-// the servers' srvr command: there is nothing else to wait on. It gives up
-// early when a server process exits (a port taken, say).
+// awaitQuorum waits until n servers serve, one of them as leader (see
+// awaitServers), polling the servers' srvr command.
 func (e *zkEnsemble) awaitQuorum(n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	server := func(i int) string { return fmt.Sprintf("server %d", i+1) }
+	return awaitServers(e.procs, server, timeout, func() error {
 		serving, leaders := 0, 0
 		for i := range e.clients {
 			if e.procs[i] == nil {
 				continue
-			}
-			select {
-			case <-e.procs[i].Exited():
-				return fmt.Errorf("server %d exited", i+1)
-			default:
 			}
 			switch e.mode(i) {
 			case "leader", "standalone":
@@ -194,11 +176,8 @@ func (e *zkEnsemble) awaitQuorum(n int, timeout time.Duration) error {
 		if serving >= n && leaders == 1 {
 			return nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d serving, %d leaders after %v", serving, leaders, timeout)
-		}
-		time.Sleep(50 * time.Millisecond) // polling srvr
-	}
+		return fmt.Errorf("%d serving, %d leaders", serving, leaders)
+	})
 }
 
 // kill stops server i with SIGKILL.
