@@ -223,6 +223,22 @@ func (c *counter) client(t *testing.T, ctx context.Context, addr string, opts ..
 
 func (c *counter) clientB(t testing.TB, ctx context.Context, addr string, opts ...dlock.Option) *dlock.Client {
 	t.Helper()
+	dc, err := etcddlock.New(ctx, c.etcdClient(t, addr), &etcddlock.Options{ClientOptions: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dc.Close() })
+	// The driver holds one watch open for its lifetime (see
+	// keepWatchStream): count from when it exists.
+	c.waitCreated(t, ctx, 1)
+	c.take()
+	return dc
+}
+
+// etcdClient returns an etcd client of the server at addr whose requests
+// and watch events c counts, closed when the test ends.
+func (c *counter) etcdClient(t testing.TB, addr string) *clientv3.Client {
+	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: []string{addr},
 		Logger:    zap.NewNop(),
@@ -235,16 +251,23 @@ func (c *counter) clientB(t testing.TB, ctx context.Context, addr string, opts .
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cli.Close() })
-	dc, err := etcddlock.New(ctx, cli, &etcddlock.Options{ClientOptions: opts})
+	return cli
+}
+
+// countedHolder takes key with a client of its own of the server at addr,
+// whose counts then start afresh: c counts what the client sends after
+// the grant.
+func countedHolder(t *testing.T, ctx context.Context, addr, key string) (c *counter, client *dlock.Client, l *dlock.Lease) {
+	t.Helper()
+	c = newCounter()
+	client = c.client(t, ctx, addr, longTTL)
+	l, err := client.Lock(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = dc.Close() })
-	// The driver holds one watch open for its lifetime (see
-	// keepWatchStream): count from when it exists.
-	c.waitCreated(t, ctx, 1)
 	c.take()
-	return dc
+	c.takeTxnSizes()
+	return c, client, l
 }
 
 func (c *counter) add(what string) {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock"
-	"github.com/dlockdev/dlock/dlocktest"
 	"github.com/dlockdev/dlock/etcddlock"
 	"github.com/dlockdev/dlock/internal/testing/errtext"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
@@ -27,35 +26,20 @@ func TestErrorMessages(t *testing.T) {
 	r.Forbid("s3cret")
 	admin := adminClient(t, srv.Addr())
 
-	open := func(ctx context.Context, t *testing.T, addr string, opts ...dlock.Option) (*dlock.Client, error) {
-		c, err := dlock.Open(ctx, "etcd://"+addr+"/"+prefix, opts...)
-		if err == nil {
-			t.Cleanup(func() { _ = c.Close() })
-		}
-		return c, err
+	b := errtext.URLBackend(srv.Addr(), func(addr string) string { return "etcd://" + addr + "/" + prefix })
+	b.DeleteKey = func(ctx context.Context, key string) error {
+		_, err := admin.Delete(ctx, etcddlock.QueueDirForTest(prefix, key), clientv3.WithPrefix())
+		return err
 	}
-	errtext.RecordCommon(ctx, t, r, errtext.Backend{
-		Open: func(ctx context.Context, t *testing.T, opts ...dlock.Option) (*dlock.Client, error) {
-			return open(ctx, t, srv.Addr(), opts...)
-		},
-		DeleteKey: func(ctx context.Context, key string) error {
-			_, err := admin.Delete(ctx, etcddlock.QueueDirForTest(prefix, key), clientv3.WithPrefix())
-			return err
-		},
-		NewFaultyClient: func(ctx context.Context, t *testing.T) (*dlock.Client, dlocktest.Link, error) {
-			p := dlocktest.NewProxy(t, srv.Addr())
-			c, err := open(ctx, t, p.Addr())
-			return c, p, err
-		},
-		TTL: 3 * time.Second,
-	})
+	b.TTL = 3 * time.Second
+	errtext.RecordCommon(ctx, t, r, b)
 
 	_, err := etcddlock.New(ctx, nil, nil)
 	r.Record("new-nil-client", err, dlock.ErrInvalidOption)
 
 	// A key in use as another kind: refused by the kind the queue's tail
 	// (or, without one, an entry) carries.
-	kc, err := open(ctx, t, srv.Addr())
+	kc, err := b.Open(ctx, t)
 	if err != nil {
 		t.Fatal(err)
 	}

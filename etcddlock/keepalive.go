@@ -8,36 +8,34 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
+	leng "github.com/dlockdev/dlock/internal/lease"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 )
 
 // minKeepAliveAttempt is the shortest time a keep-alive attempt is given
-// before another is sent: below two of these left, the last attempt gets
-// all that is left. A keep-alive is answered in a round trip to the leader,
-// a few milliseconds on a healthy cluster.
+// before another is sent (lease.TryTimeout's floor): below two of these
+// left, the last attempt gets all that is left. A keep-alive is answered in
+// a round trip to the leader, a few milliseconds on a healthy cluster.
 const minKeepAliveAttempt = 200 * time.Millisecond
 
-// renewLease renews l, by the time ctx ends (a held lease's local
-// deadline) or l.safeUntil, whichever is sooner: for its held grants
-// (RenewBatch), its waiters (keepAliveShared) and before a grant or a new
-// call (freshen, takeLease). A keep-alive
-// may never be answered although the cluster works: a follower forwards it
-// to a leader that is frozen or cut off, and waits for it past the lease
-// (a new leader is elected within one or two election timeouts, but the
-// forward is not sent again); or the connection went silent (a dropped NAT
-// entry, a peer gone without a reset), which gRPC's pings notice only after
-// 15 s. So each attempt gets half of the time left (half, not less: a
-// reply that is only slow, on a loaded cluster or a long path, must still
-// make it; the retry costs a dial), and the next one is
-// sent on the other of two paths: the client's connection, where the
-// request goes on a new stream (to the next member, with several
-// endpoints), and a connection of the driver's own to one endpoint, dialled
-// afresh, round robin, after one fails (spare). The lease counts from the
-// send time of the attempt that was answered, never from an earlier one.
-// It returns an error wrapping driver.ErrNotHeld when etcd no longer keeps
-// the lease.
+// renewLease renews l, by the time ctx ends (a held lease's local deadline)
+// or l.safeUntil, whichever is sooner: for its held grants (RenewBatch),
+// its waiters (keepAliveShared) and before a grant or a new call (freshen,
+// takeLease). A keep-alive may never be answered although the cluster
+// works: a follower forwards it to a leader that is frozen or cut off, and
+// waits for it past the lease (a new leader is elected within one or two
+// election timeouts, but the forward is not sent again); or the connection
+// went silent (a dropped NAT entry, a peer gone without a reset), which
+// gRPC's pings notice only after 15 s. So each attempt gets half of the
+// time left (lease.TryTimeout), and the next one is sent on the other of
+// two paths: the client's connection, where the request goes on a new
+// stream (to the next member, with several endpoints), and a connection of
+// the driver's own to one endpoint, dialled afresh, round robin, after one
+// fails (spare). The lease counts from the send time of the attempt that
+// was answered, never from an earlier one. It returns an error wrapping
+// driver.ErrNotHeld when etcd no longer keeps the lease.
 func (d *etcdDriver) renewLease(ctx context.Context, l *etcdLease) error {
 	until := l.safeUntil()
 	if dl, ok := ctx.Deadline(); ok && dl.Before(until) {
@@ -47,7 +45,7 @@ func (d *etcdDriver) renewLease(ctx context.Context, l *etcdLease) error {
 	fresh := d.spare.preferred()
 	for {
 		actx, cancel := ctx, context.CancelFunc(func() {})
-		if share := time.Until(until) / 2; share >= minKeepAliveAttempt {
+		if share, ok := leng.TryTimeout(ctx, until, minKeepAliveAttempt); ok {
 			actx, cancel = context.WithTimeout(ctx, share)
 		}
 		var err error

@@ -80,11 +80,7 @@ func TestLease_leaderFrozenDuringKeepAlive_survives(t *testing.T) {
 		t.Fatal(err)
 	}
 	follower := (lead + 1) % 3
-	p, err := faultproxy.New(cl.Addrs()[follower], nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
+	p := faultproxy.Start(t, cl.Addrs()[follower], nil)
 	holder, renewed := renewals(t, ctx, "etcd://"+p.Addr())
 	key := "leader-frozen/" + t.Name()
 	l, err := holder.Lock(ctx, key, dlock.WithTTL(5*time.Second))
@@ -126,11 +122,7 @@ func TestLease_leaderFrozenDuringKeepAlive_survives(t *testing.T) {
 func TestLease_connectionSilent_renewedOnFreshConnection(t *testing.T) {
 	ctx := testCtx(t)
 	srv := testserver.SharedEtcd(t)
-	p, err := faultproxy.New(srv.Addr(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
+	p := faultproxy.Start(t, srv.Addr(), nil)
 	holder, renewed := renewals(t, ctx, "etcd://"+p.Addr())
 	l, err := holder.Lock(ctx, "silent/"+t.Name(), dlock.WithTTL(3*time.Second))
 	if err != nil {
@@ -160,11 +152,7 @@ func TestLock_waiterConnectionSilent_keepsPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lh.Unlock(ctx)
-	p, err := faultproxy.New(srv.Addr(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
+	p := faultproxy.Start(t, srv.Addr(), nil)
 	waiter := openClient(t, ctx, "etcd://"+p.Addr())
 	wctx, cancel := context.WithCancel(ctx)
 	got := goLockUnlock(wctx, waiter, key, dlock.WithTTL(3*time.Second))

@@ -201,13 +201,7 @@ func TestUnlock_lostReleaseReply(t *testing.T) {
 	ctx := testCtx(t)
 	admin := adminClient(t, srv.Addr())
 	key := "lost-release-reply/" + t.Name()
-	c := newCounter()
-	client := c.client(t, ctx, srv.Addr(), longTTL)
-	l, err := client.Lock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.take()
+	c, _, l := countedHolder(t, ctx, srv.Addr(), key)
 	c.dropNextReply(func(txn *pb.TxnRequest, _ *pb.TxnResponse) bool {
 		return len(txn.Success) > 0 && txn.Success[0].GetRequestDeleteRange() != nil // the release
 	})

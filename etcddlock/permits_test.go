@@ -10,8 +10,6 @@ import (
 	"github.com/dlockdev/dlock/etcddlock"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
 )
 
 // How a semaphore's waiter waits (queue.Listing.Parallel): each of the
@@ -58,18 +56,12 @@ func TestSemaphore_handOff_writesNoNotice(t *testing.T) {
 	pc, pGot := queuedPermit(t, ctx, srv.Addr(), key, 2)
 	_, qGot := queuedPermit(t, ctx, srv.Addr(), key, 2)
 	pc.take()
-	if err := held[0].Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	unlock(t, ctx, held[0])
 	p := awaitLock(t, ctx, pGot)
 	if sent, _ := pc.take(); sent[txnMethod] != 0 || sent[queueRead] != 0 || sent[rangeMethod] != 0 || sent[readTxn] != 0 {
 		t.Errorf("p sent %v from its wait to its grant, want no Txn and no read", sent)
 	}
-	for _, l := range []*dlock.Lease{p, held[1]} {
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	unlock(t, ctx, p, held[1])
 	// q is granted once they released.
 	unlockAll(t, ctx, srv.Addr(), key, awaitLock(t, ctx, qGot))
 }
@@ -86,13 +78,9 @@ func TestSemaphore_firstWaiters_countDepartures(t *testing.T) {
 	_, pGot := queuedPermit(t, ctx, srv.Addr(), key, 2)
 	qc, qGot := queuedPermit(t, ctx, srv.Addr(), key, 2)
 	qc.take()
-	if err := held[0].Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	unlock(t, ctx, held[0])
 	p := awaitLock(t, ctx, pGot)
-	if err := held[1].Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	unlock(t, ctx, held[1])
 	q := awaitLock(t, ctx, qGot)
 	if sent, _ := qc.take(); sent[queueRead] != 0 {
 		t.Errorf("q read the queue %d times from its wait to its grant, want 0: %v", sent[queueRead], sent)
@@ -123,11 +111,7 @@ func TestSemaphore_releasesTogether_takenTogether(t *testing.T) {
 	for _, c := range cs {
 		c.take()
 	}
-	for _, l := range held[:2] {
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	unlock(t, ctx, held[:2]...)
 	var ls []*dlock.Lease
 	for i := range 2 {
 		ls = append(ls, awaitLock(t, ctx, gots[i]))
@@ -144,14 +128,8 @@ func TestSemaphore_releasesTogether_takenTogether(t *testing.T) {
 		t.Errorf("w2 returned (%v) with %d permits held ahead of it", r.err, limit)
 	default:
 	}
-	for _, l := range append(ls, held[2]) {
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := awaitLock(t, ctx, gots[2]).Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	unlock(t, ctx, append(ls, held[2])...)
+	unlock(t, ctx, awaitLock(t, ctx, gots[2]))
 	checkNothingStored(t, ctx, adminClient(t, srv.Addr()), key)
 }
 
@@ -170,20 +148,14 @@ func TestSemaphore_laterWaiter_grantedByCount(t *testing.T) {
 	_, pGot := queuedPermit(t, ctx, srv.Addr(), key, 2)
 	_, qGot := queuedPermit(t, ctx, srv.Addr(), key, 2)
 	rc, rGot := queuedPermit(t, ctx, srv.Addr(), key, 2)
-	if err := held[0].Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	unlock(t, ctx, held[0])
 	p := awaitLock(t, ctx, pGot)
 	rc.take()
-	if err := held[1].Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	unlock(t, ctx, held[1])
 	q := awaitLock(t, ctx, qGot)
 	rc.waitSent(t, ctx, queueRead, 1) // r woke at h1's release
 	rc.take()
-	if err := p.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	unlock(t, ctx, p)
 	r := awaitLock(t, ctx, rGot)
 	if sent, _ := rc.take(); sent[queueRead] != 0 || sent[rangeMethod] != 0 || sent[readTxn] != 0 || sent[txnMethod] != 0 || sent["watch create"] != 0 {
 		t.Errorf("r sent %v from p's release to its grant, want no read, no Txn and no watch created", sent)
@@ -211,12 +183,8 @@ func TestSemaphore_laterWaiter_behindTail_noRead(t *testing.T) {
 	if sent, _ := qc.take(); sent[queueRead] != 0 {
 		t.Errorf("q read the queue %d times before it waited, want 0: %v", sent[queueRead], sent)
 	}
-	if err := held[0].Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := awaitLock(t, ctx, pGot).Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	unlock(t, ctx, held[0])
+	unlock(t, ctx, awaitLock(t, ctx, pGot))
 	// q is granted once p released.
 	unlockAll(t, ctx, srv.Addr(), key, awaitLock(t, ctx, qGot))
 }
@@ -231,18 +199,7 @@ func TestSemaphore_departureBeforeWatch_counted(t *testing.T) {
 	key := "sem-before-watch/" + t.Name()
 	_, held := heldPermits(t, ctx, srv.Addr(), key, 2)
 	qc := newCounter()
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: []string{srv.Addr()},
-		Logger:    zap.NewNop(),
-		DialOptions: []grpc.DialOption{
-			grpc.WithChainUnaryInterceptor(qc.unary),
-			grpc.WithChainStreamInterceptor(qc.stream),
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
+	cli := qc.etcdClient(t, srv.Addr())
 	var once sync.Once
 	released := make(chan error, 1)
 	q, err := etcddlock.NewWithBeforeWatchForTest(ctx, cli, &etcddlock.Options{ClientOptions: []dlock.Option{longTTL}}, func(ctx context.Context, _ string) {
@@ -292,9 +249,7 @@ func TestSemaphore_release_reachesBoundedWaiters(t *testing.T) {
 	if wr := <-dels; !wr.Created {
 		t.Fatalf("admin watch not created: %v", wr.Err())
 	}
-	if err := held[0].Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	unlock(t, ctx, held[0])
 	wr := <-dels
 	if len(wr.Events) == 0 {
 		t.Fatalf("no delete seen for the release: %v", wr.Err())
@@ -305,16 +260,10 @@ func TestSemaphore_release_reachesBoundedWaiters(t *testing.T) {
 		// Each release after h0's grants the next waiter: drain them all,
 		// so that every event of h0's delete has been received.
 		ls = append(ls, awaitLock(t, ctx, got))
-		if err := ls[0].Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
+		unlock(t, ctx, ls[0])
 		ls = ls[1:]
 	}
-	for _, l := range ls {
-		if err := l.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	unlock(t, ctx, ls...)
 	reached := 0
 	for _, c := range cs {
 		_, evs := c.take()
@@ -329,14 +278,20 @@ func TestSemaphore_release_reachesBoundedWaiters(t *testing.T) {
 	checkNothingStored(t, ctx, admin, key)
 }
 
-// unlockAll unlocks each lease in turn and checks that key's queue keeps
-// nothing on the server afterwards.
-func unlockAll(t *testing.T, ctx context.Context, addr, key string, leases ...*dlock.Lease) {
+// unlock unlocks each lease in turn.
+func unlock(t *testing.T, ctx context.Context, leases ...*dlock.Lease) {
 	t.Helper()
 	for _, l := range leases {
 		if err := l.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// unlockAll unlocks each lease in turn and checks that key's queue keeps
+// nothing on the server afterwards.
+func unlockAll(t *testing.T, ctx context.Context, addr, key string, leases ...*dlock.Lease) {
+	t.Helper()
+	unlock(t, ctx, leases...)
 	checkNothingStored(t, ctx, adminClient(t, addr), key)
 }

@@ -19,11 +19,7 @@ import (
 func TestOpen_blip_newLeaseAfterBoundedReconnect(t *testing.T) {
 	ctx := testCtx(t)
 	srv := testserver.SharedEtcd(t)
-	p, err := faultproxy.New(srv.Addr(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
+	p := faultproxy.Start(t, srv.Addr(), nil)
 	c := openClient(t, ctx, "etcd://"+p.Addr())
 	// The first connection after the blip is silent for good.
 	before := uint64(p.Accepted())

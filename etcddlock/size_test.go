@@ -6,10 +6,7 @@ import (
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/etcddlock"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
 )
 
 // etcd keeps every write request in memory until its next snapshot (its
@@ -44,16 +41,7 @@ func TestLock_freeKey_requestNoLargerThanMutex(t *testing.T) {
 	// etcd's Mutex, through a counted client of the same server, on the
 	// same key: its keys are the prefix, "/" and the lease's id in hex.
 	mc := newCounter()
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{srv.Addr()},
-		Logger:      zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(mc.unary)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
-	s, err := concurrency.NewSession(cli, concurrency.WithTTL(60))
+	s, err := concurrency.NewSession(mc.etcdClient(t, srv.Addr()), concurrency.WithTTL(60))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,14 +74,7 @@ func TestUnlock_loneHolder_smallTxn_waiterBehind_fullRelease(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)
 	key := "lone-release/" + t.Name()
-	c := newCounter()
-	client := c.client(t, ctx, srv.Addr(), longTTL)
-	l, err := client.Lock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.take()
-	c.takeTxnSizes()
+	c, client, l := countedHolder(t, ctx, srv.Addr(), key)
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +84,8 @@ func TestUnlock_loneHolder_smallTxn_waiterBehind_fullRelease(t *testing.T) {
 		t.Errorf("a lone holder's release sent %v, want %v", sent, want)
 	}
 
-	if l, err = client.Lock(ctx, key); err != nil {
+	l, err := client.Lock(ctx, key)
+	if err != nil {
 		t.Fatal(err)
 	}
 	other := newCounter()

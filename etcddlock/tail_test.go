@@ -188,18 +188,12 @@ func TestLock_freeKey_smallTxn_busyKey_oneJoin(t *testing.T) {
 	srv := testserver.SharedEtcd(t)
 	ctx := testCtx(t)
 	key := "free-small/" + t.Name()
-	c := newCounter()
-	client := c.client(t, ctx, srv.Addr(), longTTL)
-	l, err := client.Lock(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.take()
-	c.takeTxnSizes()
+	c, client, l := countedHolder(t, ctx, srv.Addr(), key)
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if l, err = client.Lock(ctx, key); err != nil {
+	l, err := client.Lock(ctx, key)
+	if err != nil {
 		t.Fatal(err)
 	}
 	sent, _ := c.take()

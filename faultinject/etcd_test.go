@@ -73,20 +73,7 @@ type etcdCluster struct {
 
 func startEtcdCluster(t *testing.T, n int) *etcdCluster {
 	t.Helper()
-	testserver.SkipIfShort(t)
-	// A port found free can be taken before the member binds it (by the
-	// local end of some connection of a test running alongside): start
-	// again on new ports then.
-	for attempt := 1; ; attempt++ {
-		e, err := tryEtcdCluster(t, n)
-		if err == nil {
-			return e
-		}
-		if attempt == 3 {
-			t.Fatalf("etcd cluster: %v", err)
-		}
-		t.Logf("etcd cluster, attempt %d: %v; again on new ports", attempt, err)
-	}
+	return startOnFreePorts(t, "etcd cluster", func() (*etcdCluster, error) { return tryEtcdCluster(t, n) })
 }
 
 func tryEtcdCluster(t *testing.T, n int) (*etcdCluster, error) {
@@ -171,21 +158,15 @@ func (e *etcdCluster) waitLeader(n int) {
 	}
 }
 
-// awaitLeader waits until n members run and agree on a leader that runs. It
-// polls Status: there is nothing else to wait on. It gives up early when a
-// member process exits (a port taken, say).
+// awaitLeader waits until n members run and agree on a leader that runs
+// (see awaitServers), polling Status.
 func (e *etcdCluster) awaitLeader(n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	member := func(i int) string { return "member " + e.cfgs[i].Name }
+	return awaitServers(e.procs, member, timeout, func() error {
 		agree, leaders, alive := 0, map[uint64]bool{}, map[uint64]bool{}
 		for i := range e.clients {
 			if e.procs[i] == nil {
 				continue
-			}
-			select {
-			case <-e.procs[i].Exited():
-				return fmt.Errorf("member %s exited", e.cfgs[i].Name)
-			default:
 			}
 			if self, leader, err := e.status(i); err == nil && leader != 0 {
 				agree++
@@ -200,11 +181,8 @@ func (e *etcdCluster) awaitLeader(n int, timeout time.Duration) error {
 				}
 			}
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d members with a leader (%d leaders) after %v", agree, len(leaders), timeout)
-		}
-		time.Sleep(50 * time.Millisecond) // polling Status
-	}
+		return fmt.Errorf("%d members with a leader (%d leaders)", agree, len(leaders))
+	})
 }
 
 // etcd holders' leases: etcd's shortest (see etcdElectionMs).

@@ -193,11 +193,7 @@ func tryCutEnsemble(t *testing.T, tick time.Duration) (*zkEnsemble, map[int]*fau
 	}
 	proxies := map[int]*faultproxy.Proxy{}
 	for i := 1; i < n; i++ {
-		p, err := faultproxy.New(testserver.Addr(quorumPorts[i]), &faultproxy.Options{Protocol: faultproxy.Raw, Clock: faultinject.Mono})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(p.Close)
+		p := faultproxy.Start(t, testserver.Addr(quorumPorts[i]), &faultproxy.Options{Protocol: faultproxy.Raw, Clock: faultinject.Mono})
 		proxies[i] = p
 	}
 	for i, dir := range e.dirs {

@@ -147,11 +147,7 @@ func (r *rig) proxy() *faultproxy.Proxy {
 }
 
 func (r *rig) proxyTo(addr string) *faultproxy.Proxy {
-	p, err := faultproxy.New(addr, &faultproxy.Options{Protocol: r.proto, Clock: faultinject.Mono})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(p.Close)
+	p := faultproxy.Start(r.t, addr, &faultproxy.Options{Protocol: r.proto, Clock: faultinject.Mono})
 	return p
 }
 

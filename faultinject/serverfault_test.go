@@ -7,6 +7,7 @@ import (
 
 	"github.com/dlockdev/dlock/faultinject"
 	"github.com/dlockdev/dlock/internal/testing/faultproxy"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 )
 
 // Scenario 5. Server crashes while holders churn on one key: redis-server
@@ -172,7 +173,7 @@ func runSentinel(t *testing.T, holdReplication bool) (analysis, time.Duration) {
 	lease := recordVictim(victim, lockVictim(t, victim, c.key))
 	killed := time.Now()
 	st.master.Kill()
-	st.await(t, time.Minute, "failover", st.failedOver)
+	testserver.Await(t, time.Minute, "failover", st.failedOver)
 	took := time.Since(killed)
 	leases := c.wait(t)
 	return analyse(t, append(leases, lease.end()), c.checked, c.unchkd, false), took

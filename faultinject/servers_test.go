@@ -32,19 +32,7 @@ type zkEnsemble struct {
 
 func startZKEnsemble(t *testing.T, n int) *zkEnsemble {
 	t.Helper()
-	testserver.SkipIfShort(t)
-	// A port found free can be taken before the server binds it: start
-	// again on new ports then.
-	for attempt := 1; ; attempt++ {
-		e, err := tryZKEnsemble(t, n)
-		if err == nil {
-			return e
-		}
-		if attempt == 3 {
-			t.Fatalf("zookeeper: %v", err)
-		}
-		t.Logf("zookeeper, attempt %d: %v; again on new ports", attempt, err)
-	}
+	return startOnFreePorts(t, "zookeeper", func() (*zkEnsemble, error) { return tryZKEnsemble(t, n) })
 }
 
 // newZKEnsemble finds Java and ZooKeeper's classpath for an ensemble of t
@@ -167,21 +155,15 @@ func (e *zkEnsemble) waitQuorum(n int) {
 	}
 }
 
-// awaitQuorum waits until n servers serve, one of them as leader. It polls
-// the servers' srvr command: there is nothing else to wait on. It gives up
-// early when a server process exits (a port taken, say).
+// awaitQuorum waits until n servers serve, one of them as leader (see
+// awaitServers), polling the servers' srvr command.
 func (e *zkEnsemble) awaitQuorum(n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	server := func(i int) string { return fmt.Sprintf("server %d", i+1) }
+	return awaitServers(e.procs, server, timeout, func() error {
 		serving, leaders := 0, 0
 		for i := range e.clients {
 			if e.procs[i] == nil {
 				continue
-			}
-			select {
-			case <-e.procs[i].Exited():
-				return fmt.Errorf("server %d exited", i+1)
-			default:
 			}
 			switch e.mode(i) {
 			case "leader", "standalone":
@@ -194,11 +176,8 @@ func (e *zkEnsemble) awaitQuorum(n int, timeout time.Duration) error {
 		if serving >= n && leaders == 1 {
 			return nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d serving, %d leaders after %v", serving, leaders, timeout)
-		}
-		time.Sleep(50 * time.Millisecond) // polling srvr
-	}
+		return fmt.Errorf("%d serving, %d leaders", serving, leaders)
+	})
 }
 
 // kill stops server i with SIGKILL.
@@ -220,16 +199,9 @@ type sentinelTopology struct {
 
 func startSentinelTopology(t *testing.T) *sentinelTopology {
 	t.Helper()
-	st := &sentinelTopology{master: testserver.StartRedis(t)}
-	var err error
-	st.proxy, err = faultproxy.New(st.master.Addr(), &faultproxy.Options{Protocol: faultproxy.RESP, Clock: faultinject.Mono})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.proxy.Close)
-	st.proxy.Tag(func(f *faultproxy.Frame) bool { c := f.Command(); return c == "PSYNC" || c == "SYNC" })
+	rr := testserver.StartReplicatedRedis(t, faultinject.Mono)
+	st := &sentinelTopology{master: rr.Master, proxy: rr.Proxy, replica: rr.Replica}
 	_, pport, _ := net.SplitHostPort(st.proxy.Addr())
-	st.replica = testserver.StartRedis(t, "--replicaof", "127.0.0.1", pport)
 	st.admin = redis.NewClient(&redis.Options{Addr: st.master.Addr()})
 	t.Cleanup(func() { _ = st.admin.Close() })
 	bin := testserver.LookBinary(t, "REDIS_SERVER_BIN", "redis-server", "apt-get install -y redis-server")
@@ -247,7 +219,7 @@ func startSentinelTopology(t *testing.T) *sentinelTopology {
 	}
 	// Ready: every Sentinel knows the replica and the two other Sentinels,
 	// and the replica's link is up.
-	st.await(t, 60*time.Second, "Sentinels and replica ready", func(ctx context.Context) error {
+	testserver.Await(t, 60*time.Second, "Sentinels and replica ready", func(ctx context.Context) error {
 		rc := redis.NewClient(&redis.Options{Addr: st.replica.Addr()})
 		info, err := rc.Info(ctx, "replication").Result()
 		_ = rc.Close()
@@ -266,24 +238,6 @@ func startSentinelTopology(t *testing.T) *sentinelTopology {
 		return nil
 	})
 	return st
-}
-
-// await polls ready until it succeeds: the servers offer nothing to wait on.
-func (st *sentinelTopology) await(t *testing.T, timeout time.Duration, what string, ready func(ctx context.Context) error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := ready(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v: %v", what, timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond) // polling the servers
-	}
 }
 
 // failedOver reports whether every Sentinel names the replica as master.

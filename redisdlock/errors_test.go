@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock"
-	"github.com/dlockdev/dlock/dlocktest"
 	"github.com/dlockdev/dlock/internal/testing/errtext"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/dlockdev/dlock/redisdlock"
@@ -28,31 +27,16 @@ func TestErrorMessages(t *testing.T) {
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: "s3cret"})
 	t.Cleanup(func() { _ = admin.Close() })
 
-	open := func(ctx context.Context, t *testing.T, addr string, opts ...dlock.Option) (*dlock.Client, error) {
-		c, err := dlock.Open(ctx, "redis://:s3cret@"+addr+"/0", opts...)
-		if err == nil {
-			t.Cleanup(func() { _ = c.Close() })
-		}
-		return c, err
+	b := errtext.URLBackend(srv.Addr(), func(addr string) string { return "redis://:s3cret@" + addr + "/0" })
+	b.DeleteKey = func(ctx context.Context, key string) error {
+		k := redisdlock.RedisKeyForTest(redisdlock.DefaultPrefix, key)
+		return admin.Del(ctx, k, k+":q", k+":w").Err()
 	}
-	errtext.RecordCommon(ctx, t, r, errtext.Backend{
-		Open: func(ctx context.Context, t *testing.T, opts ...dlock.Option) (*dlock.Client, error) {
-			return open(ctx, t, srv.Addr(), opts...)
-		},
-		DeleteKey: func(ctx context.Context, key string) error {
-			k := redisdlock.RedisKeyForTest(redisdlock.DefaultPrefix, key)
-			return admin.Del(ctx, k, k+":q", k+":w").Err()
-		},
-		NewFaultyClient: func(ctx context.Context, t *testing.T) (*dlock.Client, dlocktest.Link, error) {
-			p := dlocktest.NewProxy(t, srv.Addr())
-			c, err := open(ctx, t, p.Addr())
-			return c, p, err
-		},
-		TTL: 3 * time.Second,
-	})
+	b.TTL = 3 * time.Second
+	errtext.RecordCommon(ctx, t, r, b)
 
 	// A key used as another kind: the error names what it is.
-	kc, err := open(ctx, t, srv.Addr())
+	kc, err := b.Open(ctx, t)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
+	"github.com/dlockdev/dlock/internal/lease"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -182,33 +183,30 @@ const (
 	resend
 )
 
-// untilAnswered runs try, a renewal's request, with a deadline of half of
-// what is left of ctx, and runs it again while it reports that its
-// connection gave no answer by then, the last time with all that is left,
-// at most renewTries times in all. Half, not less: a reply that is only
-// slow (a loaded server, a long path) must still make it, and a retry on
-// a new connection costs a few round trips more (connect, HELLO). A connection can go silent while new
-// ones work (a NAT or a load balancer that lost its state, a half-open
-// TCP connection): waiting for it until the lease's deadline would lose a
-// lease that a new connection could renew. go-redis drops a connection
-// whose read timed out from its pool, so each try goes out on another one;
-// with ContextTimeoutEnabled, which gives go-redis ctx's deadline as the
-// read deadline. A try answered NOSCRIPT is sent again at once, not
-// counted, with a deadline as far off as the try's was: the connection
-// answered, and the two round trips of a first renewal on a server without
-// the script need not fit in one try's time. The renewal counts from the
-// moment the first try was sent (the caller's), never from a later one: an
-// unanswered try may have acted.
+// untilAnswered runs try, a renewal's request, with a deadline of
+// lease.TryTimeout's (half of what is left of ctx, no floor), and runs it
+// again while it reports that its connection gave no answer by then, the
+// last time with all that is left, at most renewTries times in all.
+// go-redis drops a connection whose read timed out from its pool, so each
+// try goes out on another one; with ContextTimeoutEnabled, which gives
+// go-redis ctx's deadline as the read deadline. A try answered NOSCRIPT is
+// sent again at once, not counted, with a deadline as far off as the try's
+// was: the connection answered, and the two round trips of a first renewal
+// on a server without the script need not fit in one try's time. The
+// renewal counts from the moment the first try was sent (the caller's),
+// never from a later one: an unanswered try may have acted.
 func untilAnswered(ctx context.Context, try func(ctx context.Context) tryOutcome) {
 	var budget time.Duration
-	resent, resending := false, false
+	bounded, resent, resending := false, false, false
 	for i := 1; ; {
 		tctx, cancel := ctx, context.CancelFunc(func() {})
-		if deadline, ok := ctx.Deadline(); ok && i < renewTries {
+		if i < renewTries {
 			if !resending {
-				budget = time.Until(deadline) / 2
+				budget, bounded = lease.TryTimeout(ctx, time.Time{}, 0)
 			}
-			tctx, cancel = context.WithTimeout(ctx, budget)
+			if bounded {
+				tctx, cancel = context.WithTimeout(ctx, budget)
+			}
 		}
 		out := try(tctx)
 		cancel()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/driver"
+	"github.com/dlockdev/dlock/internal/testing/leasewait"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/dlockdev/dlock/redisdlock"
 	"github.com/redis/go-redis/v9"
@@ -229,14 +230,8 @@ func TestClient_heldLocksRenewedInBatches(t *testing.T) {
 			deadlines[i] = l.Deadline()
 		}
 		for i, l := range leases {
-			for !l.Deadline().After(deadlines[i]) {
-				select {
-				case <-l.Done():
-					t.Fatalf("round %d: lease %d ended: %v", round, i, l.Err())
-				case <-ctx.Done():
-					t.Fatalf("round %d: lease %d never renewed (watchdog)", round, i)
-				case <-time.After(10 * time.Millisecond):
-				}
+			if err := leasewait.RenewedPast(ctx, l, deadlines[i]); err != nil {
+				t.Fatalf("round %d: lease %d: %v", round, i, err)
 			}
 		}
 	}

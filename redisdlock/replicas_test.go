@@ -18,10 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// replicated is a master with one replica whose replication link goes
-// through a proxy, so that a test can hold the replication stream: the
-// master then runs writes that the replica does not have, as after a
-// network partition or a slow replica.
+// replicated is a testserver.ReplicatedRedis with a client of its master.
 type replicated struct {
 	master, replica *testserver.Redis
 	proxy           *faultproxy.Proxy
@@ -30,27 +27,10 @@ type replicated struct {
 
 func startReplicated(t *testing.T) *replicated {
 	t.Helper()
-	r := &replicated{master: testserver.StartRedis(t)}
-	var err error
-	r.proxy, err = faultproxy.New(r.master.Addr(), &faultproxy.Options{Protocol: faultproxy.RESP})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.proxy.Close)
-	r.proxy.Tag(func(f *faultproxy.Frame) bool { c := f.Command(); return c == "PSYNC" || c == "SYNC" })
-	_, pport, _ := net.SplitHostPort(r.proxy.Addr())
-	r.replica = testserver.StartRedis(t, "--replicaof", "127.0.0.1", pport)
+	rr := testserver.StartReplicatedRedis(t, nil)
+	r := &replicated{master: rr.Master, replica: rr.Replica, proxy: rr.Proxy}
 	r.admin = redis.NewClient(&redis.Options{Addr: r.master.Addr()})
 	t.Cleanup(func() { _ = r.admin.Close() })
-	until(t, 30*time.Second, "the replica's link up", func(ctx context.Context) error {
-		rc := redis.NewClient(&redis.Options{Addr: r.replica.Addr()})
-		defer rc.Close()
-		info, err := rc.Info(ctx, "replication").Result()
-		if err != nil || !strings.Contains(info, "master_link_status:up") {
-			return fmt.Errorf("replica link not up: %v", err)
-		}
-		return nil
-	})
 	return r
 }
 
@@ -61,25 +41,6 @@ func (r *replicated) hold(t *testing.T) (release func()) {
 	release = func() { r.proxy.HoldTagged(false) }
 	t.Cleanup(release)
 	return release
-}
-
-// until calls cond every 20 ms until it returns nil, failing the test after
-// timeout: the servers offer nothing to wait on.
-func until(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := cond(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v: %v", what, timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the servers
-	}
 }
 
 // openTest opens url as a Client closed when the test ends.
@@ -400,10 +361,10 @@ func TestWaitReplicas_cluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Refused until the new node has heard of the master by gossip.
-	until(t, 30*time.Second, "CLUSTER REPLICATE", func(ctx context.Context) error {
+	testserver.Await(t, 30*time.Second, "CLUSTER REPLICATE", func(ctx context.Context) error {
 		return repC.Do(ctx, "CLUSTER", "REPLICATE", masterID).Err()
 	})
-	until(t, 30*time.Second, "the replica's link up", func(ctx context.Context) error {
+	testserver.Await(t, 30*time.Second, "the replica's link up", func(ctx context.Context) error {
 		info, err := repC.Info(ctx, "replication").Result()
 		if err != nil || !strings.Contains(info, "master_link_status:up") {
 			return fmt.Errorf("replica link not up: %v", err)
@@ -438,7 +399,7 @@ func TestWaitReplicas_cluster(t *testing.T) {
 	}
 	// Renewals acknowledged: the deadline moves on.
 	d0 := l.Deadline()
-	until(t, 10*time.Second, "a renewal", func(context.Context) error {
+	testserver.Await(t, 10*time.Second, "a renewal", func(context.Context) error {
 		if l.Err() != nil {
 			t.Fatalf("the lease ended: %v", l.Err())
 		}

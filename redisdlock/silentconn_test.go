@@ -6,6 +6,7 @@ import (
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/internal/testing/faultproxy"
+	"github.com/dlockdev/dlock/internal/testing/leasewait"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 )
 
@@ -18,11 +19,7 @@ import (
 func TestRenew_silentConnection_retriedOnAnother(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	ctx := testCtx(t)
-	proxy, err := faultproxy.New(srv.Addr(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
+	proxy := faultproxy.Start(t, srv.Addr(), nil)
 	c := newTestClient(t, ctx, proxy.Addr(), nil)
 	const ttl = time.Second
 	l, err := c.Lock(ctx, "silent", dlock.WithTTL(ttl))
@@ -36,16 +33,8 @@ func TestRenew_silentConnection_retriedOnAnother(t *testing.T) {
 
 	// Renewed on a new connection: the deadline moves past the one the
 	// lease had when its connections went silent.
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !l.Deadline().After(was.Add(ttl / 2)) {
-		select {
-		case <-l.Done():
-			t.Fatalf("lease lost while new connections worked: %v", l.Err())
-		case <-ctx.Done():
-			t.Fatal("lease neither renewed nor lost (watchdog)")
-		case <-tick.C:
-		}
+	if err := leasewait.RenewedPast(ctx, l, was.Add(ttl/2)); err != nil {
+		t.Fatalf("%v, while new connections worked", err)
 	}
 	if proxy.Accepted() == dialed {
 		t.Fatal("renewed with no new connection, although every old one was silent")
@@ -65,11 +54,7 @@ func TestRenew_silentConnection_retriedOnAnother(t *testing.T) {
 func TestRenew_slowReplyWithoutScript(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	ctx := testCtx(t)
-	proxy, err := faultproxy.New(srv.Addr(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
+	proxy := faultproxy.Start(t, srv.Addr(), nil)
 	c := newTestClient(t, ctx, proxy.Addr(), nil)
 	const ttl = time.Second
 	// A connection, and the grant's script cached, before the replies
@@ -86,17 +71,8 @@ func TestRenew_slowReplyWithoutScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	was := l.Deadline()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !l.Deadline().After(was) {
-		select {
-		case <-l.Done():
-			t.Fatalf("lease lost on a slow but working connection: %v", l.Err())
-		case <-ctx.Done():
-			t.Fatal("lease neither renewed nor lost (watchdog)")
-		case <-tick.C:
-		}
+	if err := leasewait.RenewedPast(ctx, l, l.Deadline()); err != nil {
+		t.Fatalf("%v, on a slow but working connection", err)
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/dlockdev/dlock"
-	"github.com/dlockdev/dlock/dlocktest"
 	"github.com/dlockdev/dlock/internal/testing/errtext"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/dlockdev/dlock/zkdlock"
@@ -30,30 +29,15 @@ func TestErrorMessages(t *testing.T) {
 	admin := dialZK(t, ctx, srv.Addr(), connOpts{timeout: 10 * time.Second})
 	h := &harness{srv: srv, admin: admin}
 
-	open := func(ctx context.Context, t *testing.T, addr string, opts ...dlock.Option) (*dlock.Client, error) {
-		c, err := dlock.Open(ctx, "zk://"+addr+root+"?session_timeout=2s", opts...)
-		if err == nil {
-			t.Cleanup(func() { _ = c.Close() })
-		}
-		return c, err
+	b := errtext.URLBackend(srv.Addr(), func(addr string) string { return "zk://" + addr + root + "?session_timeout=2s" })
+	b.DeleteKey = func(ctx context.Context, key string) error {
+		return deleteKeyUnder(h, root, key)
 	}
-	errtext.RecordCommon(ctx, t, r, errtext.Backend{
-		Open: func(ctx context.Context, t *testing.T, opts ...dlock.Option) (*dlock.Client, error) {
-			return open(ctx, t, srv.Addr(), opts...)
-		},
-		DeleteKey: func(ctx context.Context, key string) error {
-			return deleteKeyUnder(h, root, key)
-		},
-		NewFaultyClient: func(ctx context.Context, t *testing.T) (*dlock.Client, dlocktest.Link, error) {
-			p := dlocktest.NewProxy(t, srv.Addr())
-			c, err := open(ctx, t, p.Addr())
-			return c, p, err
-		},
-		// The lease length is the session timeout, from the URL.
-	})
+	// b.TTL stays zero: the lease length is the session timeout, from the URL.
+	errtext.RecordCommon(ctx, t, r, b)
 
 	// A key used as two kinds.
-	kc, err := open(ctx, t, srv.Addr())
+	kc, err := b.Open(ctx, t)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,11 +25,7 @@ func TestUnlock_lostReply_confirmedInSession(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t)
 			srv, admin, opts := sharedServer(t, ctx)
-			proxy, err := faultproxy.New(srv.Addr(), &faultproxy.Options{Protocol: faultproxy.ZooKeeper})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(proxy.Close)
+			proxy := faultproxy.Start(t, srv.Addr(), &faultproxy.Options{Protocol: faultproxy.ZooKeeper})
 			conn := dialZK(t, ctx, proxy.Addr(), connOpts{timeout: 10 * time.Second})
 			a := newClient(t, ctx, conn, opts)
 			l := mustLock(t, ctx, a, "k")
@@ -71,11 +67,7 @@ func TestUnlock_lostReplySessionEnded_unavailable(t *testing.T) {
 	ctx := testCtx(t)
 	srv, admin, opts := sharedServer(t, ctx)
 	opts.SessionTimeout = 20 * time.Second
-	proxy, err := faultproxy.New(srv.Addr(), &faultproxy.Options{Protocol: faultproxy.ZooKeeper})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
+	proxy := faultproxy.Start(t, srv.Addr(), &faultproxy.Options{Protocol: faultproxy.ZooKeeper})
 	sniff := &sessionSniffer{}
 	conn := dialZK(t, ctx, proxy.Addr(), connOpts{timeout: opts.SessionTimeout, dialer: sniff.dial})
 	a := newClient(t, ctx, conn, opts)

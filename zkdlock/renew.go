@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlockdev/dlock/driver"
 	ibackoff "github.com/dlockdev/dlock/internal/backoff"
+	"github.com/dlockdev/dlock/internal/lease"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -220,21 +221,21 @@ func (d *zkDriver) proveSession(ctx context.Context, sid int64, gs []*grant) (ti
 }
 
 // answerWithin is how long a renewal's request, sent now, waits for its
-// answer: half of what is left of ctx (the lease's deadline), and at
-// most limit, when the driver can drop a silent connection (see
-// dropIfSilent); otherwise limit. A connection can go silent while new ones
-// work (a NAT or a load balancer that lost its state, a half-open TCP
-// connection), and go-zookeeper gives up on it only after two thirds of
-// the session timeout without a packet: later than the deadline of a lease
-// counted from what an ensemble's leader heard (see heard), which is up to
-// a third of the session timeout older than the last renewal. Half, not
-// less: a reply that is only slow must still make it, and the retry needs
-// a reconnect first.
+// answer: lease.TryTimeout's half of what is left of ctx (the lease's
+// deadline), at most limit and at least a millisecond (call takes 0 for no
+// timeout), when the driver can drop a silent connection (see
+// dropIfSilent); otherwise limit. go-zookeeper gives up on a silent
+// connection only after two thirds of the session timeout without a
+// packet: later than the deadline of a lease counted from what an
+// ensemble's leader heard (see heard), which is up to a third of the
+// session timeout older than the last renewal. The retry is the engine's,
+// after a reconnect.
 func (d *zkDriver) answerWithin(ctx context.Context, limit time.Duration) time.Duration {
-	if deadline, ok := ctx.Deadline(); ok && d.dropConn != nil {
-		return max(min(limit, time.Until(deadline)/2), time.Millisecond)
+	if _, ok := ctx.Deadline(); !ok || d.dropConn == nil {
+		return limit
 	}
-	return limit
+	half, _ := lease.TryTimeout(ctx, time.Time{}, 0) // 0 once ctx's deadline has passed
+	return max(min(limit, half), time.Millisecond)
 }
 
 // dropIfSilent drops connection number gen when err says that a renewal's

@@ -153,6 +153,38 @@ func renewAll(t *testing.T, ctx context.Context, d *zkDriver, c *countConn, gs [
 	return c.n.Load() - before
 }
 
+// renewedThree is renewDriver's driver and counter with three grants
+// taken through it and renewed once.
+func renewedThree(t *testing.T, ctx context.Context, addr string, timeout time.Duration, params string) (*zkDriver, *countConn, []driver.Grant) {
+	t.Helper()
+	d, c := renewDriver(t, ctx, addr, timeout, params)
+	gs := acquireMany(t, ctx, d, 3)
+	renewAll(t, ctx, d, c, gs)
+	return d, c, gs
+}
+
+// adminConn is a session of the test's own at addr, for changing the
+// driver's nodes behind its back.
+func adminConn(t *testing.T, addr string) *zk.Conn {
+	t.Helper()
+	admin, _, err := zk.Connect([]string{addr}, 30*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	return admin
+}
+
+// secondAlone fails the test unless errs, a RenewBatch's for three grants
+// after what was done to the second one's node, fail that grant alone with
+// ErrNotHeld.
+func secondAlone(t *testing.T, errs []error, after string) {
+	t.Helper()
+	if len(errs) != 3 || errs[0] != nil || errs[2] != nil || !errors.Is(errs[1], driver.ErrNotHeld) {
+		t.Fatalf("RenewBatch after %s: %v, want ErrNotHeld for the second grant alone", after, errs)
+	}
+}
+
 // TestRenewBatch_thousandGrants_oneRequest: a thousand grants of one
 // session are renewed with one request, the standalone check where the
 // server is found standalone and a sync by the ensemble rule, once each
@@ -197,22 +229,14 @@ func TestRenewBatch_nodeDeleted_endsThatGrantAlone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	srv := testserver.SharedZooKeeper(t)
-	d, c := renewDriver(t, ctx, srv.Addr(), 30*time.Second, "")
-	gs := acquireMany(t, ctx, d, 3)
-	renewAll(t, ctx, d, c, gs)
-	admin, _, err := zk.Connect([]string{srv.Addr()}, 30*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	d, c, gs := renewedThree(t, ctx, srv.Addr(), 30*time.Second, "")
+	admin := adminConn(t, srv.Addr())
 	if err := admin.Delete(gs[1].(*grant).path, -1); err != nil {
 		t.Fatal(err)
 	}
 	before := c.n.Load()
 	errs := d.RenewBatch(ctx, gs)
-	if len(errs) != 3 || errs[0] != nil || errs[2] != nil || !errors.Is(errs[1], driver.ErrNotHeld) {
-		t.Fatalf("RenewBatch after deleting the second node: %v, want ErrNotHeld for it alone", errs)
-	}
+	secondAlone(t, errs, "deleting the second node")
 	if got := c.n.Load() - before; got > 2 {
 		t.Errorf("%d requests, want at most 2 (the proof, and a read of the deleted node)", got)
 	}
@@ -228,21 +252,13 @@ func TestRenewBatch_nodeWritten_endsThatGrantAlone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	srv := testserver.SharedZooKeeper(t)
-	d, c := renewDriver(t, ctx, srv.Addr(), 30*time.Second, "&standalone=false&tick_time=100ms")
-	gs := acquireMany(t, ctx, d, 3)
-	renewAll(t, ctx, d, c, gs)
-	admin, _, err := zk.Connect([]string{srv.Addr()}, 30*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	d, _, gs := renewedThree(t, ctx, srv.Addr(), 30*time.Second, "&standalone=false&tick_time=100ms")
+	admin := adminConn(t, srv.Addr())
 	if _, err := admin.Set(gs[1].(*grant).path, []byte("operator"), -1); err != nil {
 		t.Fatal(err)
 	}
 	errs := d.RenewBatch(ctx, gs)
-	if len(errs) != 3 || errs[0] != nil || errs[2] != nil || !errors.Is(errs[1], driver.ErrNotHeld) {
-		t.Fatalf("RenewBatch after writing the second node: %v, want ErrNotHeld for it alone", errs)
-	}
+	secondAlone(t, errs, "writing the second node")
 	if errs := d.RenewBatch(ctx, []driver.Grant{gs[0], gs[2]}); errs != nil {
 		t.Fatalf("the others renewed again: %v", errs)
 	}
@@ -259,17 +275,11 @@ func TestRenewBatch_afterReconnect_readsEveryNode(t *testing.T) {
 	defer cancel()
 	srv := testserver.SharedZooKeeper(t)
 	proxy := dlocktest.NewProxy(t, srv.Addr())
-	d, c := renewDriver(t, ctx, proxy.Addr(), 30*time.Second, "")
-	gs := acquireMany(t, ctx, d, 3)
-	renewAll(t, ctx, d, c, gs)
+	d, c, gs := renewedThree(t, ctx, proxy.Addr(), 30*time.Second, "")
 	if got := renewAll(t, ctx, d, c, gs); got != 1 {
 		t.Fatalf("%d requests before the reconnect, want 1", got)
 	}
-	admin, _, err := zk.Connect([]string{srv.Addr()}, 30*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	admin := adminConn(t, srv.Addr())
 	conns := d.connGen()
 	proxy.Reset() // the connection breaks; go-zookeeper dials again
 	if err := admin.Delete(gs[1].(*grant).path, -1); err != nil {
@@ -286,9 +296,7 @@ func TestRenewBatch_afterReconnect_readsEveryNode(t *testing.T) {
 		}
 		errs = d.RenewBatch(ctx, gs)
 	}
-	if len(errs) != 3 || errs[0] != nil || errs[2] != nil || !errors.Is(errs[1], driver.ErrNotHeld) {
-		t.Fatalf("RenewBatch after the reconnect: %v, want ErrNotHeld for the deleted node alone", errs)
-	}
+	secondAlone(t, errs, "the reconnect")
 	if d.connGen() == conns {
 		t.Fatal("no new connection")
 	}
@@ -307,14 +315,8 @@ func TestRenewBatch_sessionExpired_endsAll(t *testing.T) {
 	defer cancel()
 	srv := testserver.SharedZooKeeper(t)
 	proxy := dlocktest.NewProxy(t, srv.Addr())
-	d, c := renewDriver(t, ctx, proxy.Addr(), 4*time.Second, "")
-	gs := acquireMany(t, ctx, d, 3)
-	renewAll(t, ctx, d, c, gs)
-	admin, _, err := zk.Connect([]string{srv.Addr()}, 30*time.Second, zk.WithLogInfo(false), zk.WithLogger(nopLogger{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	d, _, gs := renewedThree(t, ctx, proxy.Addr(), 4*time.Second, "")
+	admin := adminConn(t, srv.Addr())
 	_, _, gone, err := admin.ExistsW(gs[0].(*grant).path)
 	if err != nil {
 		t.Fatal(err)

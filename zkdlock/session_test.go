@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/dlocktest"
+	"github.com/dlockdev/dlock/internal/testing/leasewait"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/dlockdev/dlock/zkdlock"
 	"github.com/go-zookeeper/zk"
@@ -297,17 +298,9 @@ func TestSession_connectionLost_leaseSurvivesReconnect(t *testing.T) {
 		// Wait for a renewal that started after the cut: the lease engine
 		// puts the deadline at its start + validity - 1% - 2 ms.
 		safe := opts.SessionTimeout - opts.SessionTimeout/100 - 2*time.Millisecond
-		tick := time.NewTicker(5 * time.Millisecond)
-		for !l.Deadline().After(cut.Add(safe)) {
-			select {
-			case <-tick.C:
-			case <-l.Done():
-				t.Fatalf("round %d: lease lost after a connection reset: %v", round, l.Err())
-			case <-ctx.Done():
-				t.Fatalf("round %d: no renewal after the reconnect (watchdog)", round)
-			}
+		if err := leasewait.RenewedPast(ctx, l, cut.Add(safe)); err != nil {
+			t.Fatalf("round %d: %v, after a connection reset", round, err)
 		}
-		tick.Stop()
 		if sniff.dials.Load() == dials {
 			t.Fatalf("round %d: the client did not reconnect", round)
 		}

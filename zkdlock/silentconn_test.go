@@ -7,6 +7,7 @@ import (
 
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/internal/testing/faultproxy"
+	"github.com/dlockdev/dlock/internal/testing/leasewait"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 )
 
@@ -34,11 +35,7 @@ func TestRenew_silentConnection_reconnectsInTime(t *testing.T) {
 func silentConnection(t *testing.T, params string) {
 	ctx := testCtx(t)
 	srv := testserver.SharedZooKeeper(t)
-	proxy, err := faultproxy.New(srv.Addr(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
+	proxy := faultproxy.Start(t, srv.Addr(), nil)
 	const timeout = 2 * time.Second
 	c, err := dlock.Open(ctx, fmt.Sprintf("zk://%s%s?session_timeout=%v%s", proxy.Addr(), testRoot(t), timeout, params))
 	if err != nil {
@@ -51,30 +48,16 @@ func silentConnection(t *testing.T, params string) {
 	}
 	// The silence begins just after a renewal answered: the lease then
 	// has the least time left that a healthy connection leaves it.
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for granted := l.Deadline(); l.Deadline().Equal(granted); {
-		select {
-		case <-l.Done():
-			t.Fatalf("lease lost before the silence: %v", l.Err())
-		case <-ctx.Done():
-			t.Fatal("lease never renewed (watchdog)")
-		case <-tick.C:
-		}
+	if err := leasewait.RenewedPast(ctx, l, l.Deadline()); err != nil {
+		t.Fatalf("%v, before the silence", err)
 	}
 	dialed := proxy.Accepted()
 	proxy.Stall()
 	defer proxy.Restore()
 	was := l.Deadline()
 
-	for !l.Deadline().After(was.Add(l.TTL() / 2)) {
-		select {
-		case <-l.Done():
-			t.Fatalf("lease lost while new connections worked: %v", l.Err())
-		case <-ctx.Done():
-			t.Fatal("lease neither renewed nor lost (watchdog)")
-		case <-tick.C:
-		}
+	if err := leasewait.RenewedPast(ctx, l, was.Add(l.TTL()/2)); err != nil {
+		t.Fatalf("%v, while new connections worked", err)
 	}
 	t.Logf("renewed; the old deadline was %v away", time.Until(was))
 	if proxy.Accepted() == dialed {

@@ -28,6 +28,31 @@ type Backend struct {
 	TTL time.Duration
 }
 
+// URLBackend returns a Backend whose clients open url(addr), addr the
+// test server's address: Open's, and NewFaultyClient's through a
+// dlocktest.Proxy in front of the server, whose address url is given
+// instead. Each client is closed when the test that opened it ends. The
+// caller sets DeleteKey and TTL.
+func URLBackend(addr string, url func(addr string) string) Backend {
+	open := func(ctx context.Context, t *testing.T, addr string, opts ...dlock.Option) (*dlock.Client, error) {
+		c, err := dlock.Open(ctx, url(addr), opts...)
+		if err == nil {
+			t.Cleanup(func() { _ = c.Close() })
+		}
+		return c, err
+	}
+	return Backend{
+		Open: func(ctx context.Context, t *testing.T, opts ...dlock.Option) (*dlock.Client, error) {
+			return open(ctx, t, addr, opts...)
+		},
+		NewFaultyClient: func(ctx context.Context, t *testing.T) (*dlock.Client, dlocktest.Link, error) {
+			p := dlocktest.NewProxy(t, addr)
+			c, err := open(ctx, t, p.Addr())
+			return c, p, err
+		},
+	}
+}
+
 // RecordCommon provokes the errors every backend shows in the same
 // situations: a held key, a double Unlock, a lease lost, bad keys and
 // options, a closed client, a cancelled wait. Keys are named "k", "k2"…
