@@ -457,7 +457,13 @@ func TestLockDelay_holderDiesKeyUntouched_sweepDeletesMark(t *testing.T) {
 	root := testRoot(t)
 	hconn := dialZK(t, ctx, srv.Addr(), connOpts{})
 	hc := newClient(t, ctx, hconn, zkdlock.Options{Root: root})
-	sc := plainClient(t, ctx, srv.Addr(), zkdlock.Options{Root: root, LockDelaySweep: 20 * time.Millisecond})
+	// Opened by URL, whose lock_delay_sweep the sweeper must follow: at
+	// the default, a minute, the first sweep comes after the waits below.
+	sc, err := dlock.Open(ctx, "zk://"+srv.Addr()+root+"?lock_delay_sweep=20ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sc.Close() })
 	const key = "job"
 
 	h, err := hc.Lock(ctx, key, dlock.WithLockDelay(testDelay))

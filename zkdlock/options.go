@@ -82,7 +82,8 @@ type Options struct {
 	// listing, and a look at up to three marks, which deletes those whose
 	// Client died once their delay is over, though nobody uses their keys
 	// again. Each sweep waits between half and one and a half of it.
-	// Default DefaultLockDelaySweep; it may not be negative.
+	// Default DefaultLockDelaySweep; it may not be negative. In a URL:
+	// lock_delay_sweep=.
 	LockDelaySweep time.Duration
 
 	// ClientOptions are passed to dlock.NewClient (WithMetadata, WithLogger

@@ -38,15 +38,16 @@ type urlConfig struct {
 	connectTimeout time.Duration
 	user, password string // digest credentials; empty user: none
 	tickTime       time.Duration
-	deployment     Deployment  // standalone=true: Standalone; false: Ensemble; absent: Detect
+	deployment     Deployment // standalone=true: Standalone; false: Ensemble; absent: Detect
+	lockDelaySweep time.Duration
 	tls            *tls.Config // zks://; nil for zk://
 }
 
 // The query parameters a zk:// URL may carry, with their meaning.
-var urlParams = append([]string{"session_timeout", "connect_timeout", "tick_time", "standalone"}, tlsurl.Params...)
+var urlParams = append([]string{"session_timeout", "connect_timeout", "tick_time", "standalone", "lock_delay_sweep"}, tlsurl.Params...)
 
 func parseURL(u *url.URL) (urlConfig, error) {
-	cfg := urlConfig{sessionTimeout: DefaultSessionTimeout, connectTimeout: DefaultConnectTimeout, root: DefaultRoot}
+	cfg := urlConfig{sessionTimeout: DefaultSessionTimeout, connectTimeout: DefaultConnectTimeout, root: DefaultRoot, lockDelaySweep: DefaultLockDelaySweep}
 	if u.Opaque != "" || u.Fragment != "" {
 		return cfg, fmt.Errorf("expected %s://[user:password@]host:port[,host:port…][/root][?params]", u.Scheme)
 	}
@@ -129,6 +130,12 @@ func parseURL(u *url.URL) (urlConfig, error) {
 	if err := checkTick(cfg.tickTime, cfg.deployment, cfg.sessionTimeout); err != nil {
 		return cfg, fmt.Errorf("tick_time=%v: %v", cfg.tickTime, err)
 	}
+	if cfg.lockDelaySweep, err = durationParam(q, "lock_delay_sweep", cfg.lockDelaySweep); err != nil {
+		return cfg, err
+	}
+	if cfg.lockDelaySweep <= 0 {
+		return cfg, fmt.Errorf("lock_delay_sweep=%v must be positive", cfg.lockDelaySweep)
+	}
 	return cfg, nil
 }
 
@@ -171,7 +178,7 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, err
 	}
 	addr := strings.Join(cfg.servers, ",")
-	o := Options{Root: cfg.root, ACL: zk.WorldACL(zk.PermAll), TickTime: cfg.tickTime, Deployment: cfg.deployment}
+	o := Options{Root: cfg.root, ACL: zk.WorldACL(zk.PermAll), TickTime: cfg.tickTime, Deployment: cfg.deployment, LockDelaySweep: cfg.lockDelaySweep}
 	identities := []string{} // not nil: check the root's ACL for anonymous clients too
 	if cfg.user != "" {
 		// addauth digest: go-zookeeper sends it again after every reconnect.

@@ -16,7 +16,11 @@ func TestParseURL(t *testing.T) {
 		"zk://h1?standalone=true":               {servers: []string{"h1:2181"}, root: DefaultRoot, sessionTimeout: DefaultSessionTimeout, connectTimeout: DefaultConnectTimeout, deployment: Standalone},
 		"zk://h1?standalone=0":                  {servers: []string{"h1:2181"}, root: DefaultRoot, sessionTimeout: DefaultSessionTimeout, connectTimeout: DefaultConnectTimeout, deployment: Ensemble},
 		"zk://h1?standalone=false&tick_time=2s": {servers: []string{"h1:2181"}, root: DefaultRoot, sessionTimeout: DefaultSessionTimeout, connectTimeout: DefaultConnectTimeout, tickTime: 2 * time.Second, deployment: Ensemble},
+		"zk://h1?lock_delay_sweep=10s":          {servers: []string{"h1:2181"}, root: DefaultRoot, sessionTimeout: DefaultSessionTimeout, connectTimeout: DefaultConnectTimeout, lockDelaySweep: 10 * time.Second},
 	} {
+		if want.lockDelaySweep == 0 {
+			want.lockDelaySweep = DefaultLockDelaySweep
+		}
 		u, err := url.Parse(raw)
 		if err != nil {
 			t.Fatal(err)
@@ -28,7 +32,7 @@ func TestParseURL(t *testing.T) {
 		}
 		if !slices.Equal(got.servers, want.servers) || got.root != want.root || got.sessionTimeout != want.sessionTimeout ||
 			got.connectTimeout != want.connectTimeout || got.user != want.user || got.password != want.password ||
-			got.tickTime != want.tickTime || got.deployment != want.deployment {
+			got.tickTime != want.tickTime || got.deployment != want.deployment || got.lockDelaySweep != want.lockDelaySweep {
 			t.Errorf("parseURL(%q) = %+v, want %+v", raw, got, want)
 		}
 	}

@@ -36,6 +36,9 @@ func TestOpen_badURL(t *testing.T) {
 		"zk://h:2181?session_timeout=4s&tick_time=3s", // more than half the session timeout
 		"zk://h:2181?tick_time=2s&standalone=true",
 		"zk://h:2181?standalone=maybe",
+		"zk://h:2181?lock_delay_sweep=0s",
+		"zk://h:2181?lock_delay_sweep=-1m",
+		"zk://h:2181?lock_delay_sweep=often",
 		"zk://h:2181?cacert=/tmp/ca.pem", // TLS parameters need zks://
 		"zks://h:2181?cacert=/does/not/exist",
 		"zks://h:2181?cert=/tmp/client.pem", // without key=
