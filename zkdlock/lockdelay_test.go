@@ -3,6 +3,7 @@ package zkdlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -227,37 +228,49 @@ func TestLockDelay_granteeDiesSittingOut_nextKeepsItsCount(t *testing.T) {
 	}
 }
 
-// awaitNoMarks waits, at most within, until the key node has no mark (or
-// is gone), woken by a child watch, and fails the test if one is left.
-func awaitNoMarks(t *testing.T, ctx context.Context, admin *zk.Conn, root, key string, within time.Duration) {
+// awaitWatched calls look until it reports done, each time again once the
+// watch it set (changed) fires, for at most within; late names what did not
+// happen in the failure.
+func awaitWatched(t *testing.T, ctx context.Context, within time.Duration, look func() (done bool, changed <-chan zk.Event), late func() string) {
 	t.Helper()
 	timer := time.NewTimer(within)
 	defer timer.Stop()
 	for {
+		done, changed := look()
+		if done {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			t.Fatalf("%s after %v", late(), within)
+		case <-ctx.Done():
+			t.Fatal("watchdog")
+		}
+	}
+}
+
+// awaitNoMarks waits, at most within, until the key node has no mark (or
+// is gone), woken by a child watch, and fails the test if one is left.
+func awaitNoMarks(t *testing.T, ctx context.Context, admin *zk.Conn, root, key string, within time.Duration) {
+	t.Helper()
+	var left []string
+	awaitWatched(t, ctx, within, func() (bool, <-chan zk.Event) {
 		cs, _, ch, err := admin.ChildrenW(zkdlock.KeyPathForTest(root, key))
 		if errors.Is(err, zk.ErrNoNode) {
-			return
+			return true, nil
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		var left []string
+		left = left[:0]
 		for _, c := range cs {
 			if strings.HasPrefix(c, "delay-") {
 				left = append(left, c)
 			}
 		}
-		if len(left) == 0 {
-			return
-		}
-		select {
-		case <-ch:
-		case <-timer.C:
-			t.Fatalf("marks %v still there after %v, want them gone once the delay is over", left, within)
-		case <-ctx.Done():
-			t.Fatal("watchdog")
-		}
-	}
+		return len(left) == 0, ch
+	}, func() string { return fmt.Sprintf("marks %v still there, want them gone once the delay is over", left) })
 }
 
 // TestLockDelay_keyNotLockedAgain_markGoes: the mark of a holder whose
@@ -419,29 +432,25 @@ func indexOf(t *testing.T, admin *zk.Conn, root string) []string {
 // ("until=…"), woken by a data watch, and returns that time.
 func awaitMarkData(t *testing.T, ctx context.Context, admin *zk.Conn, path string, within time.Duration) time.Time {
 	t.Helper()
-	timer := time.NewTimer(within)
-	defer timer.Stop()
-	for {
+	var until time.Time
+	awaitWatched(t, ctx, within, func() (bool, <-chan zk.Event) {
 		data, _, ch, err := admin.GetW(path)
 		if err != nil {
 			t.Fatalf("read the mark: %v", err)
 		}
-		if ms, ok := strings.CutPrefix(string(data), "until="); ok {
-			line, _, _ := strings.Cut(ms, "\n")
-			n, err := strconv.ParseInt(line, 10, 64)
-			if err != nil {
-				t.Fatalf("mark data %q", data)
-			}
-			return time.UnixMilli(n)
+		ms, ok := strings.CutPrefix(string(data), "until=")
+		if !ok {
+			return false, ch
 		}
-		select {
-		case <-ch:
-		case <-timer.C:
-			t.Fatalf("nobody counted the delay of %s within %v", path, within)
-		case <-ctx.Done():
-			t.Fatal("watchdog")
+		line, _, _ := strings.Cut(ms, "\n")
+		n, err := strconv.ParseInt(line, 10, 64)
+		if err != nil {
+			t.Fatalf("mark data %q", data)
 		}
-	}
+		until = time.UnixMilli(n)
+		return true, ch
+	}, func() string { return "nobody counted the delay of " + path })
+	return until
 }
 
 // TestLockDelay_holderDiesKeyUntouched_sweepDeletesMark: the Client of a
@@ -628,9 +637,7 @@ func TestLockDelay_waiterQueuedAnew_reclaimsItsMark(t *testing.T) {
 
 	// The waiter's node and mark, then both changed in one transaction.
 	var mark, node string
-	timer := time.NewTimer(30 * time.Second)
-	defer timer.Stop()
-	for mark == "" || node == "" {
+	awaitWatched(t, ctx, 30*time.Second, func() (bool, <-chan zk.Event) {
 		cs, _, ch, err := admin.ChildrenW(kp)
 		if err != nil {
 			t.Fatal(err)
@@ -648,17 +655,8 @@ func TestLockDelay_waiterQueuedAnew_reclaimsItsMark(t *testing.T) {
 				}
 			}
 		}
-		if mark != "" && node != "" {
-			break
-		}
-		select {
-		case <-ch:
-		case <-timer.C:
-			t.Fatal("the waiter did not queue")
-		case <-ctx.Done():
-			t.Fatal("watchdog")
-		}
-	}
+		return mark != "" && node != "", ch
+	}, func() string { return "the waiter did not queue" })
 	past := time.Now().Add(-time.Hour).UnixMilli()
 	if _, err := admin.Multi(
 		&zk.DeleteRequest{Path: kp + "/" + node, Version: -1},
