@@ -209,12 +209,7 @@ func TestLockDelay_granteeDiesSittingOut_nextKeepsItsCount(t *testing.T) {
 	}
 	// Wait for the time written in the mark (the delay as the dead
 	// waiter counted it) to pass.
-	timer := time.NewTimer(time.Until(until) + time.Millisecond)
-	select {
-	case <-timer.C:
-	case <-ctx.Done():
-		t.Fatal("watchdog")
-	}
+	waitPast(t, ctx, until)
 	l, err := c2.TryLock(ctx, key)
 	if err != nil {
 		t.Fatalf("TryLock once the delay written in the mark is over = %v, want a grant", err)
@@ -428,6 +423,19 @@ func indexOf(t *testing.T, admin *zk.Conn, root string) []string {
 	return children(t, admin, zkdlock.DelayIndexForTest(root))
 }
 
+// waitPast waits until just after until by this process's clock: a delay
+// written in a mark, which the test must see over.
+func waitPast(t *testing.T, ctx context.Context, until time.Time) {
+	t.Helper()
+	timer := time.NewTimer(time.Until(until) + time.Millisecond)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+		t.Fatal("watchdog")
+	}
+}
+
 // awaitMarkData waits until the mark at path holds a time its delay ends
 // ("until=…"), woken by a data watch, and returns that time.
 func awaitMarkData(t *testing.T, ctx context.Context, admin *zk.Conn, path string, within time.Duration) time.Time {
@@ -537,12 +545,7 @@ func TestLockDelay_olderDlock(t *testing.T) {
 			t.Fatalf("TryLock beside an older dlock's orphan = %v, want ErrLocked", err)
 		}
 		until := awaitMarkData(t, ctx, admin, kp+"/"+mark, 30*time.Second)
-		timer := time.NewTimer(time.Until(until) + time.Millisecond)
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			t.Fatal("watchdog")
-		}
+		waitPast(t, ctx, until)
 		l, err := c.TryLock(ctx, key)
 		if err != nil && !errors.Is(err, dlock.ErrLocked) {
 			t.Fatal(err)
