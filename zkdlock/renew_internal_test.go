@@ -88,10 +88,11 @@ func (c *countConn) Multi(ops ...any) ([]zk.MultiResponse, error) {
 
 // renewDriver is a driver made as Open makes it (its own dialer, which
 // counts connections), at addr, under a root of the test's own, with
-// params added to the URL; its requests counted.
+// params added to the URL; its requests counted, with no sweep of the
+// lock-delay index among them.
 func renewDriver(t *testing.T, ctx context.Context, addr string, timeout time.Duration, params string) (*zkDriver, *countConn) {
 	t.Helper()
-	u, err := url.Parse(fmt.Sprintf("zk://%s/test/renew-%d?session_timeout=%v%s", addr, internalSeq.Add(1), timeout, params))
+	u, err := url.Parse(fmt.Sprintf("zk://%s/test/renew-%d?session_timeout=%v&lock_delay_sweep=1h%s", addr, internalSeq.Add(1), timeout, params))
 	if err != nil {
 		t.Fatal(err)
 	}
