@@ -120,11 +120,40 @@ type runner interface{ run() }
 // idleWorkers hands a request to a worker waiting for one.
 var idleWorkers = make(chan runner)
 
-// workerIdle is how long a worker waits for another request before it
-// exits: a busy Client's next request comes much sooner, and a process
-// whose Clients are closed is soon left with none (leak checks wait for
-// seconds).
-const workerIdle = 500 * time.Millisecond
+// defaultWorkerIdle is how long a worker waits for another request before
+// it exits: a busy Client's next request comes much sooner.
+const defaultWorkerIdle = 500 * time.Millisecond
+
+// workerIdle is defaultWorkerIdle, in nanoseconds: a variable only so that
+// a test can show that Close, not this wait, stops the workers.
+var workerIdle atomic.Int64
+
+// The workers are the process's, shared by its Clients; once the last
+// Client has closed, none is left waiting for a request (a goroutine leak
+// check run right after Close finds none). openClients counts the drivers
+// made and not yet closed; workersQuit is closed, and replaced, whenever
+// that count falls to zero.
+var (
+	openClients atomic.Int64
+	workersQuit atomic.Pointer[chan struct{}]
+)
+
+func init() {
+	workerIdle.Store(int64(defaultWorkerIdle))
+	q := make(chan struct{})
+	workersQuit.Store(&q)
+}
+
+// clientOpened counts a new driver; clientClosed undoes it, at its Close.
+func clientOpened() { openClients.Add(1) }
+
+func clientClosed() {
+	if openClients.Add(-1) != 0 {
+		return
+	}
+	q := make(chan struct{})
+	close(*workersQuit.Swap(&q))
+}
 
 // dispatch runs r on an idle worker, or on a new one when none is idle.
 func dispatch(r runner) {
@@ -136,16 +165,24 @@ func dispatch(r runner) {
 }
 
 // work runs r, then whatever dispatch hands it, until it has been idle for
-// workerIdle.
+// workerIdle or no Client is open.
 func work(r runner) {
-	idle := time.NewTimer(workerIdle)
+	idle := time.NewTimer(time.Duration(workerIdle.Load()))
 	defer idle.Stop()
 	for {
 		r.run()
-		idle.Reset(workerIdle)
+		// Loaded before the count is read: a last Close after the load
+		// closes this channel; one before it leaves the count at zero.
+		quit := *workersQuit.Load()
+		if openClients.Load() <= 0 {
+			return
+		}
+		idle.Reset(time.Duration(workerIdle.Load()))
 		select {
 		case r = <-idleWorkers:
 		case <-idle.C:
+			return
+		case <-quit:
 			return
 		}
 	}

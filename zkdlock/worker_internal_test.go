@@ -3,9 +3,16 @@ package zkdlock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlockdev/dlock/driver"
+	"github.com/dlockdev/dlock/internal/testing/testserver"
 )
 
 // A request given up on still runs to its end, counted in inflight until
@@ -79,5 +86,67 @@ func TestCall_timeoutAndCall0(t *testing.T) {
 	}
 	if err := call0(context.Background(), nil, 0, func() error { return nil }); err != nil {
 		t.Fatalf("call0: %v", err)
+	}
+}
+
+// workersWaiting counts the goroutines running work.
+func workersWaiting() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "zkdlock.work(")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// Once the process's last Client has closed, no worker is left waiting
+// for a request, however long workerIdle: a goroutine leak check run
+// right after Close finds none.
+func TestWorkers_stopAtLastClose(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	defer workerIdle.Store(workerIdle.Swap(int64(time.Hour)))
+	srv := testserver.SharedZooKeeper(t)
+	u, err := url.Parse(fmt.Sprintf("zk://%s/test/workers-%d", srv.Addr(), internalSeq.Add(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds []driver.Driver
+	for range 2 {
+		d, err := openURL(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	for i, d := range ds {
+		g, err := d.Acquire(ctx, &driver.AcquireRequest{Key: fmt.Sprintf("k%d", i), Owner: fmt.Sprintf("%032x", internalSeq.Add(1)), TTL: 10 * time.Second, Wait: true, Kind: driver.KindLock, Limit: 1, Mode: driver.Exclusive})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ds[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if workersWaiting() == 0 {
+		t.Fatal("no worker waits while a Client is still open: the test shows nothing")
+	}
+	if err := ds[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := openClients.Load(); n != 0 {
+		t.Fatalf("%d drivers still open after the test closed its own (another test's Client left open?)", n)
+	}
+	for ctx.Err() == nil && workersWaiting() > 0 {
+		runtime.Gosched()
+		time.Sleep(time.Millisecond)
+	}
+	if n := workersWaiting(); n > 0 {
+		t.Fatalf("%d workers still wait for a request after the last Client closed", n)
 	}
 }

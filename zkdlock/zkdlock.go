@@ -335,6 +335,7 @@ func newDriver(conn Conn, o Options, addr string, timeout func() time.Duration, 
 		d.sweepEvery = DefaultLockDelaySweep // Open's Options come with no defaults
 	}
 	d.checking.Store(detects(o.TickTime, o.Deployment))
+	clientOpened()
 	return d
 }
 
@@ -528,6 +529,7 @@ func (d *zkDriver) Close() error {
 	if d.closeConn != nil {
 		d.closeConn()
 	}
+	clientClosed()
 	return nil
 }
 
