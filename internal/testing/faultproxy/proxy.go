@@ -106,7 +106,8 @@ func (p *Proxy) Target() string { return p.target }
 func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
 
 // LastUp returns the time (Options.Clock) at which the last client frame
-// was written to the server, 0 if none was.
+// began to be written to the server, 0 if none was: a frame the server
+// has answered began before LastUp.
 func (p *Proxy) LastUp() int64 { return p.lastUp.Load() }
 
 // SetLatency delays frames from the client (up) and from the server (down).
@@ -523,12 +524,14 @@ func (c *pconn) write(up bool, q <-chan Frame) {
 				return
 			}
 		}
+		if up {
+			// Before the write: the server may answer, and the test read
+			// LastUp, before this goroutine runs again after it.
+			p.lastUp.Store(p.now())
+		}
 		if _, err := dst.Write(f.Data); err != nil {
 			c.kill()
 			return
-		}
-		if up {
-			p.lastUp.Store(p.now())
 		}
 	}
 	// The source ended: let the destination see the end too, after the
