@@ -47,13 +47,14 @@ func (p *preview) after(ks *zk.Stat) bool {
 // that meanwhile emptied and went to another kind is found by the listing
 // after the create, and the node deleted before the mismatch is reported:
 // created and deleted, not "nothing created", in that case only. When the
-// Client's own release deleted the key node (keyHint.gone), the key node is
-// made first, and the create's Stat says whether the queue is ours alone,
-// as after a pre-listing that found no key node.
+// Client's own release of a lock of this kind deleted the key node
+// (keyHint.gone), the key node is made first, and the create's Stat says
+// whether the queue is ours alone, as after a pre-listing that found no key
+// node.
 func (a *attempt) queue(ctx context.Context) error {
 	d := a.d
 	h := d.hint(a.keyPath)
-	if a.pre == nil && h.gone {
+	if a.pre == nil && h.gone && h.label == a.label {
 		// Our own release deleted the key node: make it again, without
 		// listing the queue it cannot have (go-zookeeper's Multi cannot
 		// carry this create: it fails to read the server's answer to a
