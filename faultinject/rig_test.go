@@ -1,6 +1,7 @@
 package faultinject_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -204,13 +205,22 @@ func (r *rig) isRelease(f *faultproxy.Frame) bool {
 	case r.kind == "zk" && r.recipe == "dlock":
 		// A release is a multi: setData on the lock node, then its delete
 		// (the mark that lets the next waiter skip a listing; see
-		// zkdlock/release.go), or a plain delete without write permission.
+		// zkdlock/release.go), or a plain delete (a lock granted with
+		// nobody behind it, or without write permission), or a multi
+		// that deletes the lock node and the key node (granted alone).
 		op := f.ZKFirstOp()
 		return (op == faultproxy.ZKOpDelete || op == faultproxy.ZKOpSetData) && strings.Contains(string(f.Data), "/lock-")
 	case r.kind == "zk":
 		return f.Op == faultproxy.ZKOpDelete && strings.HasSuffix(f.Path, "/lock")
 	}
 	return false
+}
+
+// isKeyNodeDelete matches zkdlock's release of a lock granted alone: a
+// multi that deletes the lock node, then the key node (one path with
+// "/lock-", where the release's setData and delete have two).
+func isKeyNodeDelete(f *faultproxy.Frame) bool {
+	return f.Op == faultproxy.ZKOpMulti && f.ZKFirstOp() == faultproxy.ZKOpDelete && bytes.Count(f.Data, []byte("/lock-")) == 1
 }
 
 func (r *rig) isRenew(f *faultproxy.Frame) bool {
@@ -420,6 +430,15 @@ func (r *rig) arm(h *proc, p *faultproxy.Proxy, what string, hold bool) *armed {
 		a.pred = r.isAcquire
 	case "release":
 		a.pred = r.isRelease
+		if hold && r.kind == "zk" && r.recipe == "dlock" {
+			// A lone holder's release first tries the multi that deletes
+			// the key node too, which the server refuses while a waiter
+			// is queued: it releases nothing, and holding its retries
+			// would keep the key from the waiter. The release is the
+			// plain delete that follows (zkdlock's keynode_test.go drops
+			// the multi's own reply).
+			a.pred = func(f *faultproxy.Frame) bool { return r.isRelease(f) && !isKeyNodeDelete(f) }
+		}
 	case "renew":
 		a.pred = r.isRenew
 	}

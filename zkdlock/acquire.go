@@ -152,6 +152,10 @@ type attempt struct {
 	// last: the grant's listing showed no node behind ours, so its
 	// release may be a plain delete (see take).
 	last bool
+	// alone: a lock whose grant's listing showed our node and nothing
+	// else, lock-delay marks included: its release may delete the key
+	// node too (see take).
+	alone bool
 
 	// pre is the pre-listing of stepQueue, kept until the create answers.
 	pre *preview
@@ -334,8 +338,14 @@ func (a *attempt) place(ctx context.Context) (*grant, error) {
 // listing grants it without another request as the release's data change
 // would. A semaphore's permit always releases with a plain delete (see
 // plainRelease).
+//
+// A lock granted alone in the listing (no other node, no lock-delay mark)
+// also deletes the key node with its own, in the release's transaction (see
+// grant.remove), unless the key is in use again after such a delete (see
+// keyHint.keep).
 func (a *attempt) take(ctx context.Context, q []lockNode, mine int) (*grant, error) {
 	a.last = a.req.Kind == driver.KindLock && mine == len(q)-1
+	a.alone = a.last && len(q) == 1 && len(a.marks) == 0 && a.req.LockDelay == 0
 	if a.own == nil {
 		// Our node's watch, for the lease: the node exists (watchOwn
 		// says when not) and stays granted until it goes.
@@ -371,6 +381,12 @@ func (a *attempt) plainRelease() bool {
 	return a.last || a.req.Kind == driver.KindSemaphore
 }
 
+// dropKey reports whether the grant's release deletes the key node with its
+// own (see take).
+func (a *attempt) dropKey() bool {
+	return a.alone && !a.d.hint(a.keyPath).keep
+}
+
 // leave deletes our node and returns err, the reason the attempt ends
 // (TryLock that would wait, or a kind mismatch). cleanup tries again if
 // the delete fails.
@@ -394,7 +410,7 @@ func (a *attempt) locked(q []lockNode, mine int) error {
 // forget drops what the attempt knew of its node: run queues again.
 func (a *attempt) forget() {
 	a.node, a.own, a.ownChild, a.sid, a.czxid, a.path = nodeNone, nil, false, 0, 0, ""
-	a.ahead, a.held, a.last, a.probe = a.ahead[:0], nil, false, false
+	a.ahead, a.held, a.last, a.alone, a.probe = a.ahead[:0], nil, false, false, false
 	a.step = stepQueue
 }
 

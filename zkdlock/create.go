@@ -46,10 +46,27 @@ func (p *preview) after(ks *zk.Stat) bool {
 // add one whenever somebody joins or leaves before the create). A key
 // that meanwhile emptied and went to another kind is found by the listing
 // after the create, and the node deleted before the mismatch is reported:
-// created and deleted, not "nothing created", in that case only.
+// created and deleted, not "nothing created", in that case only. When the
+// Client's own release of a lock of this kind deleted the key node
+// (keyHint.gone), the key node is made first, and the create's Stat says
+// whether the queue is ours alone, as after a pre-listing that found no key
+// node.
 func (a *attempt) queue(ctx context.Context) error {
 	d := a.d
-	if h := d.hint(a.keyPath); a.pre == nil && !h.free && h.label != a.label {
+	h := d.hint(a.keyPath)
+	if a.pre == nil && h.gone && h.label == a.label {
+		// Our own release deleted the key node: make it again, without
+		// listing the queue it cannot have (go-zookeeper's Multi cannot
+		// carry this create: it fails to read the server's answer to a
+		// container create in a multi, which the server applies). Another
+		// Client may have made it meanwhile and queued in it: the create's
+		// Stat says so (see preview.after).
+		d.setKeep(a.keyPath)
+		if err := a.ensureKeyNode(ctx); err != nil {
+			return a.retry(ctx, "create the key node", err)
+		}
+		a.pre = &preview{noNode: true}
+	} else if a.pre == nil && !h.free && h.label != a.label {
 		l, err := d.listQueue(ctx, a.keyPath, a.callTimeout())
 		switch {
 		case errors.Is(err, zk.ErrNoNode):

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
@@ -61,6 +62,12 @@ type grant struct {
 	// or a semaphore's permit, which its release removes with a plain
 	// delete (see attempt.plainRelease and remove).
 	last bool
+	// dropKey: a lock granted alone in its queue, whose release deletes
+	// the key node too (see attempt.take and remove), unless joined: the
+	// grant's child watch saw the queue change, or the release found the
+	// key node not empty.
+	dropKey bool
+	joined  atomic.Bool
 	// mark is the path of the grant's lock-delay mark, "" without a
 	// delay: its release deletes it with the node (see removeMarked).
 	mark string
@@ -82,8 +89,9 @@ type grant struct {
 
 // newGrant makes the grant of the node at path, unwritten since its
 // create, and starts following watch, the node's lost-lease watch. With
-// last, it releases with a plain delete (see attempt.take).
-func newGrant(d *zkDriver, key, path string, sid, czxid int64, publishes, last bool, validFrom time.Time, watch <-chan zk.Event) *grant {
+// last, it releases with a plain delete, and with dropKey the key node with
+// it (see attempt.take).
+func newGrant(d *zkDriver, key, path string, sid, czxid int64, publishes, last, dropKey bool, validFrom time.Time, watch <-chan zk.Event) *grant {
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &grant{
 		d:         d,
@@ -93,6 +101,7 @@ func newGrant(d *zkDriver, key, path string, sid, czxid int64, publishes, last b
 		token:     uint64(czxid),
 		publishes: publishes,
 		last:      last,
+		dropKey:   dropKey,
 		validFrom: validFrom,
 		validity:  d.timeout(),
 		lost:      make(chan error, 1),
@@ -221,6 +230,8 @@ func (g *grant) watch() {
 		case ev.Type == zk.EventNotWatching && errors.Is(ev.Err, zk.ErrClosing):
 			g.report(fmt.Errorf("the ZooKeeper connection was closed: %w", zk.ErrClosing))
 			return
+		case ev.Type == zk.EventNodeChildrenChanged:
+			g.joined.Store(true) // the key node is not ours alone any more
 		}
 		if !g.rearm() {
 			return

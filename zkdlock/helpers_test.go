@@ -214,6 +214,9 @@ type hookConn struct {
 	// then fail with zk.ErrConnectionClosed, as when the connection breaks
 	// before the reply arrives.
 	dropCreateReplies atomic.Int32
+	// dropReleaseReplies does the same to that many multis that create
+	// nothing (releases).
+	dropReleaseReplies atomic.Int32
 	// onCreate, when set before the client uses the conn, runs after a
 	// create reached the server and before its reply is returned.
 	onCreate func(path string, err error)
@@ -259,7 +262,11 @@ func (h *hookConn) Multi(ops ...any) (rs []zk.MultiResponse, err error) {
 		return h.Conn.Multi(ops...)
 	}
 	if _, ok := ops[0].(*zk.CreateRequest); !ok {
-		return h.Conn.Multi(ops...)
+		rs, err = h.Conn.Multi(ops...)
+		if err == nil && h.dropReleaseReplies.Add(-1) >= 0 {
+			return nil, zk.ErrConnectionClosed
+		}
+		return rs, err
 	}
 	rs, err = h.Conn.Multi(ops...)
 	p := ""

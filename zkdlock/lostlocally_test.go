@@ -153,10 +153,17 @@ func TestLease_lostLocally_nodeWrittenSinceStays(t *testing.T) {
 	keyPath := zkdlock.KeyPathForTest(opts.Root, "k")
 	node := keyPath + "/" + children(t, admin, keyPath)[0]
 	// The release: the multi (setData, delete), or, for a lock granted
-	// with nobody behind it, a plain delete at the same version.
+	// with nobody behind it, a plain delete at the same version, and for
+	// one granted alone, the multi (delete at that version, delete the
+	// key node).
 	release := func(ops []any) bool {
-		sd, ok := ops[0].(*zk.SetDataRequest)
-		return ok && len(ops) == 2 && sd.Path == node
+		switch op := ops[0].(type) {
+		case *zk.SetDataRequest:
+			return len(ops) == 2 && op.Path == node
+		case *zk.DeleteRequest:
+			return len(ops) == 2 && op.Path == node
+		}
+		return false
 	}
 	tried := make(chan struct{})
 	var once sync.Once

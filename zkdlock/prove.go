@@ -60,7 +60,7 @@ func (a *attempt) grantFrom(ctx context.Context, validFrom time.Time) (*grant, e
 		d.noteAlive(sid, sent)
 		validFrom = sent
 	}
-	g := newGrant(d, a.req.Key, a.mePath(), sid, a.czxid, publishes(a.label), a.plainRelease(), validFrom, a.own)
+	g := newGrant(d, a.req.Key, a.mePath(), sid, a.czxid, publishes(a.label), a.plainRelease(), a.dropKey(), validFrom, a.own)
 	if a.req.LockDelay > 0 {
 		g.mark = a.markPath()
 	}
@@ -286,7 +286,7 @@ func (a *attempt) handOff(ctx context.Context) (*grant, error) {
 	if a.d.conn.SessionID() != a.sid {
 		return nil, nil
 	}
-	a.last = false // waiters may have listed behind ours before its grant
+	a.last, a.alone = false, false // waiters may have listed behind ours before its grant
 	if a.delayAhead {
 		// An entry ahead may have ended without a release: the listing
 		// shows whether a lock-delay is in force (see lockdelay.go).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/dlockdev/dlock/driver"
@@ -126,7 +127,20 @@ func (g *grant) remove(ctx context.Context, version int32) error {
 			return err
 		})
 	}
-	if g.last || errors.Is(err, zk.ErrNoAuth) {
+	if g.last && g.dropKey && !g.joined.Load() {
+		err = g.removeWithKey(ctx, version)
+		if errors.Is(err, zk.ErrNotEmpty) || errors.Is(err, zk.ErrNoAuth) {
+			// Somebody queued, or a lock-delay mark was made, since the
+			// grant; or we may not delete the key node. The multi wrote
+			// nothing: delete our node alone. The key is in use by others
+			// (or not ours to delete): its next lone holders of this
+			// Client leave its node be.
+			g.joined.Store(true)
+			d.setKeep(g.path[:strings.LastIndexByte(g.path, '/')])
+			sent = time.Now()
+			err = call0(ctx, nil, g.validity, func() error { return d.conn.Delete(g.path, version) })
+		}
+	} else if g.last || errors.Is(err, zk.ErrNoAuth) {
 		sent = time.Now()
 		err = call0(ctx, nil, g.validity, func() error { return d.conn.Delete(g.path, version) })
 	}
@@ -135,6 +149,31 @@ func (g *grant) remove(ctx context.Context, version int32) error {
 		// sent, which spares the Client's next hand-off a request (see
 		// attempt.grantFrom).
 		d.noteViaLeader(g.sid, sent)
+	}
+	return err
+}
+
+// removeWithKey deletes the node at version version (-1: any) and the key
+// node, in one transaction: the release of a lock granted alone in its
+// queue (see attempt.take), which leaves nothing for the server's container
+// reaper. ZooKeeper deletes a node only when it has no children, so the
+// key node's delete fails (ErrNotEmpty) when anybody joined the queue or
+// made a lock-delay mark since the grant, and then, a multi being all or
+// nothing, nothing is deleted. A retry after a lost reply fails at our
+// node's delete (ErrNoNode) once the first was applied, and so never
+// deletes a key node that another Client has made again since.
+func (g *grant) removeWithKey(ctx context.Context, version int32) error {
+	d := g.d
+	keyPath := g.path[:strings.LastIndexByte(g.path, '/')]
+	err := call0(ctx, nil, g.validity, func() error {
+		_, err := d.conn.Multi(
+			&zk.DeleteRequest{Path: g.path, Version: version},
+			&zk.DeleteRequest{Path: keyPath, Version: -1},
+		)
+		return err
+	})
+	if err == nil {
+		d.setGone(keyPath)
 	}
 	return err
 }

@@ -24,7 +24,10 @@ const longSession = 30 * time.Second
 // creation zxid), the listing (which sets the lease's watch), the release
 // (a plain delete: nobody was behind the node at its grant) —
 // once the Client has seen the key free; the first cycle on a key sets an
-// exists watch on its node instead, one request more.
+// exists watch on its node instead, one request more. The first cycle's
+// release deletes the key node (its holder was alone): the second makes it
+// again before its create (a createContainer and an exists watch instead
+// of the listing, four requests), and keeps it from then on.
 func TestLock_uncontendedCycle_threeRequests(t *testing.T) {
 	ctx := testCtx(t)
 	srv := testserver.SharedZooKeeper(t)
@@ -58,6 +61,12 @@ func TestLock_uncontendedCycle_threeRequests(t *testing.T) {
 				afterInspect := hook.requests.Load()
 				mustUnlock(t, ctx, l)
 				n := hook.requests.Load() - afterInspect + (afterInspect - before - int64(1+len(info.Waiters)+1))
+				if k := hook.containers.Load() - containers; i == 1 {
+					if n != 4 || k != 1 {
+						t.Errorf("cycle 1: %d requests, %d of them createContainer, want 4 and 1 (createContainer, create, watch, release)", n, k)
+					}
+					continue
+				}
 				// The server reaps the empty key node between cycles now
 				// and then (every 100 ms in the tests): the create fails,
 				// the key node is created, and the create is sent again.
@@ -73,8 +82,9 @@ func TestLock_uncontendedCycle_threeRequests(t *testing.T) {
 // TestLock_newKey_fiveRequests: locking and releasing a key that has no
 // key node yet (the common case of many distinct keys) costs five requests
 // — the listing that finds no key node, its createContainer, the create,
-// the exists watch on our node, the release — with no create sent before
-// the key node exists.
+// the exists watch on our node, the release (which deletes the key node
+// too: see TestLock_newKey_releaseDeletesKeyNode) — with no create sent
+// before the key node exists.
 func TestLock_newKey_fiveRequests(t *testing.T) {
 	ctx := testCtx(t)
 	srv := testserver.SharedZooKeeper(t)

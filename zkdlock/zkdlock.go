@@ -251,6 +251,16 @@ type keyHint struct {
 	// next attempt of that kind creates its node without listing the
 	// queue first, as the key is most likely in use as that kind still.
 	label string
+	// gone: a release of this Client deleted the key node with its lock
+	// node (see grant.remove). The next attempt makes the key node before
+	// its create, without listing the queue first: there was none.
+	gone bool
+	// keep: the key node was made again after gone (the key is in use
+	// again), or a lone holder's release found it not empty (the key is
+	// in use by others). This Client's lone holders then leave it to the
+	// server's container reaper: a key locked over and over costs no
+	// createContainer per cycle, nor a contended key a refused delete.
+	keep bool
 }
 
 // maxHints bounds the hints.
@@ -268,7 +278,30 @@ func (d *zkDriver) setHint(keyPath string, q []lockNode, free bool) {
 	if d.hints == nil || len(d.hints) >= maxHints {
 		d.hints = make(map[string]keyHint)
 	}
-	d.hints[keyPath] = keyHint{free: free, label: q[0].label}
+	d.hints[keyPath] = keyHint{free: free, label: q[0].label, keep: d.hints[keyPath].keep}
+}
+
+// setGone records that a release of this Client deleted the node of
+// keyPath (see keyHint.gone).
+func (d *zkDriver) setGone(keyPath string) {
+	d.hintMu.Lock()
+	defer d.hintMu.Unlock()
+	if d.hints == nil || len(d.hints) >= maxHints {
+		d.hints = make(map[string]keyHint)
+	}
+	h := d.hints[keyPath]
+	d.hints[keyPath] = keyHint{label: h.label, gone: true, keep: h.keep}
+}
+
+// setKeep records that the key node of keyPath is to be left to the
+// server's reaper by this Client's lone holders (see keyHint.keep).
+func (d *zkDriver) setKeep(keyPath string) {
+	d.hintMu.Lock()
+	defer d.hintMu.Unlock()
+	if h, ok := d.hints[keyPath]; ok {
+		h.gone, h.keep = false, true
+		d.hints[keyPath] = h
+	}
 }
 
 func (d *zkDriver) hint(keyPath string) keyHint {
