@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/internal/testing/testserver"
 	"github.com/dlockdev/dlock/zkdlock"
 	"github.com/go-zookeeper/zk"
@@ -253,4 +254,33 @@ func TestLock_keyNodeMadeByAnother_afterOwnDelete(t *testing.T) {
 		t.Errorf("token %d is not above the other Client's %d", l.Token(), lo.Token())
 	}
 	mustUnlock(t, ctx, l)
+}
+
+// TestLock_twoClientsTakeTurns_keyNodeKept: two Clients that take turns
+// at one key, neither waiting, soon leave its key node be: each makes the
+// key node again once after its own release deleted it, and keeps it from
+// then on, so the turns settle at the uncontended cycle's three requests,
+// with no createContainer per turn.
+func TestLock_twoClientsTakeTurns_keyNodeKept(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
+	hooks := [2]*hookConn{}
+	clients := [2]*dlock.Client{}
+	for i := range hooks {
+		hooks[i] = &hookConn{Conn: dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession})}
+		clients[i] = newClient(t, ctx, hooks[i], opts)
+	}
+	const key = "turns"
+	for turn := range 8 {
+		h, c := hooks[turn%2], clients[turn%2]
+		before, containers := h.requests.Load(), h.containers.Load()
+		mustUnlock(t, ctx, mustLock(t, ctx, c, key))
+		if turn < 4 {
+			continue // settling
+		}
+		if n, cc := h.requests.Load()-before, h.containers.Load()-containers; n != 3 || cc != 0 {
+			t.Errorf("turn %d: %d requests, %d createContainer; want 3 and 0", turn, n, cc)
+		}
+	}
 }
