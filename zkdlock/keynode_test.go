@@ -1,6 +1,7 @@
 package zkdlock_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -19,6 +20,34 @@ func keyNodeExists(t *testing.T, conn *zk.Conn, root, key string) bool {
 		t.Fatal(err)
 	}
 	return ok
+}
+
+// keyNodeRig is a Client on a counted connection, under a root of the
+// test's own, and a raw connection to the same server to look at nodes.
+type keyNodeRig struct {
+	ctx  context.Context
+	addr string
+	opts zkdlock.Options
+	raw  *zk.Conn
+	hook *hookConn
+	c    *dlock.Client
+}
+
+func newKeyNodeRig(t *testing.T) keyNodeRig {
+	t.Helper()
+	ctx := testCtx(t)
+	srv := testserver.SharedZooKeeper(t)
+	r := keyNodeRig{ctx: ctx, addr: srv.Addr(), opts: zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}}
+	r.raw = dialZK(t, ctx, r.addr, connOpts{timeout: longSession})
+	r.hook = &hookConn{Conn: r.raw}
+	r.c = newClient(t, ctx, r.hook, r.opts)
+	return r
+}
+
+// client is another Client under the rig's root, on a connection of its own.
+func (r keyNodeRig) client(t *testing.T) *dlock.Client {
+	t.Helper()
+	return newClient(t, r.ctx, dialZK(t, r.ctx, r.addr, connOpts{timeout: longSession}), r.opts)
 }
 
 // writes is the number of requests of hook that are transactions of the
@@ -61,12 +90,9 @@ func watchKeyDeletes(hook *hookConn, k *keyDeletes) {
 // requests (list, createContainer, create, watch, release), three of them
 // transactions, the release deleting lock node and key node in one.
 func TestLock_newKey_releaseDeletesKeyNode(t *testing.T) {
-	ctx := testCtx(t)
-	srv := testserver.SharedZooKeeper(t)
-	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
-	raw := dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession})
-	hook := &hookConn{Conn: raw}
-	c := newClient(t, ctx, hook, opts)
+	r := newKeyNodeRig(t)
+	ctx, opts, raw, hook := r.ctx, r.opts, r.raw, r.hook
+	c := r.c
 	for i := range 10 {
 		key := fmt.Sprintf("new-%d", i)
 		before, wrote, deletes := hook.requests.Load(), writes(hook), hook.deletes.Load()
@@ -87,18 +113,15 @@ func TestLock_newKey_releaseDeletesKeyNode(t *testing.T) {
 // fail (not empty): the multi writes nothing, the plain delete follows, the
 // waiter is granted and the key node stays.
 func TestLock_loneRelease_waiterJoined_keyNodeStays(t *testing.T) {
-	ctx := testCtx(t)
-	srv := testserver.SharedZooKeeper(t)
-	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
-	raw := dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession})
-	hook := &hookConn{Conn: raw}
-	holder := newClient(t, ctx, hook, opts)
+	r := newKeyNodeRig(t)
+	ctx, opts, raw, hook := r.ctx, r.opts, r.raw, r.hook
+	holder := r.c
 	var k keyDeletes
 	watchKeyDeletes(hook, &k)
 
 	const key = "joined"
 	l := mustLock(t, ctx, holder, key) // alone: the listing found no key node
-	_, p := queueWatching(t, ctx, srv.Addr(), opts, holder, key, 1)
+	_, p := queueWatching(t, ctx, r.addr, opts, holder, key, 1)
 	deletes := hook.deletes.Load()
 	mustUnlock(t, ctx, l)
 	l2 := p.lease(t, ctx, "the waiter")
@@ -167,13 +190,9 @@ func TestLock_loneRelease_waiterCreateInFlight_keyNodeAgain(t *testing.T) {
 // the retry deletes nothing: its lock node's delete fails, and a multi is
 // all or nothing.
 func TestLock_loneRelease_lostReply_recreatedKeyNodeKept(t *testing.T) {
-	ctx := testCtx(t)
-	srv := testserver.SharedZooKeeper(t)
-	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
-	raw := dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession})
-	hook := &hookConn{Conn: raw}
-	c := newClient(t, ctx, hook, opts)
-	other := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
+	r := newKeyNodeRig(t)
+	ctx, opts, raw, hook := r.ctx, r.opts, r.raw, r.hook
+	c, other := r.c, r.client(t)
 	const key = "lost-reply"
 	l := mustLock(t, ctx, c, key)
 
@@ -228,13 +247,9 @@ func TestLock_loneRelease_lostReply_recreatedKeyNodeKept(t *testing.T) {
 // first; when another Client made it meanwhile and holds the key, the
 // Lock queues behind that holder and is granted when it releases.
 func TestLock_keyNodeMadeByAnother_afterOwnDelete(t *testing.T) {
-	ctx := testCtx(t)
-	srv := testserver.SharedZooKeeper(t)
-	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
-	raw := dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession})
-	hook := &hookConn{Conn: raw}
-	c := newClient(t, ctx, hook, opts)
-	other := newClient(t, ctx, dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession}), opts)
+	r := newKeyNodeRig(t)
+	ctx, opts, raw, hook := r.ctx, r.opts, r.raw, r.hook
+	c, other := r.c, r.client(t)
 	const key = "made-by-another"
 	mustUnlock(t, ctx, mustLock(t, ctx, c, key))
 	if keyNodeExists(t, raw, opts.Root, key) {
