@@ -51,6 +51,10 @@ func EarlyNoticeForTest(d driver.Driver, owner string) bool {
 	return false
 }
 
+// PipeFlightsForTest is how many calls a Client keeps on the wire before
+// it queues more.
+const PipeFlightsForTest = defaultMaxFlights
+
 // PipeStateForTest returns how many requests or pipelines d has on the
 // wire, how many calls wait in its queue, and how many calls are in its
 // pipelines on the wire.

@@ -12,9 +12,9 @@ import (
 // pipe sends one Client's script calls, coalescing the calls that overlap
 // into go-redis pipelines: while maxFlights requests are on the wire, a
 // new call waits in a queue, and when one of them comes back the whole
-// queue goes out as one pipeline. A lone call, or two at a time, goes
-// straight out as a plain request on the caller's goroutine, as before:
-// nothing changes until the calls overlap. Under load the server then reads
+// queue goes out as one pipeline. A lone call, or up to maxFlights at a
+// time, goes straight out as a plain request on the caller's goroutine:
+// nothing changes until more calls than that overlap. Under load the server then reads
 // and answers many scripts per system call, and the client writes and reads
 // them with one each.
 //
@@ -55,11 +55,12 @@ const (
 )
 
 // defaultMaxFlights is how many requests or pipelines one Client keeps on
-// the wire before it queues calls. Measured with 16 goroutines on one
-// Client: 1 and 2 cut the server's reads per cycle from 2 to 0.25 and
-// 0.4 and its CPU per cycle by ≈ 15 %; 4 and 8 batch less (0.7 and 1.25
-// reads). 2 sends a second call that comes while one is out at once.
-const defaultMaxFlights = 2
+// the wire before it queues calls. With 16 goroutines on one Client and
+// distinct keys (bench's keys section, quiet machine), locks/s at 2, 3, 4,
+// 5, 6, 8 and 16 flights: 45k, 49–55k, 52–54k, 52–54k, 52–53k, 48k, 43k:
+// fewer flights leave the server idle while a pipeline is out, more batch
+// less (at 8, 1.25 server reads per cycle against 0.4 at 2).
+const defaultMaxFlights = 4
 
 func newPipe(rdb redis.UniversalClient) *pipe {
 	return &pipe{rdb: rdb, maxFlights: defaultMaxFlights}

@@ -158,19 +158,20 @@ func (r *pipeRig) stat(t *testing.T, field string) int64 {
 	return 0
 }
 
-// fillFlights starts two Locks that the paused server holds, taking both
-// of the pipe's flights, and returns their outcomes.
+// fillFlights starts as many Locks as the pipe has flights, which the
+// paused server holds, and returns their outcomes.
 func (r *pipeRig) fillFlights(t *testing.T, prefix string) []<-chan lockResult {
 	t.Helper()
 	var out []<-chan lockResult
-	for i := range 2 {
+	n := redisdlock.PipeFlightsForTest
+	for i := range n {
 		out = append(out, r.lockAsync(r.ctx, fmt.Sprintf("%s-%d", prefix, i)))
 	}
-	r.waitPipe(t, "2 flights", func(f, _, _ int) bool { return f == 2 })
+	r.waitPipe(t, fmt.Sprintf("%d flights", n), func(f, _, _ int) bool { return f == n })
 	return out
 }
 
-// Calls that overlap share requests: with two requests on the wire, eight
+// Calls that overlap share requests: with every flight on the wire, eight
 // more Locks wait in the queue and then go to the server as one pipeline,
 // one read of the server's instead of eight. An error (a key of the wrong
 // type) reaches its own call only.
@@ -179,17 +180,17 @@ func TestPipe_overlappingCallsShareOneRead(t *testing.T) {
 	// The first round dials the connections that the second reuses: a new
 	// connection's handshake takes reads of its own.
 	r.overlappingLocks(t, "warm")
-	// The admin's PAUSE, UNPAUSE and INFO; the two first Locks; one
+	// The admin's PAUSE, UNPAUSE and INFO; the first Locks, one a flight; one
 	// pipeline for the other eight (sent alone: eight); the failed Lock's
 	// cleanup (abandon's release).
 	reads := r.overlappingLocks(t, "measured")
-	if most := int64(3 + 2 + 1 + 1); reads > most {
-		t.Errorf("the server read %d times for 10 overlapping Locks, want at most %d: the queued calls were not pipelined", reads, most)
+	if most := int64(3 + redisdlock.PipeFlightsForTest + 1 + 1); reads > most {
+		t.Errorf("the server read %d times for %d overlapping Locks, want at most %d: the queued calls were not pipelined", reads, redisdlock.PipeFlightsForTest+8, most)
 	}
 }
 
-// overlappingLocks runs 10 Locks on keys named after prefix, two on the
-// wire and eight in the queue, one of them on a key of the wrong type,
+// overlappingLocks runs Locks on keys named after prefix, one on each of
+// the pipe's flights and eight in the queue, one of them on a key of the wrong type,
 // and checks each outcome. It returns the server's reads from the pause
 // to the last outcome.
 func (r *pipeRig) overlappingLocks(t *testing.T, prefix string) int64 {
@@ -339,7 +340,7 @@ func TestPipe_cluster(t *testing.T) {
 	r.queuedLocksHold(t, 12)
 }
 
-// A renewal is never queued: with both flights stuck on the server (a
+// A renewal is never queued: with every flight stuck on the server (a
 // silent connection looks the same to the client), it goes out at once on
 // a connection of its own, and its lease's renewal does not wait for the
 // stuck calls' deadlines.
@@ -354,9 +355,9 @@ func TestPipe_renewalNotQueued(t *testing.T) {
 	stuck := r.fillFlights(t, "stuck")
 	renewed := make(chan error, 1)
 	go func() { renewed <- g.Renew(r.ctx) }()
-	// The paused server holds each write it read, its arguments kept: a
-	// third such client is the renewal, sent beside the stuck calls.
-	for r.heldCalls(t) < 3 {
+	// The paused server holds each write it read, its arguments kept: one
+	// more such client is the renewal, sent beside the stuck calls.
+	for r.heldCalls(t) < redisdlock.PipeFlightsForTest+1 {
 		_, queued, _ := redisdlock.PipeStateForTest(r.d)
 		if queued > 0 {
 			t.Fatal("the renewal waits in the queue behind the stuck calls")
