@@ -56,17 +56,17 @@ func loopNotifier() (*notifier, *int) {
 func TestSampleNotify_warmupAndMeasurement(t *testing.T) {
 	ctx := context.Background()
 	nt, fires := loopNotifier()
-	ds, err := sampleNotify(ctx, nt, true, 7, 0, nil)
+	ds, _, err := sampleNotify(ctx, nt, true, 7, 0, nil)
 	if err != nil || len(ds) != 0 || *fires != 7 {
 		t.Errorf("warm-up of 7: kept %d, fired %d, err %v; want 0 kept, 7 fired", len(ds), *fires, err)
 	}
 	*fires = 0
-	ds, err = sampleNotify(ctx, nt, false, 5, time.Minute, make([]time.Duration, 0, 5))
+	ds, _, err = sampleNotify(ctx, nt, false, 5, time.Minute, make([]time.Duration, 0, 5))
 	if err != nil || len(ds) != 5 || *fires != 5 {
 		t.Errorf("measurement of 5: kept %d, fired %d, err %v; want 5 and 5", len(ds), *fires, err)
 	}
 	*fires = 0
-	ds, err = sampleNotify(ctx, nt, false, 1000, 0, ds)
+	ds, _, err = sampleNotify(ctx, nt, false, 1000, 0, ds)
 	if err != nil || len(ds) != 5 || *fires != 0 {
 		t.Errorf("measurement with no time left: kept %d (of 5 before), fired %d, err %v; want 5 and 0", len(ds), *fires, err)
 	}
