@@ -86,3 +86,28 @@ func TestReport_floorsSection(t *testing.T) {
 		t.Error("a run with no floors has a floors section")
 	}
 }
+
+// The floor behind another client's write has rows of its own in the
+// floors section, with the samples left out as not behind the write; a run
+// older than it has none, and its other floors' rows say "–" there.
+func TestReport_floorsSection_behindAnotherWrite(t *testing.T) {
+	res := targetsFixture()
+	res.HandoffFloor = []floorResult{{Backend: "redis", Op: notifyOps["redis"], Round: 1, N: 100, P50: 60 * time.Microsecond}}
+	out := report(res)
+	if strings.Contains(out, "| hand-off behind another client's write |") || !strings.Contains(out, "| hand-off (one notification) | redis | "+notifyOps["redis"]+" | 1 | 100 | 60 µs | – | – | – | – |") {
+		t.Errorf("run with no floor behind a write: want no such row and \"–\" in the left-out column:\n%s", floorsSection(out))
+	}
+	res.HandoffFloorBehind = []floorResult{{Backend: "redis", Op: notifyBehindOps["redis"], Round: 1, N: 100, P50: 70 * time.Microsecond, Unordered: 3}}
+	out = report(res)
+	if !strings.Contains(out, "| hand-off behind another client's write | redis | "+notifyBehindOps["redis"]+" | 1 | 100 | 70 µs | – | – | – | 3 of 103 |") {
+		t.Errorf("floor behind a write: no row with 3 of 103 samples left out:\n%s", floorsSection(out))
+	}
+}
+
+func floorsSection(out string) string {
+	i := strings.Index(out, "## Floors")
+	if i < 0 {
+		return "(no floors section)"
+	}
+	return out[i:min(len(out), i+4000)]
+}
