@@ -22,7 +22,8 @@ import (
 // as a library's cycle is (cycler); the hand-off's floor is one notification
 // (the write that frees the lock, to another client's goroutine receiving
 // the server's notice of it), timed for as long as a contended run's
-// window. Each is measured in every round in stretches, one just before each
+// window, and beside it the same behind another client's write, as each
+// release of a contended run is (floors_behind.go). Each is measured in every round in stretches, one just before each
 // of its server's libraries, so that its samples (as many as a library's)
 // meet the conditions of all of them, not of one moment.
 
