@@ -23,9 +23,10 @@ import (
 // (the write that frees the lock, to another client's goroutine receiving
 // the server's notice of it), timed for as long as a contended run's
 // window, and beside it the same behind another client's write, as each
-// release of a contended run is (floors_behind.go). Each is measured in every round in stretches, one just before each
-// of its server's libraries, so that its samples (as many as a library's)
-// meet the conditions of all of them, not of one moment.
+// release of a contended run is (floors_behind.go). Each is measured in
+// every round in stretches, one just before each of its server's
+// libraries, so that its samples (as many as a library's) meet the
+// conditions of all of them, not of one moment.
 
 // floorResult is one round's measurement of a floor on one backend.
 type floorResult struct {
