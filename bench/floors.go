@@ -22,9 +22,11 @@ import (
 // as a library's cycle is (cycler); the hand-off's floor is one notification
 // (the write that frees the lock, to another client's goroutine receiving
 // the server's notice of it), timed for as long as a contended run's
-// window. Each is measured in every round in stretches, one just before each
-// of its server's libraries, so that its samples (as many as a library's)
-// meet the conditions of all of them, not of one moment.
+// window, and beside it the same behind another client's write, as each
+// release of a contended run is (floors_behind.go). Each is measured in
+// every round in stretches, one just before each of its server's
+// libraries, so that its samples (as many as a library's) meet the
+// conditions of all of them, not of one moment.
 
 // floorResult is one round's measurement of a floor on one backend.
 type floorResult struct {
@@ -40,7 +42,12 @@ type floorResult struct {
 	// StretchP50 is each stretch's p50, in the order of the libraries they
 	// preceded: how much the conditions moved during the round.
 	StretchP50 []time.Duration
-	Err        string
+	// Unordered counts the samples of a floor behind another client's
+	// write whose delete was not behind it, left out of N: the server ran
+	// the delete first, or the write was answered before the delete was
+	// sent.
+	Unordered int `json:",omitempty"`
+	Err       string
 }
 
 // cycleFloorOps names the raw requests of each backend's uncontended cycle
@@ -266,9 +273,14 @@ func (r *rawEtcdCycle) Close() {
 // the key to free, the watch) and returns the channel on which the receipt
 // time of its notice arrives; fire is the write that frees the key.
 type notifier struct {
-	op    string
-	arm   func(ctx context.Context) (<-chan time.Time, error)
-	fire  func(ctx context.Context) error
+	op   string
+	arm  func(ctx context.Context) (<-chan time.Time, error)
+	fire func(ctx context.Context) error
+	// lead, when set, starts another client's write and returns once that
+	// write is on the wire, before fire starts (untimed); settle then waits
+	// for its answer, removes what it wrote and says whether fire's write
+	// was behind it (still pending when fire started, and run first).
+	lead  func(ctx context.Context) (settle func(ctx context.Context) (ordered bool, err error), err error)
 	close func()
 }
 
@@ -279,13 +291,22 @@ var notifyOps = map[string]string{
 	"etcd":      "delete → watcher on another client (clientv3)",
 }
 
+// notifyBehindOps names each backend's notification floor behind another
+// client's write: the write, then the notification as in notifyOps.
+var notifyBehindOps = map[string]string{
+	"redis":     "a third connection's SET script on the wire, then script DEL + PUBLISH → subscriber (go-redis)",
+	"zookeeper": "a third session's create (ephemeral sequential, same parent) on the wire, then delete → watcher (go-zookeeper)",
+	"etcd":      "a third client's put with a lease (same prefix) on the wire, then delete → watcher (clientv3)",
+}
+
 // rawRedisHandoff frees the key and tells the next waiter in one request,
 // as a FIFO hand-off on Redis must.
 var rawRedisHandoff = redis.NewScript(`redis.call("del", KEYS[1]) return redis.call("publish", ARGV[1], ARGV[2])`)
 
 // newNotifier opens the two clients of backend's notification floor: the
-// releaser and the waiter.
-func newNotifier(ctx context.Context, s *servers, backend string) (*notifier, error) {
+// releaser and the waiter; behind adds a third, whose write goes ahead of
+// each release (floors_behind.go). The two kinds use keys of their own.
+func newNotifier(ctx context.Context, s *servers, backend string, behind bool) (*notifier, error) {
 	var closers []func()
 	closeAll := func() {
 		for _, c := range slices.Backward(closers) {
@@ -293,13 +314,17 @@ func newNotifier(ctx context.Context, s *servers, backend string) (*notifier, er
 		}
 	}
 	nt := &notifier{op: notifyOps[backend], close: closeAll}
+	name := "bench-floor"
+	if behind {
+		nt.op, name = notifyBehindOps[backend], "bench-floor-w"
+	}
 	fail := func(err error) (*notifier, error) { closeAll(); return nil, err }
 	switch backend {
 	case "redis":
 		pub := redis.NewClient(&redis.Options{Addr: s.redis.addr})
 		subc := redis.NewClient(&redis.Options{Addr: s.redis.addr})
 		closers = append(closers, func() { _ = pub.Close() }, func() { _ = subc.Close() })
-		sub := subc.Subscribe(ctx, "bench-floor")
+		sub := subc.Subscribe(ctx, name)
 		closers = append(closers, func() { _ = sub.Close() })
 		if _, err := sub.Receive(ctx); err != nil {
 			return fail(err)
@@ -312,10 +337,18 @@ func newNotifier(ctx context.Context, s *servers, backend string) (*notifier, er
 			}
 		}()
 		nt.arm = func(ctx context.Context) (<-chan time.Time, error) {
-			return got, pub.Set(ctx, "bench-floor", "x", 0).Err()
+			return got, pub.Set(ctx, name, "x", 0).Err()
 		}
 		nt.fire = func(ctx context.Context) error {
-			return rawRedisHandoff.Run(ctx, pub, []string{"bench-floor"}, "bench-floor", "x").Err()
+			return rawRedisHandoff.Run(ctx, pub, []string{name}, name, "x").Err()
+		}
+		if behind {
+			lead, close, err := redisLead(ctx, s, name)
+			if err != nil {
+				return fail(err)
+			}
+			nt.lead = lead
+			closers = append(closers, close)
 		}
 	case "zookeeper":
 		a, err := zkConnect(s.env, 10*time.Second)
@@ -328,14 +361,16 @@ func newNotifier(ctx context.Context, s *servers, backend string) (*notifier, er
 			return fail(err)
 		}
 		closers = append(closers, b.Close)
-		if _, err := a.Create("/bench-floor", nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		dir := "/" + name
+		node := dir + "/n"
+		if _, err := a.Create(dir, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 			return fail(err)
 		}
 		nt.arm = func(context.Context) (<-chan time.Time, error) {
-			if _, err := a.Create("/bench-floor/n", nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+			if _, err := a.Create(node, nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
 				return nil, err
 			}
-			_, _, ev, err := b.ExistsW("/bench-floor/n")
+			_, _, ev, err := b.ExistsW(node)
 			if err != nil {
 				return nil, err
 			}
@@ -343,7 +378,15 @@ func newNotifier(ctx context.Context, s *servers, backend string) (*notifier, er
 			go func() { <-ev; fired <- time.Now() }()
 			return fired, nil
 		}
-		nt.fire = func(context.Context) error { return a.Delete("/bench-floor/n", -1) }
+		nt.fire = func(context.Context) error { return a.Delete(node, -1) }
+		if behind {
+			lead, close, err := zkLead(s, dir)
+			if err != nil {
+				return fail(err)
+			}
+			nt.lead = lead
+			closers = append(closers, close)
+		}
 	case "etcd":
 		ca, err := etcdClient(s.env)
 		if err != nil {
@@ -355,10 +398,14 @@ func newNotifier(ctx context.Context, s *servers, backend string) (*notifier, er
 			return fail(err)
 		}
 		closers = append(closers, func() { _ = cb.Close() })
+		key := name
+		if behind {
+			key = name + "/n"
+		}
 		wctx, wcancel := context.WithCancel(context.Background())
 		closers = append(closers, wcancel)
 		// Deletes only: the put that arms a sample is not its notice.
-		wch := cb.Watch(wctx, "bench-floor", clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+		wch := cb.Watch(wctx, key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 		select {
 		case resp, ok := <-wch:
 			if !ok || !resp.Created {
@@ -376,10 +423,27 @@ func newNotifier(ctx context.Context, s *servers, backend string) (*notifier, er
 			}
 		}()
 		nt.arm = func(ctx context.Context) (<-chan time.Time, error) {
-			_, err := ca.Put(ctx, "bench-floor", "x")
+			_, err := ca.Put(ctx, key, "x")
 			return events, err
 		}
-		nt.fire = func(ctx context.Context) error { _, err := ca.Delete(ctx, "bench-floor"); return err }
+		// The delete's revision orders it against the other client's
+		// write (etcdLead).
+		var deleted int64
+		nt.fire = func(ctx context.Context) error {
+			resp, err := ca.Delete(ctx, key)
+			if err == nil {
+				deleted = resp.Header.Revision
+			}
+			return err
+		}
+		if behind {
+			lead, close, err := etcdLead(ctx, s, name, func() int64 { return deleted })
+			if err != nil {
+				return fail(err)
+			}
+			nt.lead = lead
+			closers = append(closers, close)
+		}
 	default:
 		return nil, fmt.Errorf("unknown backend %q", backend)
 	}
@@ -391,11 +455,11 @@ func newNotifier(ctx context.Context, s *servers, backend string) (*notifier, er
 // then up to n samples within window.
 func measureNotify(ctx context.Context, backend string, nt *notifier, warmN int, warmFor time.Duration, n int, window time.Duration) rttResult {
 	r := rttResult{Backend: backend, Op: nt.op}
-	if _, err := sampleNotify(ctx, nt, true, warmN, warmFor, nil); err != nil {
+	if _, _, err := sampleNotify(ctx, nt, true, warmN, warmFor, nil); err != nil {
 		r.Err = err.Error()
 		return r
 	}
-	ds, err := sampleNotify(ctx, nt, false, n, window, make([]time.Duration, 0, min(n, 1<<16)))
+	ds, _, err := sampleNotify(ctx, nt, false, n, window, make([]time.Duration, 0, min(n, 1<<16)))
 	if err != nil {
 		r.Err = err.Error()
 		return r
@@ -406,29 +470,50 @@ func measureNotify(ctx context.Context, backend string, nt *notifier, warmN int,
 
 // sampleNotify times notifications on nt, appending them to ds. A warm-up
 // keeps none and runs for at least n samples and at least d; a measurement
-// stops at n samples or after d, whichever comes first.
-func sampleNotify(ctx context.Context, nt *notifier, warm bool, n int, d time.Duration, ds []time.Duration) ([]time.Duration, error) {
+// stops at n samples or after d, whichever comes first. A sample whose
+// release was not behind its lead write is not kept: unordered counts
+// those of a measurement.
+func sampleNotify(ctx context.Context, nt *notifier, warm bool, n int, d time.Duration, ds []time.Duration) (_ []time.Duration, unordered int, _ error) {
 	end := time.Now().Add(d)
 	for i := 0; ; i++ {
 		enough, late := i >= n, !time.Now().Before(end)
 		if warm && enough && late || !warm && (enough || late) {
-			return ds, nil
+			return ds, unordered, nil
 		}
 		fired, err := nt.arm(ctx)
 		if err != nil {
-			return ds, err
+			return ds, unordered, err
+		}
+		var settle func(context.Context) (bool, error)
+		if nt.lead != nil {
+			if settle, err = nt.lead(ctx); err != nil {
+				return ds, unordered, err
+			}
 		}
 		t0 := time.Now()
 		if err := nt.fire(ctx); err != nil {
-			return ds, err
+			return ds, unordered, err
 		}
+		var t1 time.Time
 		select {
-		case t1 := <-fired:
-			if !warm {
-				ds = append(ds, t1.Sub(t0))
-			}
+		case t1 = <-fired:
 		case <-time.After(5 * time.Second):
-			return ds, errors.New("no notice within 5 s")
+			return ds, unordered, errors.New("no notice within 5 s")
+		}
+		if settle != nil {
+			ordered, err := settle(ctx)
+			if err != nil {
+				return ds, unordered, err
+			}
+			if !ordered {
+				if !warm {
+					unordered++
+				}
+				continue
+			}
+		}
+		if !warm {
+			ds = append(ds, t1.Sub(t0))
 		}
 	}
 }
@@ -437,84 +522,120 @@ func sampleNotify(ctx context.Context, nt *notifier, warm bool, n int, d time.Du
 // the window ends it first.
 const handoffFloorSamples = 100000
 
-// handoffFloors measures each backend's notification floor in one round: a
-// contended run's warm-up, then its window in all.
+// handoffFloors measures each backend's notification floors in one round,
+// each a contended run's warm-up, then its window in all: one
+// notification, and one behind another client's write.
 type handoffFloors struct {
 	s              *servers
 	warmup, window time.Duration
 	st             *stretches
 	ctx            context.Context
 	cancel         context.CancelFunc
-	notifiers      map[string]*notifier
-	samples        map[string][]time.Duration
-	stretchP50     map[string][]time.Duration // each stretch's p50
-	errs           map[string]error
+	lone, behind   *notifyFloor
 	backends       []string
+}
+
+// notifyFloor is one kind of notification floor in one round, per backend.
+type notifyFloor struct {
+	behind     bool
+	notifiers  map[string]*notifier
+	samples    map[string][]time.Duration
+	stretchP50 map[string][]time.Duration // each stretch's p50
+	unordered  map[string]int
+	errs       map[string]error
+}
+
+func newNotifyFloor(behind bool) *notifyFloor {
+	return &notifyFloor{behind: behind, notifiers: map[string]*notifier{}, samples: map[string][]time.Duration{},
+		stretchP50: map[string][]time.Duration{}, unordered: map[string]int{}, errs: map[string]error{}}
 }
 
 func newHandoffFloors(s *servers, libs []*library, warmup, window time.Duration) *handoffFloors {
 	f := &handoffFloors{s: s, warmup: warmup, window: window, st: newStretches(libs),
-		notifiers: map[string]*notifier{}, samples: map[string][]time.Duration{}, stretchP50: map[string][]time.Duration{}, errs: map[string]error{}}
+		lone: newNotifyFloor(false), behind: newNotifyFloor(true)}
 	// The round's contended runs take minutes; this only bounds a stuck
 	// server.
 	f.ctx, f.cancel = context.WithTimeout(context.Background(), time.Hour)
 	return f
 }
 
-// before runs the stretch of l's backend's floor that precedes l's runs.
+// before runs the stretches of l's backend's floors that precede l's runs:
+// the lone notification's, then the one behind a write.
 func (f *handoffFloors) before(l *library) {
 	first, _, within, ok := f.st.next(l, handoffFloorSamples, f.window)
 	if !ok {
 		return
 	}
-	b := l.Backend
 	if first {
-		f.backends = append(f.backends, b)
-		nt, err := newNotifier(f.ctx, f.s, b)
-		if err != nil {
-			f.errs[b] = err
-			return
-		}
-		f.notifiers[b] = nt
-		if _, err := sampleNotify(f.ctx, nt, true, 0, f.warmup, nil); err != nil {
-			f.errs[b] = err
-			return
-		}
+		f.backends = append(f.backends, l.Backend)
 	}
-	if f.errs[b] != nil {
-		return
-	}
-	done := len(f.samples[b])
-	ds, err := sampleNotify(f.ctx, f.notifiers[b], false, handoffFloorSamples-done, within, f.samples[b])
-	f.samples[b], f.errs[b] = ds, err
-	f.stretchP50[b] = append(f.stretchP50[b], percentile(ds[done:], 50))
+	f.lone.stretch(f.ctx, f.s, l.Backend, first, f.warmup, within)
+	f.behind.stretch(f.ctx, f.s, l.Backend, first, f.warmup, within)
 }
 
-// results closes the floors' clients and returns what they measured.
-func (f *handoffFloors) results(round int) []floorResult {
-	defer f.cancel()
+// stretch measures backend's floor for within, after opening its clients
+// and a warm-up if it is the first.
+func (k *notifyFloor) stretch(ctx context.Context, s *servers, b string, first bool, warmup, within time.Duration) {
+	if first {
+		nt, err := newNotifier(ctx, s, b, k.behind)
+		if err != nil {
+			k.errs[b] = err
+			return
+		}
+		k.notifiers[b] = nt
+		if _, _, err := sampleNotify(ctx, nt, true, 0, warmup, nil); err != nil {
+			k.errs[b] = err
+			return
+		}
+	}
+	if k.errs[b] != nil {
+		return
+	}
+	done := len(k.samples[b])
+	ds, unordered, err := sampleNotify(ctx, k.notifiers[b], false, handoffFloorSamples-done, within, k.samples[b])
+	k.samples[b], k.errs[b] = ds, err
+	k.unordered[b] += unordered
+	k.stretchP50[b] = append(k.stretchP50[b], percentile(ds[done:], 50))
+}
+
+// results closes the floor's clients and returns what they measured.
+func (k *notifyFloor) results(backends []string, round int) []floorResult {
+	ops := notifyOps
+	if k.behind {
+		ops = notifyBehindOps
+	}
 	var out []floorResult
-	for _, b := range f.backends {
-		if nt := f.notifiers[b]; nt != nil {
+	for _, b := range backends {
+		if nt := k.notifiers[b]; nt != nil {
 			nt.close()
 		}
-		r := floorResult{Backend: b, Op: notifyOps[b], Round: round}
-		if err := f.errs[b]; err != nil {
+		r := floorResult{Backend: b, Op: ops[b], Round: round, Unordered: k.unordered[b]}
+		if err := k.errs[b]; err != nil {
 			r.Err = err.Error()
 		} else {
-			ds := f.samples[b]
+			ds := k.samples[b]
 			r.N, r.P50, r.P99 = len(ds), percentile(ds, 50), percentile(ds, 99)
-			r.StretchP50 = f.stretchP50[b]
+			r.StretchP50 = k.stretchP50[b]
 		}
 		out = append(out, r)
 	}
 	return out
 }
 
+// results closes the floors' clients and returns what they measured: the
+// lone notification's and the one behind a write.
+func (f *handoffFloors) results(round int) (lone, behind []floorResult) {
+	defer f.cancel()
+	return f.lone.results(f.backends, round), f.behind.results(f.backends, round)
+}
+
 func logFloor(kind string, f floorResult) {
 	req := ""
 	if f.RequestsPerCycle > 0 {
 		req = fmt.Sprintf(" req/cycle %.2f", f.RequestsPerCycle)
+	}
+	if f.Unordered > 0 {
+		req += fmt.Sprintf(" left out (delete not behind the write) %d", f.Unordered)
 	}
 	log.Printf("%s floor %-9s n=%d p50 %v p99 %v%s %s", kind, f.Backend, f.N, f.P50, f.P99, req, f.Err)
 }

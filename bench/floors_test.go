@@ -56,17 +56,17 @@ func loopNotifier() (*notifier, *int) {
 func TestSampleNotify_warmupAndMeasurement(t *testing.T) {
 	ctx := context.Background()
 	nt, fires := loopNotifier()
-	ds, err := sampleNotify(ctx, nt, true, 7, 0, nil)
+	ds, _, err := sampleNotify(ctx, nt, true, 7, 0, nil)
 	if err != nil || len(ds) != 0 || *fires != 7 {
 		t.Errorf("warm-up of 7: kept %d, fired %d, err %v; want 0 kept, 7 fired", len(ds), *fires, err)
 	}
 	*fires = 0
-	ds, err = sampleNotify(ctx, nt, false, 5, time.Minute, make([]time.Duration, 0, 5))
+	ds, _, err = sampleNotify(ctx, nt, false, 5, time.Minute, make([]time.Duration, 0, 5))
 	if err != nil || len(ds) != 5 || *fires != 5 {
 		t.Errorf("measurement of 5: kept %d, fired %d, err %v; want 5 and 5", len(ds), *fires, err)
 	}
 	*fires = 0
-	ds, err = sampleNotify(ctx, nt, false, 1000, 0, ds)
+	ds, _, err = sampleNotify(ctx, nt, false, 1000, 0, ds)
 	if err != nil || len(ds) != 5 || *fires != 0 {
 		t.Errorf("measurement with no time left: kept %d (of 5 before), fired %d, err %v; want 5 and 0", len(ds), *fires, err)
 	}
@@ -85,4 +85,29 @@ func TestReport_floorsSection(t *testing.T) {
 	if out := report(res); strings.Contains(out, "## Floors") {
 		t.Error("a run with no floors has a floors section")
 	}
+}
+
+// The floor behind another client's write has rows of its own in the
+// floors section, with the samples left out as not behind the write; a run
+// older than it has none, and its other floors' rows say "–" there.
+func TestReport_floorsSection_behindAnotherWrite(t *testing.T) {
+	res := targetsFixture()
+	res.HandoffFloor = []floorResult{{Backend: "redis", Op: notifyOps["redis"], Round: 1, N: 100, P50: 60 * time.Microsecond}}
+	out := report(res)
+	if strings.Contains(out, "| hand-off behind another client's write |") || !strings.Contains(out, "| hand-off (one notification) | redis | "+notifyOps["redis"]+" | 1 | 100 | 60 µs | – | – | – | – |") {
+		t.Errorf("run with no floor behind a write: want no such row and \"–\" in the left-out column:\n%s", floorsSection(out))
+	}
+	res.HandoffFloorBehind = []floorResult{{Backend: "redis", Op: notifyBehindOps["redis"], Round: 1, N: 100, P50: 70 * time.Microsecond, Unordered: 3}}
+	out = report(res)
+	if !strings.Contains(out, "| hand-off behind another client's write | redis | "+notifyBehindOps["redis"]+" | 1 | 100 | 70 µs | – | – | – | 3 of 103 |") {
+		t.Errorf("floor behind a write: no row with 3 of 103 samples left out:\n%s", floorsSection(out))
+	}
+}
+
+func floorsSection(out string) string {
+	i := strings.Index(out, "## Floors")
+	if i < 0 {
+		return "(no floors section)"
+	}
+	return out[i:min(len(out), i+4000)]
 }

@@ -491,8 +491,12 @@ func (nopLogger) Printf(string, ...any) {}
 
 // zkConnect connects and waits (up to 20 s) until the session is
 // established, so that a contender starts with a working session.
-func zkConnect(e *env, session time.Duration) (*zk.Conn, error) {
-	c, events, err := zk.Connect([]string{e.zkAddr}, session, zk.WithLogger(nopLogger{}))
+func zkConnect(e *env, session time.Duration, opts ...func(*zk.Conn)) (*zk.Conn, error) {
+	c, events, err := zk.Connect([]string{e.zkAddr}, session, zk.WithLogger(nopLogger{}), func(c *zk.Conn) {
+		for _, o := range opts {
+			o(c)
+		}
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -98,6 +98,11 @@ type results struct {
 	Gateway      []gatewayResult
 	Replicas     []replicasResult
 	Notes        []string
+
+	// HandoffFloorBehind is the hand-off's second floor, one notification
+	// behind another client's write (floors_behind.go), measured with
+	// HandoffFloor and shown beside it; runs older than it have none.
+	HandoffFloorBehind []floorResult
 }
 
 type libInfo struct {
@@ -407,9 +412,14 @@ func closeAll(cs []contender) {
 func runContendedSection(s *servers, libs []*library, cfg config, round int, res *results) {
 	floors := newHandoffFloors(s, libs, cfg.warmup, cfg.window)
 	defer func() {
-		for _, f := range floors.results(round) {
+		lone, behind := floors.results(round)
+		for _, f := range lone {
 			logFloor("hand-off", f)
 			res.HandoffFloor = append(res.HandoffFloor, f)
+		}
+		for _, f := range behind {
+			logFloor("hand-off behind a write", f)
+			res.HandoffFloorBehind = append(res.HandoffFloorBehind, f)
 		}
 	}()
 	if round == 1 {

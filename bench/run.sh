@@ -40,8 +40,9 @@
 #                            cycle (go-redis, go-zookeeper, clientv3) timed the
 #                            same way, in stretches among the libraries' runs
 #       contended            2 to 128 contenders on one key (8 and 32 in every
-#                            round); with the hand-off floor (one notification)
-#                            timed in stretches among the libraries' runs
+#                            round); with the hand-off floors (one notification,
+#                            and one behind another client's write) timed in
+#                            stretches among the libraries' runs
 #       modes                the semaphore and RWMutex workloads with dlock's
 #                            lock as their reference (also semaphore, rwmutex)
 #       permits              semaphore limit 3, 12 clients, 2 ms holds: the mean

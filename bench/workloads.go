@@ -121,7 +121,7 @@ func runNotifyFloor(s *servers, n int) (map[string]rttResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for _, b := range backends {
-		nt, err := newNotifier(ctx, s, b)
+		nt, err := newNotifier(ctx, s, b, false)
 		if err != nil {
 			return nil, err
 		}
