@@ -83,9 +83,10 @@ for m in "${modules[@]}"; do
   [ "$m" != bench ] || continue
   if [ "$m" = . ]; then patterns+=(./...); else patterns+=("./$m/..."); fi
 done
-# bench/dashboard's tests need no server: they check the Grafana dashboard
-# against dlockprom's metrics.
-patterns+=(./bench/dashboard/...)
+# bench's and bench/dashboard's tests need no server: they check the
+# report's rendering and judgments, and the Grafana dashboard against
+# dlockprom's metrics.
+patterns+=(./bench ./bench/dashboard/...)
 echo "test.sh: go test -race"
 if ! go test -race -count=1 -timeout 30m "$@" "${patterns[@]}" 2>&1 | tee "$work/gotest.log"; then
   # go-zookeeper v1.0.4 (the newest) has one known data race on reconnect
