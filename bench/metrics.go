@@ -190,7 +190,14 @@ func (s *servers) zkCounters() (counters, error) {
 		return counters{}, err
 	}
 	p, _ := strconv.ParseFloat(m["zk_packets_received"], 64)
-	return counters{Requests: p, ByOp: map[string]float64{"packets_received": p}}, nil
+	c := counters{Requests: p, ByOp: map[string]float64{"packets_received": p}}
+	// The transaction log's fsyncs: with two writes per grant, how often
+	// they share one tells a contended run's mode (bench/analysis.md,
+	// Profile: ZooKeeper contended modes).
+	if v, err := strconv.ParseFloat(m["zk_cnt_fsynctime"], 64); err == nil {
+		c.ByOp["fsyncs"] = v
+	}
+	return c, nil
 }
 
 // zkHeapOnce runs a full GC in the ZooKeeper JVM and returns its used heap

@@ -325,7 +325,7 @@ func report(res *results) string {
 		}
 		rows = append(rows, []string{l.Name, strings.Join(parts, ", ")})
 	}
-	m.table([]string{"library", "server operations per grant (Redis: commandstats, commands inside scripts included)"}, rows)
+	m.table([]string{"library", "server operations per grant (Redis: commandstats, commands inside scripts included; ZooKeeper: packets received and its log's fsyncs)"}, rows)
 
 	modesReport(&m, res)
 	permitsReport(&m, res)
