@@ -30,6 +30,7 @@ func keysSize(quick bool) int {
 
 type keysResult struct {
 	Lib     string
+	Round   int // 1, 2, …; 0 in runs older than rounds
 	Keys    int           // keys the run set out to lock and release
 	Workers int           // goroutines sharing the one client
 	Done    int           // keys locked and released
@@ -45,10 +46,11 @@ func (r keysResult) LocksPerS() float64 {
 	return float64(r.Done) / r.Elapsed.Seconds()
 }
 
-// runKeys locks and releases the keys k0 … k(keys-1) through one client of
-// lib with workers goroutines, each key once, within limit.
-func runKeys(s *servers, lib *library, keys, workers int, limit time.Duration) keysResult {
-	r := keysResult{Lib: lib.Name, Keys: keys, Workers: workers}
+// runKeys locks and releases the keys kc<round>-0 … kc<round>-(keys-1)
+// through one client of lib with workers goroutines, each key once, within
+// limit: new keys each round, as a service's new ids are.
+func runKeys(s *servers, lib *library, round, keys, workers int, limit time.Duration) keysResult {
+	r := keysResult{Lib: lib.Name, Round: round, Keys: keys, Workers: workers}
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	ms, err := openMultis(ctx, s, lib, 1, 10*time.Minute, false)
@@ -71,7 +73,7 @@ func runKeys(s *servers, lib *library, keys, workers int, limit time.Duration) k
 				}
 				// Lock, not TryLock: every key is free, so it is granted
 				// at once; the same call for every library.
-				rel, err := m.Lock(ctx, fmt.Sprintf("kc%d", i))
+				rel, err := m.Lock(ctx, fmt.Sprintf("kc%d-%d", round, i))
 				if err == nil {
 					err = rel(ctx)
 				}

@@ -131,7 +131,7 @@ func main() {
 	flag.DurationVar(&cfg.warmup, "warmup", 300*time.Millisecond, "warm-up before each contended window")
 	flag.StringVar(&only, "only", "", "run only the libraries whose name matches this regexp; or, with section names (comma-separated: "+strings.Join(onlyNames, ", ")+"), only those sections (and the round-trip floor where their tables are in RTTs)")
 	flag.StringVar(&variantName, "variant", string(durable), "servers' configuration: durable (each server's defaults: Redis RDB snapshots, ZooKeeper forceSync=yes, etcd fsync) or nofsync (nothing kept that must survive; writes its report only where -out says)")
-	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds of the round-trip floor, uncontended cycle, contended runs at 8 and 32 contenders and permits section, shown as medians and ranges (1 with -quick unless given)")
+	flag.IntVar(&cfg.rounds, "rounds", 3, "rounds of the round-trip floor, uncontended cycle, contended runs at 8 and 32 contenders, keys and permits sections, shown as medians and ranges (1 with -quick unless given)")
 	flag.Float64Var(&cfg.queueLoad, "queue-load", 3, "machine load for the many-waiters section: CPU-spinning processes make up what the machine's runnable tasks fall short of it (0: none)")
 	flag.DurationVar(&cfg.modesHold, "modes-hold", modeHold, "how long each holder of the modes section holds its lease (the work a permit guards)")
 	flag.IntVar(&cfg.queueN, "queue-waiters", 0, "override the number of waiters of the queue test (0: per library, see queueSize)")
@@ -315,15 +315,19 @@ func run(cfg config) error {
 		res.section("renewal", func() { res.Renewal = runRenewalSection(s, libs, cfg.quick) })
 	}
 	if cfg.sections["keys"] {
+		// In rounds, as the targets' other figures: a library's rate moves
+		// 1.5× between runs minutes apart on a shared machine.
 		res.section("keys", func() {
-			for _, l := range libs {
-				if l.Missing != "" {
-					continue
+			for round := 1; round <= cfg.rounds; round++ {
+				for _, l := range inRoundOrder(libs, round) {
+					if l.Missing != "" {
+						continue
+					}
+					keys := keysSize(cfg.quick)
+					r := runKeys(s, l, round, keys, keysWorkers, keysLimit)
+					log.Printf("keys %-18s round %d: keys %d of %d in %v: %.0f locks/s %s", l.Name, round, r.Done, r.Keys, r.Elapsed.Round(time.Millisecond), r.LocksPerS(), r.Err)
+					res.Keys = append(res.Keys, r)
 				}
-				keys := keysSize(cfg.quick)
-				r := runKeys(s, l, keys, keysWorkers, keysLimit)
-				log.Printf("keys %-18s keys %d of %d in %v: %.0f locks/s %s", l.Name, r.Done, r.Keys, r.Elapsed.Round(time.Millisecond), r.LocksPerS(), r.Err)
-				res.Keys = append(res.Keys, r)
 			}
 		})
 	}

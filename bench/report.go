@@ -136,7 +136,11 @@ func report(res *results) string {
 	m.p("")
 	m.p("Servers: %s.", res.Variant.describe())
 	if res.Rounds > 1 {
-		m.p("The round-trip floor, the uncontended cycle, the contended runs at 8 and 32 contenders (no think time) and")
+		keys := ""
+		if slices.ContainsFunc(res.Keys, func(k keysResult) bool { return k.Round > 1 }) {
+			keys = ", the keys section"
+		}
+		m.p("The round-trip floor, the uncontended cycle, the contended runs at 8 and 32 contenders (no think time)%s and", keys)
 		m.p("the permits section ran in %d rounds, each round running every library in turn; their figures are medians,", res.Rounds)
 		m.p("with the range of the rounds in parentheses where shown. Every other table is of the first round.")
 	}

@@ -62,13 +62,14 @@ func keysReport(m *md, res *results) {
 	m.p("One client (one connection pool or session), %d goroutines: each takes a distinct free key with `Lock`", keysWorkers)
 	m.p("and releases it at once, until every key was locked and released once (leases of 10 minutes, so that")
 	m.p("no renewal runs), within %v per library. Locks/s is the keys done divided by the time from the first", keysLimit)
-	m.p("`Lock` to the last release.")
+	m.p("`Lock` to the last release. Each round runs every library in turn, on keys of its own; the targets")
+	m.p("table shows the median and range of the rounds.")
 	m.p("")
 	var rows [][]string
 	for _, k := range res.Keys {
-		rows = append(rows, []string{k.Lib, fmtCount(k.Keys), fmtCount(k.Done), fmtDur(k.Elapsed), fmtFloat(k.LocksPerS()), short(k.Err)})
+		rows = append(rows, []string{k.Lib, orDash(roundCell(k.Round)), fmtCount(k.Keys), fmtCount(k.Done), fmtDur(k.Elapsed), fmtFloat(k.LocksPerS()), short(k.Err)})
 	}
-	m.table([]string{"library", "keys", "locked and released", "in", "locks/s", "error"}, rows)
+	m.table([]string{"library", "round", "keys", "locked and released", "in", "locks/s", "error"}, rows)
 }
 
 // renewalReport writes the renewal table.
@@ -141,4 +142,12 @@ func queueLoadOf(res *results) float64 {
 		}
 	}
 	return 0
+}
+
+// roundCell is a round's number, or "" for a run older than rounds.
+func roundCell(round int) string {
+	if round == 0 {
+		return ""
+	}
+	return fmt.Sprint(round)
 }

@@ -13,7 +13,8 @@
 # The servers run in their default durable configuration (Redis with its
 # built-in RDB snapshots, ZooKeeper forceSync=yes, etcd with fsync); the
 # round-trip floor, the uncontended cycle, the contended runs at 8 and 32
-# contenders and the permits section run in 3 rounds (medians and ranges).
+# contenders, the keys and the permits sections run in 3 rounds (medians and
+# ranges).
 # The full run takes about 15–20 minutes on a quiet 2-core machine (estimated
 # from the sections run alone: the 7-minute no-fsync run before, plus the
 # rounds, permits, renewal, keys and queue sections), too long to run the
@@ -54,8 +55,8 @@
 #                            holds 1,000 locks, counted by the server (about
 #                            1.5 minutes)
 #       keys                 100,000 distinct keys locked and released by 16
-#                            goroutines on one client (up to 2 minutes per
-#                            library)
+#                            goroutines on one client, in rounds (up to 2
+#                            minutes per library and round)
 #       queue                10,000 waiters on one key (fewer for the polling
 #                            peers) drained at load 3 (-queue-load), up to 1
 #                            minute per library

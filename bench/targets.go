@@ -208,12 +208,13 @@ func targetsTable(res *results) [][]string {
 	for _, b := range backends {
 		name, ok := head(b)
 		fig := func(lib string) spread {
+			var xs []float64
 			for _, k := range res.Keys {
 				if k.Lib == lib && k.Elapsed > 0 {
-					return one(k.LocksPerS())
+					xs = append(xs, k.LocksPerS())
 				}
 			}
-			return spread{Med: math.NaN()}
+			return spreadOf(xs)
 		}
 		d := fig(name)
 		pn, ps := best(res.peersOn(b), fig, true)

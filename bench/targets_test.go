@@ -117,3 +117,19 @@ func TestVerdictOf_floorAndCeiling(t *testing.T) {
 		t.Errorf("verdictOf(not measured) = %q", got)
 	}
 }
+
+// The keys row shows each library's median over the rounds and its range,
+// and judges the medians: one round's outlier does not decide it.
+func TestTargetsTable_keysMedianOfRounds(t *testing.T) {
+	res := targetsFixture()
+	for round, rates := range [][2]float64{{50000, 40000}, {30000, 45000}, {52000, 41000}} {
+		for i, lib := range []string{"dlock (redis)", "bsm/redislock"} {
+			res.Keys = append(res.Keys, keysResult{Lib: lib, Round: round + 1, Keys: 100000, Workers: keysWorkers,
+				Done: 100000, Elapsed: time.Duration(100000 / rates[i] * float64(time.Second))})
+		}
+	}
+	row := targetRow(t, targetsTable(res), "100,000 distinct keys", "redis")
+	if !strings.HasPrefix(row[2], "50000/s (30000/s–52000/s, 3 rounds)") || !strings.HasPrefix(row[3], "bsm/redislock: 41000/s") || row[8] != "**met**" {
+		t.Errorf("keys row = %q, want dlock's median 50000/s with its range, bsm/redislock's 41000/s, met", row)
+	}
+}
