@@ -30,7 +30,7 @@ func keysSize(quick bool) int {
 
 type keysResult struct {
 	Lib     string
-	Round   int // 1, 2, …; 0 in runs older than rounds
+	Round   int           // 1, 2, …; 0 in runs older than rounds
 	Keys    int           // keys the run set out to lock and release
 	Workers int           // goroutines sharing the one client
 	Done    int           // keys locked and released
