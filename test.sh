@@ -63,6 +63,13 @@ echo "test.sh: build the etcd server the tests run and staticcheck (internal/too
   GOWORK=off go build -o "$work/staticcheck" honnef.co/go/tools/cmd/staticcheck)
 export DLOCK_ETCD_BIN="$work/etcd"
 
+echo "test.sh: gofmt"
+unformatted=$(find . -name '*.go' -not -path './.git/*' -print0 | xargs -0 -r gofmt -l)
+if [ -n "$unformatted" ]; then
+  printf 'test.sh: gofmt would change these files (run gofmt -w):\n%s\n' "$unformatted"
+  exit 1
+fi
+
 echo "test.sh: go vet and staticcheck, each module"
 for m in "${modules[@]}"; do
   (cd "$m" && go vet ./... && "$work/staticcheck" ./...)
