@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -64,11 +65,15 @@ func call0(ctx context.Context, inflight *sync.WaitGroup, timeout time.Duration,
 // transient reports whether err is a connection problem that a retry on the
 // same Conn may overcome: the connection broke (a request's reply may have
 // been lost), no server answered, or the session expired and go-zookeeper is
-// getting a new one.
+// getting a new one. A request whose own write to the connection failed
+// (broken pipe, reset, write timeout) gets that net.Error from go-zookeeper
+// as it is, which closes the connection and reconnects: a broken connection
+// too, and the request may have reached the server in part or whole.
 func transient(err error) bool {
+	var netErr net.Error
 	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
 		errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved) ||
-		errors.Is(err, errNoAnswer) || errors.Is(err, errSilent)
+		errors.Is(err, errNoAnswer) || errors.Is(err, errSilent) || errors.As(err, &netErr)
 }
 
 // isCtxErr reports whether err is the end of a context.

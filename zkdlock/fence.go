@@ -73,8 +73,9 @@ func CheckHeld(lease *dlock.Lease) (*zk.CheckVersionRequest, error) {
 // while this process was paused) and nothing was written.
 // Other errors are as conn.Multi returned them, wrapped with the key: one of
 // ops failed (errors.Is(err, zk.ErrBadVersion), …; see the responses), or
-// the connection failed. After zk.ErrConnectionClosed the Multi may have
-// been applied, but only while the lease held.
+// the connection failed. After zk.ErrConnectionClosed, or a net.Error
+// from the request's own write, the Multi may have been applied, but only
+// while the lease held.
 //
 // With no ops, MultiHeld asks the leader whether the lease still holds.
 func MultiHeld(conn MultiConn, lease *dlock.Lease, ops ...any) ([]zk.MultiResponse, error) {
