@@ -68,12 +68,14 @@ func call0(ctx context.Context, inflight *sync.WaitGroup, timeout time.Duration,
 // getting a new one. A request whose own write to the connection failed
 // (broken pipe, reset, write timeout) gets that net.Error from go-zookeeper
 // as it is, which closes the connection and reconnects: a broken connection
-// too, and the request may have reached the server in part or whole.
+// too, and the request may have reached the server in part or whole. (The
+// end of a context is a net.Error as well, and not one of these.)
 func transient(err error) bool {
 	var netErr net.Error
 	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
 		errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved) ||
-		errors.Is(err, errNoAnswer) || errors.Is(err, errSilent) || errors.As(err, &netErr)
+		errors.Is(err, errNoAnswer) || errors.Is(err, errSilent) ||
+		(errors.As(err, &netErr) && !isCtxErr(err))
 }
 
 // isCtxErr reports whether err is the end of a context.
