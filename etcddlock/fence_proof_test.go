@@ -90,7 +90,7 @@ func guardedWrite(ctx context.Context, kv clientv3.KV, lease *dlock.Lease, guard
 // childGuard says, and it returns A's result line and what the data holds.
 func frozenHolder(t *testing.T, guard, childGuard string) (result, data string) {
 	e := newFenceEnv(t)
-	fence := "fences/" + t.Name()
+	fence := e.fence
 	a := testproc.Start(t, "fence-holder", "ADDR="+e.srv.Addr(), "KEY="+e.key, "DATA="+e.data, "FENCE="+fence, "GUARD="+childGuard)
 	tokenA, err := strconv.ParseUint(a.Expect(t, "token"), 10, 64)
 	if err != nil {

@@ -2,6 +2,7 @@ package etcddlock_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"strings"
 	"testing"
@@ -22,6 +23,7 @@ type fenceEnv struct {
 	admin *clientv3.Client
 	key   string // the lock key
 	data  string // the etcd key the holders write
+	fence string // the token fence's key
 }
 
 func newFenceEnv(t *testing.T) *fenceEnv {
@@ -33,8 +35,11 @@ func newFenceEnv(t *testing.T) *fenceEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The keys are the run's own: the shared server keeps what an earlier
+	// run of the test (go test -count) wrote.
+	id := t.Name() + "/" + rand.Text()[:8]
 	return &fenceEnv{ctx: ctx, srv: srv, c: c, admin: adminClient(t, srv.Addr()),
-		key: "fence/" + t.Name(), data: "fence-data/" + t.Name()}
+		key: "fence/" + id, data: "fence-data/" + id, fence: "fences/" + id}
 }
 
 // value returns what the data key holds, "" when it is absent.

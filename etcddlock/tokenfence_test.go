@@ -26,7 +26,7 @@ func (e *fenceEnv) fencedPut(fence string, token uint64, v string) error {
 // decimals.
 func TestFencedTxn_order(t *testing.T) {
 	e := newFenceEnv(t)
-	fence := "fences/" + t.Name()
+	fence := e.fence
 	steps := []struct {
 		token    uint64
 		recorded uint64 // 0: the write passes
@@ -70,7 +70,7 @@ func TestFencedTxn_order(t *testing.T) {
 // its operations after the earlier ones: the read sees the put.)
 func TestFencedTxn_opsAndResponses(t *testing.T) {
 	e := newFenceEnv(t)
-	fence := "fences/" + t.Name()
+	fence := e.fence
 	other := e.data + "/other"
 	for _, k := range []string{e.data, other} {
 		if _, err := e.admin.Put(e.ctx, k, "before"); err != nil {
@@ -103,7 +103,7 @@ func TestFencedTxn_opsAndResponses(t *testing.T) {
 // below the recorded one is refused by FenceResult.
 func TestFenceOp_withIsOwner(t *testing.T) {
 	e := newFenceEnv(t)
-	fence := "fences/" + t.Name()
+	fence := e.fence
 	l, err := e.c.Lock(e.ctx, e.key)
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +200,7 @@ func TestFencedTxn_badInput(t *testing.T) {
 // there is no recorded token), and nothing is written.
 func TestFencedTxn_foreignFenceValue(t *testing.T) {
 	e := newFenceEnv(t)
-	fence := "fences/" + t.Name()
+	fence := e.fence
 	if _, err := e.admin.Put(e.ctx, fence, "garbage"); err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestFencedTxn_foreignFenceValue(t *testing.T) {
 // or covers other keys only, and a nested Txn that reads the fence key.
 func TestFencedTxn_opsNearTheFence(t *testing.T) {
 	e := newFenceEnv(t)
-	fence := "fences/" + t.Name()
+	fence := e.fence
 	below := fence[:len(fence)-1] // sorts just below the fence key
 	if _, err := e.admin.Put(e.ctx, below, "x"); err != nil {
 		t.Fatal(err)
