@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/dlockdev/dlock"
@@ -275,25 +276,58 @@ func TestLock_keyNodeMadeByAnother_afterOwnDelete(t *testing.T) {
 // at one key, neither waiting, soon leave its key node be: each makes the
 // key node again once after its own release deleted it, and keeps it from
 // then on, so the turns settle at the uncontended cycle's three requests,
-// with no createContainer per turn.
+// with no createContainer per turn. The test server's container reaper
+// (every 100 ms) may delete the empty key node between two turns; the
+// turn after that makes it again, as it should, and is not counted.
 func TestLock_twoClientsTakeTurns_keyNodeKept(t *testing.T) {
 	ctx := testCtx(t)
 	srv := testserver.SharedZooKeeper(t)
+	admin := dialZK(t, ctx, srv.Addr(), connOpts{})
 	opts := zkdlock.Options{Root: testRoot(t), SessionTimeout: longSession}
+	const key = "turns"
+	keyPath := zkdlock.KeyPathForTest(opts.Root, key)
+	var keyDeletes atomic.Int64 // releases that delete the key node too
+	countKeyDeletes := func(ops []any) {
+		for _, op := range ops {
+			if d, ok := op.(*zk.DeleteRequest); ok && d.Path == keyPath {
+				keyDeletes.Add(1)
+			}
+		}
+	}
 	hooks := [2]*hookConn{}
 	clients := [2]*dlock.Client{}
 	for i := range hooks {
 		hooks[i] = &hookConn{Conn: dialZK(t, ctx, srv.Addr(), connOpts{timeout: longSession})}
+		hooks[i].beforeMulti.Store(&countKeyDeletes)
 		clients[i] = newClient(t, ctx, hooks[i], opts)
 	}
-	const key = "turns"
-	for turn := range 8 {
-		h, c := hooks[turn%2], clients[turn%2]
-		before, containers := h.requests.Load(), h.containers.Load()
-		mustUnlock(t, ctx, mustLock(t, ctx, c, key))
-		if turn < 4 {
-			continue // settling
+	// made is the key node's creation zxid, 0 when there is none.
+	made := func() int64 {
+		_, st, err := admin.Exists(keyPath)
+		if err != nil {
+			t.Fatal(err)
 		}
+		return st.Czxid
+	}
+	const settle, turns, maxTurns = 4, 4, 100
+	counted := 0
+	for turn := 0; counted < turns; turn++ {
+		if turn == maxTurns {
+			t.Fatalf("only %d of %d turns after %d counted: the reaper took the key node between all the others", counted, turns, maxTurns-settle)
+		}
+		h, c := hooks[turn%2], clients[turn%2]
+		before, containers, deletes, node := h.requests.Load(), h.containers.Load(), keyDeletes.Load(), made()
+		mustUnlock(t, ctx, mustLock(t, ctx, c, key))
+		if turn < settle {
+			continue
+		}
+		if n := keyDeletes.Load() - deletes; n != 0 {
+			t.Fatalf("turn %d: the release deleted the key node (%d multis); want it kept", turn, n)
+		}
+		if now := made(); node == 0 || now != node {
+			continue // reaped before or during the turn, and made again
+		}
+		counted++
 		if n, cc := h.requests.Load()-before, h.containers.Load()-containers; n != 3 || cc != 0 {
 			t.Errorf("turn %d: %d requests, %d createContainer; want 3 and 0", turn, n, cc)
 		}
