@@ -152,42 +152,17 @@ func TestLease_lostLocally_nodeWrittenSinceStays(t *testing.T) {
 	l := mustLock(t, ctx, a, "k")
 	keyPath := zkdlock.KeyPathForTest(opts.Root, "k")
 	node := keyPath + "/" + children(t, admin, keyPath)[0]
-	// The release: the multi (setData, delete), or, for a lock granted
-	// with nobody behind it, a plain delete at the same version, and for
-	// one granted alone, the multi (delete at that version, delete the
-	// key node).
-	release := func(ops []any) bool {
-		switch op := ops[0].(type) {
-		case *zk.SetDataRequest:
-			return len(ops) == 2 && op.Path == node
-		case *zk.DeleteRequest:
-			return len(ops) == 2 && op.Path == node
-		}
-		return false
-	}
-	tried := make(chan struct{})
-	var once sync.Once
+	tried := releaseSent(hook, node)
 	answered := make(chan error, 100)
-	sent := func() { once.Do(func() { close(tried) }) }
 	got := func(err error) {
 		select {
 		case answered <- err:
 		default:
 		}
 	}
-	beforeMulti := func(ops []any) {
-		if release(ops) {
-			sent()
-		}
-	}
 	afterMulti := func(ops []any, err error) {
-		if release(ops) {
+		if isRelease(ops, node) {
 			got(err)
-		}
-	}
-	beforeDelete := func(path string) {
-		if path == node {
-			sent()
 		}
 	}
 	afterDelete := func(path string, err error) {
@@ -195,9 +170,7 @@ func TestLease_lostLocally_nodeWrittenSinceStays(t *testing.T) {
 			got(err)
 		}
 	}
-	hook.beforeMulti.Store(&beforeMulti)
 	hook.afterMulti.Store(&afterMulti)
-	hook.beforeDelete.Store(&beforeDelete)
 	hook.afterDelete.Store(&afterDelete)
 
 	proxy.Blackhole()
@@ -231,6 +204,41 @@ func TestLease_lostLocally_nodeWrittenSinceStays(t *testing.T) {
 	if err := admin.Delete(node, -1); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// isRelease reports whether ops, a multi, releases the lock node at node:
+// the release transaction (setData, delete), or, for a lock granted alone
+// in its queue, the delete of the node and of the key node. A lock granted
+// with nobody behind it releases with a plain delete instead.
+func isRelease(ops []any, node string) bool {
+	switch op := ops[0].(type) {
+	case *zk.SetDataRequest:
+		return len(ops) == 2 && op.Path == node
+	case *zk.DeleteRequest:
+		return len(ops) == 2 && op.Path == node
+	}
+	return false
+}
+
+// releaseSent returns a channel that is closed when hook first sends a
+// release of the lock node at node, a multi or a plain delete. It sets
+// hook's before-hooks of both.
+func releaseSent(hook *hookConn, node string) <-chan struct{} {
+	sent := make(chan struct{})
+	var once sync.Once
+	beforeMulti := func(ops []any) {
+		if isRelease(ops, node) {
+			once.Do(func() { close(sent) })
+		}
+	}
+	beforeDelete := func(path string) {
+		if path == node {
+			once.Do(func() { close(sent) })
+		}
+	}
+	hook.beforeMulti.Store(&beforeMulti)
+	hook.beforeDelete.Store(&beforeDelete)
+	return sent
 }
 
 func lockFunc(c *dlock.Client, key string) acquireFunc {

@@ -14,7 +14,6 @@ import (
 	"github.com/dlockdev/dlock"
 	"github.com/dlockdev/dlock/dlocktest"
 	"github.com/dlockdev/dlock/zkdlock"
-	"github.com/go-zookeeper/zk"
 )
 
 // ZooKeeper's request opcodes, read from the packets go-zookeeper writes.
@@ -144,21 +143,7 @@ func TestLease_lostLocally_deleteWriteFails_nodeRemoved(t *testing.T) {
 
 	// The first delete is sent into the blackhole; the fault is armed
 	// then, for the next, which follows the reconnect.
-	tried := make(chan struct{})
-	var once sync.Once
-	sent := func() { once.Do(func() { close(tried) }) }
-	beforeMulti := func(ops []any) {
-		if d, ok := ops[0].(*zk.DeleteRequest); ok && d.Path == node {
-			sent()
-		}
-	}
-	beforeDelete := func(path string) {
-		if path == node {
-			sent()
-		}
-	}
-	hook.beforeMulti.Store(&beforeMulti)
-	hook.beforeDelete.Store(&beforeDelete)
+	tried := releaseSent(hook, node)
 
 	sid := conn.SessionID()
 	proxy.Blackhole()
